@@ -1,0 +1,34 @@
+"""TFRecordIngest: TFRecord files of tf.Example -> checked, split, counted standard Examples artifact.
+
+Consumes: `input_base`, a directory of TFRecord files (gzip or plain, detected per file), or of
+`span-N/` folders, of which the latest is read.
+Produces: `examples` (standard Examples: Split-train / Split-eval, gzip TFRecord) with custom properties
+`train_examples`, `eval_examples`, `input_files`, `input_dir`, and `ingest_report.json` beside the splits.
+"""
+from tfx import types
+from tfx.dsl.components.base import base_component, executor_spec
+from tfx.types import standard_artifacts
+from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
+
+from components.tfrecord_ingest import executor
+
+
+class TFRecordIngestSpec(ComponentSpec):
+    PARAMETERS = {
+        "input_base": ExecutionParameter(type=str),
+        "eval_fraction": ExecutionParameter(type=float),
+        # Digest of the input files: new data changes it, so the cache is not reused for new data.
+        "input_fingerprint": ExecutionParameter(type=str),
+    }
+    INPUTS = {}
+    OUTPUTS = {"examples": ChannelParameter(type=standard_artifacts.Examples)}
+
+
+class TFRecordIngest(base_component.BaseComponent):
+    SPEC_CLASS = TFRecordIngestSpec
+    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
+
+    def __init__(self, input_base: str, eval_fraction: float, input_fingerprint: str):
+        super().__init__(spec=TFRecordIngestSpec(
+            input_base=input_base, eval_fraction=eval_fraction, input_fingerprint=input_fingerprint,
+            examples=types.Channel(type=standard_artifacts.Examples)))

@@ -1,0 +1,164 @@
+"""Pure helpers for TFRecord ingestion: find files, detect compression, check records, split.
+
+Nothing here depends on TFX, so each piece is testable on its own.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import Iterator
+
+import tensorflow as tf
+from google.protobuf import message as proto_message
+from google.protobuf import unknown_fields
+
+GZIP_MAGIC = b"\x1f\x8b"
+SPLIT_BUCKETS = 10_000
+
+
+class IngestionError(ValueError):
+    """Bad input: the message names the file (and record index when there is one)."""
+
+
+@dataclass(frozen=True)
+class BadRecord:
+    path: str
+    index: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: record {self.index}: {self.reason}"
+
+
+class UnreadableRecordError(IngestionError):
+    """A file cannot be read past `bad.index` (truncated, CRC mismatch)."""
+
+    def __init__(self, bad: BadRecord):
+        super().__init__(str(bad))
+        self.bad = bad
+
+
+def list_record_files(input_dir: str) -> list[str]:
+    """Input: a directory. Output: its data files, sorted by name (hidden files and subdirectories skipped)."""
+    if not tf.io.gfile.isdir(input_dir):
+        raise IngestionError(f"{input_dir}: input directory does not exist")
+    files = sorted(
+        os.path.join(input_dir, name)
+        for name in tf.io.gfile.listdir(input_dir)
+        if not name.startswith((".", "_")) and not tf.io.gfile.isdir(os.path.join(input_dir, name))
+    )
+    if not files:
+        raise IngestionError(f"{input_dir}: no TFRecord files in the input directory")
+    return files
+
+
+def detect_compression(path: str) -> str:
+    """Input: a TFRecord file. Output: 'GZIP' when it starts with the gzip magic bytes, else ''."""
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        return "GZIP" if handle.read(2) == GZIP_MAGIC else ""
+
+
+def iter_records(path: str) -> Iterator[tuple[int, bytes]]:
+    """Input: a TFRecord file (gzip or plain). Output: (index, serialized record) pairs.
+
+    A truncated file or a CRC mismatch raises UnreadableRecordError naming the file and the record index.
+    """
+    compression = detect_compression(path)
+    dataset = tf.data.TFRecordDataset(path, compression_type=compression, buffer_size=1 << 20)
+    iterator = iter(dataset.batch(1024).as_numpy_iterator())
+    index = 0
+    while True:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return
+        except tf.errors.DataLossError as error:
+            # The batch that failed starts at `index`; find the exact record with an unbatched pass.
+            at = _first_unreadable(path, compression, index)
+            raise UnreadableRecordError(BadRecord(path, at, f"unreadable ({_short(error)})")) from None
+        except tf.errors.OpError as error:
+            raise UnreadableRecordError(BadRecord(path, index, f"unreadable ({_short(error)})")) from None
+        for record in batch:
+            yield index, record
+            index += 1
+
+
+def _first_unreadable(path: str, compression: str, start: int) -> int:
+    index = start
+    try:
+        for _ in tf.data.TFRecordDataset(path, compression_type=compression).skip(start):
+            index += 1
+    except tf.errors.OpError:
+        return index
+    return index
+
+
+def _short(error: Exception) -> str:
+    text = getattr(error, "message", None) or str(error)
+    return text.strip().splitlines()[0][:200]
+
+
+def check_example(record: bytes) -> str | None:
+    """Input: one serialized record. Output: None when it is a tf.Example with features, else why not.
+
+    Strict: bytes that protobuf would accept but that carry fields a tf.Example does not have
+    (a SequenceExample's feature_lists, for example) are rejected, and so is an Example with no features.
+    """
+    example = tf.train.Example()
+    try:
+        example.ParseFromString(record)
+    except proto_message.DecodeError as error:
+        return f"not a tf.Example ({error or 'protobuf decode error'})"
+    if _has_unknown_fields(example):
+        return "not a tf.Example (fields a tf.Example does not have)"
+    if not example.features.feature:
+        return "tf.Example with no features"
+    return None
+
+
+def _has_unknown_fields(example: tf.train.Example) -> bool:
+    if len(unknown_fields.UnknownFieldSet(example)) or len(unknown_fields.UnknownFieldSet(example.features)):
+        return True
+    return any(len(unknown_fields.UnknownFieldSet(feature)) for feature in example.features.feature.values())
+
+
+def split_of(record: bytes, eval_fraction: float) -> str:
+    """Input: a serialized record and the eval fraction. Output: 'train' or 'eval', by a hash of the bytes.
+
+    Deterministic across runs and machines; identical records always land in the same split.
+    """
+    bucket = int.from_bytes(hashlib.blake2b(record, digest_size=8).digest(), "big") % SPLIT_BUCKETS
+    return "eval" if bucket < round(eval_fraction * SPLIT_BUCKETS) else "train"
+
+
+SPAN_PREFIX = "span-"
+
+
+def resolve_span(data_root: str) -> tuple[int, str]:
+    """Input: a data root. Output: (span number, directory) of its latest `span-N` folder.
+
+    A root without span folders is read as a single span 0.
+    """
+    if not tf.io.gfile.isdir(data_root):
+        raise IngestionError(f"{data_root}: input directory does not exist")
+    spans = []
+    for name in tf.io.gfile.listdir(data_root):
+        name = name.rstrip("/")
+        number = name[len(SPAN_PREFIX):]
+        if name.startswith(SPAN_PREFIX) and number.isdigit():
+            spans.append((int(number), os.path.join(data_root, name)))
+    return max(spans) if spans else (0, data_root)
+
+
+def fingerprint_input(data_root: str) -> str:
+    """Input: a data root. Output: a digest of the latest span's file names, sizes and mtimes.
+
+    Passed to the component as an execution property so that new or changed data invalidates the cache.
+    """
+    span, span_dir = resolve_span(data_root)
+    digest = hashlib.sha256(f"span={span}".encode())
+    for path in list_record_files(span_dir):
+        stat = tf.io.gfile.stat(path)
+        digest.update(f"{os.path.basename(path)}:{stat.length}:{stat.mtime_nsec}".encode())
+    return digest.hexdigest()[:16]

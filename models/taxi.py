@@ -1,0 +1,107 @@
+"""Chicago-taxi "big tipper" model: wide-and-deep Keras model with in-model preprocessing.
+
+The model takes raw features (one dense tensor per feature, batch-shaped) and returns the probability
+that the tip exceeds 20% of the fare, so one SavedModel serves raw tf.Examples with no Transform step.
+"""
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+# Raw serving inputs: name -> how to parse it from a tf.Example (missing values get the default).
+INPUTS = {
+    "trip_miles": tf.io.FixedLenFeature([], tf.float32, default_value=0.0),
+    "fare": tf.io.FixedLenFeature([], tf.float32, default_value=0.0),
+    "trip_seconds": tf.io.FixedLenFeature([], tf.int64, default_value=0),
+    "pickup_latitude": tf.io.FixedLenFeature([], tf.float32, default_value=0.0),
+    "pickup_longitude": tf.io.FixedLenFeature([], tf.float32, default_value=0.0),
+    "dropoff_latitude": tf.io.FixedLenFeature([], tf.float32, default_value=0.0),
+    "dropoff_longitude": tf.io.FixedLenFeature([], tf.float32, default_value=0.0),
+    "trip_start_hour": tf.io.FixedLenFeature([], tf.int64, default_value=-1),
+    "trip_start_day": tf.io.FixedLenFeature([], tf.int64, default_value=-1),
+    "trip_start_month": tf.io.FixedLenFeature([], tf.int64, default_value=-1),
+    "pickup_community_area": tf.io.FixedLenFeature([], tf.int64, default_value=-1),
+    "dropoff_community_area": tf.io.FixedLenFeature([], tf.int64, default_value=-1),
+    "pickup_census_tract": tf.io.FixedLenFeature([], tf.int64, default_value=-1),
+    "dropoff_census_tract": tf.io.FixedLenFeature([], tf.int64, default_value=-1),
+    "payment_type": tf.io.FixedLenFeature([], tf.string, default_value=""),
+    "company": tf.io.FixedLenFeature([], tf.string, default_value=""),
+}
+# Raw features the label is derived from; present in training data, not at serving time.
+LABEL_INPUTS = {
+    "tips": tf.io.FixedLenFeature([], tf.float32, default_value=0.0),
+    "fare": INPUTS["fare"],
+}
+LABEL_KEY = "big_tipper"
+
+_NUMERIC = ("trip_miles", "fare", "trip_seconds")
+_LOCATIONS = ("pickup_latitude", "pickup_longitude", "dropoff_latitude", "dropoff_longitude")
+_INTEGER_CATEGORIES = ("trip_start_hour", "trip_start_day", "trip_start_month",
+                       "pickup_community_area", "dropoff_community_area",
+                       "pickup_census_tract", "dropoff_census_tract")
+_STRING_CATEGORIES = ("payment_type", "company")
+_LOCATION_BINS = 10
+
+
+def make_label(features: dict[str, tf.Tensor]) -> tf.Tensor:
+    """Input: parsed LABEL_INPUTS. Output: float32 1.0 where tips > 20% of the fare, else 0.0."""
+    return tf.cast(features["tips"] > 0.2 * features["fare"], tf.float32)
+
+
+def build_model(sample: dict[str, np.ndarray]) -> keras.Model:
+    """Input: a sample of training features (name -> 1-D array) to fit the preprocessing layers.
+
+    Output: an uncompiled Keras model, dict of raw feature tensors -> probability, shape (batch, 1).
+    """
+    inputs = {name: keras.Input(shape=(), name=name, dtype=_keras_dtype(spec.dtype))
+              for name, spec in INPUTS.items()}
+    wide, deep = [], []
+    for name in _NUMERIC:
+        log_scaled = ClippedLog1p(name=f"{name}_log")(inputs[name])
+        norm = keras.layers.Normalization(axis=None, name=f"{name}_norm")
+        norm.adapt(np.log1p(np.maximum(sample[name].astype("float32"), 0.0)))
+        deep.append(keras.layers.Reshape((1,))(norm(log_scaled)))
+    for name in _LOCATIONS:
+        bins = keras.layers.Discretization(num_bins=_LOCATION_BINS, name=f"{name}_bins")
+        bins.adapt(sample[name].astype("float32"))
+        bucket = bins(inputs[name])
+        wide.append(keras.layers.CategoryEncoding(_LOCATION_BINS + 1, output_mode="one_hot")(bucket))
+        deep.append(_embed(bucket, _LOCATION_BINS + 1, 4, name))
+    for name in _INTEGER_CATEGORIES:
+        lookup = keras.layers.IntegerLookup(num_oov_indices=1, name=f"{name}_lookup")
+        lookup.adapt(sample[name])
+        index = lookup(inputs[name])
+        deep.append(_embed(index, lookup.vocabulary_size(), 8, name))
+    for name in _STRING_CATEGORIES:
+        lookup = keras.layers.StringLookup(num_oov_indices=1, name=f"{name}_lookup")
+        lookup.adapt(sample[name])
+        index = lookup(inputs[name])
+        wide.append(keras.layers.CategoryEncoding(lookup.vocabulary_size(), output_mode="one_hot")(index))
+        deep.append(_embed(index, lookup.vocabulary_size(), 8, name))
+
+    hidden = keras.layers.Concatenate(name="deep_features")(deep)
+    for width in (128, 64):
+        hidden = keras.layers.Dense(width, activation="relu")(hidden)
+    deep_logit = keras.layers.Dense(1, name="deep_logit")(hidden)
+    wide_logit = keras.layers.Dense(1, name="wide_logit")(keras.layers.Concatenate(name="wide_features")(wide))
+    logit = keras.layers.Add(name="logit")([deep_logit, wide_logit])
+    # The output stays float32 whatever precision policy the trainer sets.
+    probability = keras.layers.Activation("sigmoid", dtype="float32", name="probability")(logit)
+    return keras.Model(inputs, probability, name="taxi_wide_deep")
+
+
+class ClippedLog1p(keras.layers.Layer):
+    """log(1 + max(x, 0)) as float32: tames the long tails of fares, distances and durations."""
+
+    def call(self, x):
+        return keras.ops.log1p(keras.ops.maximum(keras.ops.cast(x, "float32"), 0.0))
+
+
+def _embed(index, vocabulary_size: int, width: int, name: str):
+    embedding = keras.layers.Embedding(vocabulary_size, width, name=f"{name}_embedding")(index)
+    return keras.layers.Reshape((width,))(embedding)
+
+
+def _keras_dtype(dtype: tf.DType) -> str:
+    return {tf.float32: "float32", tf.int64: "int64", tf.string: "string"}[dtype]

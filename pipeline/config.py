@@ -1,0 +1,123 @@
+"""The pipeline's one typed config: every default lives here. Load overrides from YAML with `load_config`.
+
+YAML mirrors the dataclasses: top-level keys plus the sections `ingest`, `train`, `evaluate`.
+Unknown keys, wrong types and impossible values raise ConfigError naming the key.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from dataclasses import dataclass, field
+
+import yaml
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class ConfigError(ValueError):
+    """A config key is unknown, of the wrong type, or out of range; the message names it."""
+
+
+@dataclass
+class IngestConfig:
+    eval_fraction: float = 1 / 3  # share of records hashed into the eval split (TFX's default 2:1)
+
+
+@dataclass
+class TrainConfig:
+    model: str = "models.taxi"  # module with build_model(), INPUTS, LABEL_INPUTS, make_label()
+    batch_size: int = 256
+    epochs: int = 10
+    learning_rate: float = 0.003
+    shuffle_buffer: int = 10_000
+
+
+@dataclass
+class EvaluateConfig:
+    min_auc: float = 0.9  # absolute bar a candidate must clear to be blessed
+    max_auc_drop: float = 0.01  # how far below the latest blessed model's AUC a candidate may fall
+
+
+@dataclass
+class PipelineConfig:
+    pipeline_name: str = "taxi-accel"
+    data_root: str = "data/taxi"  # TFRecord files, or span-N/ folders of them (latest span is read)
+    output_dir: str = "output"  # pipeline root, MLMD (SQLite) and the serving directory live here
+    serving_dir: str = ""  # where blessed models are pushed; default <output_dir>/serving
+    schema_path: str = os.path.join(PROJECT_ROOT, "schemas", "taxi", "schema.pbtxt")
+    enable_cache: bool = True
+    beam_pipeline_args: list[str] = field(default_factory=lambda: ["--direct_running_mode=in_memory"])
+    ingest: IngestConfig = field(default_factory=IngestConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+
+    @property
+    def pipeline_root(self) -> str:
+        return os.path.join(self.output_dir, "pipeline")
+
+    @property
+    def metadata_path(self) -> str:
+        return os.path.join(self.output_dir, "metadata.sqlite")
+
+    @property
+    def push_dir(self) -> str:
+        return self.serving_dir or os.path.join(self.output_dir, "serving")
+
+
+_RULES = {
+    "ingest.eval_fraction": (lambda v: 0 < v < 1, "must be between 0 and 1 (exclusive)"),
+    "train.batch_size": (lambda v: v > 0, "must be positive"),
+    "train.epochs": (lambda v: v > 0, "must be positive"),
+    "train.learning_rate": (lambda v: v > 0, "must be positive"),
+    "train.shuffle_buffer": (lambda v: v >= 0, "must not be negative"),
+    "evaluate.min_auc": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
+    "evaluate.max_auc_drop": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
+}
+
+
+def load_config(path: str | None = None, **overrides: typing.Any) -> PipelineConfig:
+    """Input: an optional YAML file and top-level overrides (None values ignored). Output: a checked config."""
+    raw: dict = {}
+    if path:
+        with open(path) as handle:
+            raw = yaml.safe_load(handle) or {}
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: expected a mapping of config keys at the top level")
+    raw.update({key: value for key, value in overrides.items() if value is not None})
+    return _build(PipelineConfig, raw, prefix="")
+
+
+def _build(cls, raw: dict, prefix: str):
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"unknown config key(s): {', '.join(prefix + key for key in unknown)} "
+                          f"(known: {', '.join(sorted(prefix + key for key in known))})")
+    values = {}
+    for name, value in raw.items():
+        key, hint = prefix + name, hints[name]
+        if dataclasses.is_dataclass(hint):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__}")
+            values[name] = _build(hint, value, prefix=key + ".")
+            continue
+        values[name] = _check_type(key, value, hint)
+        rule = _RULES.get(key)
+        if rule and not rule[0](values[name]):
+            raise ConfigError(f"{key}: {rule[1]}, got {value!r}")
+    return cls(**values)
+
+
+def _check_type(key: str, value, hint):
+    origin = typing.get_origin(hint)
+    if origin is list:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{key}: expected a list of strings, got {value!r}")
+        return value
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is int and isinstance(value, bool) or not isinstance(value, hint):
+        raise ConfigError(f"{key}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
+    return value

@@ -1,0 +1,71 @@
+"""Materializes the Chicago-taxi CSV that ships in the tfx wheel as TFRecord shards in a span layout.
+
+Record contract: one tf.Example per CSV row, one feature per column under the same name, typed as
+CsvExampleGen infers them for this file; an empty cell is an absent feature; the label is not stored.
+"""
+from __future__ import annotations
+
+import csv
+import os
+
+import tensorflow as tf
+
+INT_COLUMNS = frozenset({
+    "trip_start_hour", "trip_start_day", "trip_start_month", "trip_start_timestamp", "trip_seconds",
+    "pickup_community_area", "dropoff_community_area", "pickup_census_tract", "dropoff_census_tract",
+})
+FLOAT_COLUMNS = frozenset({
+    "fare", "tips", "trip_miles",
+    "pickup_latitude", "pickup_longitude", "dropoff_latitude", "dropoff_longitude",
+})
+BYTES_COLUMNS = frozenset({"payment_type", "company"})
+
+
+def bundled_taxi_csv() -> str:
+    """Output: path of the taxi sample inside the installed tfx package (no network needed)."""
+    import tfx.examples.chicago_taxi_pipeline as taxi_example
+    return os.path.join(os.path.dirname(taxi_example.__file__), "data", "simple", "data.csv")
+
+
+def row_to_example(row: dict[str, str]) -> tf.train.Example:
+    """Input: one CSV row (column -> cell text). Output: its tf.Example; empty cells are left out."""
+    example = tf.train.Example()
+    for column, cell in row.items():
+        if cell == "":
+            continue
+        feature = example.features.feature[column]
+        if column in INT_COLUMNS:
+            feature.int64_list.value.append(int(float(cell)))
+        elif column in FLOAT_COLUMNS:
+            feature.float_list.value.append(float(cell))
+        elif column in BYTES_COLUMNS:
+            feature.bytes_list.value.append(cell.encode())
+        else:
+            raise ValueError(f"column {column!r} is not in the taxi record contract")
+    return example
+
+
+def write_taxi_span(data_root: str, span: int = 1, csv_path: str | None = None, num_shards: int = 4,
+                    max_rows: int | None = None, gzip: bool = True) -> tuple[str, int]:
+    """Input: a data root and span number. Output: (span directory, rows written).
+
+    Writes `<data_root>/span-<span>/data-0000i-of-0000n.tfrecord[.gz]`, rows dealt round-robin to shards.
+    """
+    span_dir = os.path.join(data_root, f"span-{span}")
+    os.makedirs(span_dir, exist_ok=True)
+    suffix = ".tfrecord.gz" if gzip else ".tfrecord"
+    paths = [os.path.join(span_dir, f"data-{i:05d}-of-{num_shards:05d}{suffix}") for i in range(num_shards)]
+    options = "GZIP" if gzip else None
+    temp_paths = [os.path.join(span_dir, "." + os.path.basename(path) + ".tmp") for path in paths]  # hidden: ingestion skips it
+    writers = [tf.io.TFRecordWriter(temp, options=options) for temp in temp_paths]
+    rows = 0
+    with open(csv_path or bundled_taxi_csv(), newline="") as handle:
+        for row in csv.DictReader(handle):
+            if max_rows is not None and rows >= max_rows:
+                break
+            writers[rows % num_shards].write(row_to_example(row).SerializeToString())
+            rows += 1
+    for writer, temp, path in zip(writers, temp_paths, paths):
+        writer.close()
+        os.replace(temp, path)  # a reader never sees a half-written shard
+    return span_dir, rows

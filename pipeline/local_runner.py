@@ -1,0 +1,144 @@
+"""Runs create_pipeline(config) with LocalDagRunner (SQLite MLMD, caching) and summarizes the run.
+
+Prints one line per component as it starts and ends; returns a RunSummary read back from MLMD.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+
+from pipeline.config import PipelineConfig
+
+
+@dataclass
+class StepTiming:
+    name: str
+    status: str = "running"  # running | ran | cached | failed
+    seconds: float = 0.0
+
+
+@dataclass
+class RunSummary:
+    steps: list[StepTiming] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    blessed: bool | None = None
+    pushed_to: str | None = None
+    wall_seconds: float = 0.0
+
+    def render(self) -> str:
+        lines = ["", "Run summary", "-----------"]
+        for step in self.steps:
+            lines.append(f"  {step.name:<32} {step.status:<7} {step.seconds:6.1f} s")
+        if self.metrics:
+            lines.append("  eval metrics: " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(self.metrics.items())))
+        lines.append(f"  blessed: {'yes' if self.blessed else 'no' if self.blessed is False else 'not evaluated'}")
+        lines.append(f"  pushed to: {self.pushed_to or 'nothing pushed'}")
+        lines.append(f"  total wall time: {self.wall_seconds:.1f} s")
+        return "\n".join(lines)
+
+
+class ProgressReporter(logging.Handler):
+    """Turns LocalDagRunner's absl log lines into one printed line per component start and end."""
+
+    _RUNNING = re.compile(r"^Component (\S+) is running\.$")
+    _FINISHED = re.compile(r"^Component (\S+) is finished\.$")
+    _CACHED = re.compile(r"^A cached execution \d+ is used\.$")
+
+    def __init__(self, stream=sys.stdout):
+        super().__init__(level=logging.INFO)
+        self.stream = stream
+        self.steps: list[StepTiming] = []
+        self._started = 0.0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if match := self._RUNNING.match(message):
+            self.steps.append(StepTiming(match.group(1)))
+            self._started = time.monotonic()
+            print(f"[{match.group(1)}] started", file=self.stream, flush=True)
+        elif self._CACHED.match(message) and self.steps:
+            self.steps[-1].status = "cached"
+        elif (match := self._FINISHED.match(message)) and self.steps:
+            step = self.steps[-1]
+            step.seconds = time.monotonic() - self._started
+            step.status = "cached" if step.status == "cached" else "ran"
+            print(f"[{step.name}] {step.status} in {step.seconds:.1f} s", file=self.stream, flush=True)
+
+    def mark_failure(self) -> None:
+        if self.steps and self.steps[-1].status == "running":
+            self.steps[-1].status = "failed"
+            self.steps[-1].seconds = time.monotonic() - self._started
+            print(f"[{self.steps[-1].name}] FAILED after {self.steps[-1].seconds:.1f} s", file=self.stream, flush=True)
+
+
+def run_local(config: PipelineConfig, verbose: bool = False) -> RunSummary:
+    """Input: a config. Output: the run's summary. Raises whatever the failing component raised."""
+    from absl import logging as absl_logging
+    from tfx.orchestration.local.local_dag_runner import LocalDagRunner
+
+    from pipeline.pipeline import create_pipeline
+
+    os.makedirs(config.output_dir, exist_ok=True)
+    absl_logger = absl_logging.get_absl_logger()
+    absl_logging.set_verbosity(absl_logging.INFO)  # sets the flag too, so a later flag parse keeps INFO
+    absl_logger.propagate = verbose  # quiet: TFX's INFO chatter reaches only the reporter
+    reporter = ProgressReporter()
+    absl_logger.addHandler(reporter)
+    start = time.monotonic()
+    try:
+        LocalDagRunner().run(create_pipeline(config))
+    except BaseException:
+        reporter.mark_failure()
+        raise
+    finally:
+        absl_logger.removeHandler(reporter)
+        absl_logger.propagate = True
+    summary = summarize_latest_run(config)
+    summary.steps = reporter.steps
+    summary.wall_seconds = time.monotonic() - start
+    return summary
+
+
+def summarize_latest_run(config: PipelineConfig) -> RunSummary:
+    """Reads the newest Evaluator and Pusher outputs of this pipeline from MLMD."""
+    import tensorflow_model_analysis as tfma
+    from ml_metadata.metadata_store import metadata_store
+    from tfx.orchestration import metadata
+
+    store = metadata_store.MetadataStore(metadata.sqlite_metadata_connection_config(config.metadata_path))
+    summary = RunSummary()
+    evaluation = _latest_output(store, config.pipeline_name, "Evaluator", "evaluation")
+    if evaluation is not None:
+        for per_slice in tfma.load_metrics(evaluation.uri):
+            if per_slice.slice_key.single_slice_keys:
+                continue
+            for entry in per_slice.metric_keys_and_values:
+                if entry.key.model_name in ("", "candidate") and not entry.key.is_diff:
+                    summary.metrics[entry.key.name] = entry.value.double_value.value
+    blessing = _latest_output(store, config.pipeline_name, "Evaluator", "blessing")
+    if blessing is not None:
+        summary.blessed = blessing.custom_properties["blessed"].int_value == 1
+    pushed = _latest_output(store, config.pipeline_name, "Pusher", "pushed_model")
+    if pushed is not None and pushed.custom_properties["pushed"].int_value == 1:
+        summary.pushed_to = pushed.custom_properties["pushed_destination"].string_value
+    return summary
+
+
+def _latest_output(store, pipeline_name: str, node_id: str, output_key: str):
+    """The artifact under `output_key` of the node's newest execution, or None."""
+    context = store.get_context_by_type_and_name("node", f"{pipeline_name}.{node_id}")
+    if context is None:
+        return None
+    executions = store.get_executions_by_context(context.id)
+    if not executions:
+        return None
+    newest = max(executions, key=lambda execution: execution.id)
+    for event in store.get_events_by_execution_ids([newest.id]):
+        if event.type in (event.OUTPUT, event.DECLARED_OUTPUT) and any(
+                step.key == output_key for step in event.path.steps if step.HasField("key")):
+            return store.get_artifacts_by_id([event.artifact_id])[0]
+    return None

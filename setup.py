@@ -1,0 +1,25 @@
+"""Installable TFX pipeline that makes accelerator time count."""
+from setuptools import find_packages, setup
+
+setup(
+    name="accel-tfx-pipeline",
+    version="0.1.0",
+    description="TFX pipeline: TFRecord ingestion, TFDV validation, GPU-aware training, guarded push.",
+    python_requires=">=3.11",
+    packages=find_packages(include=["pipeline", "pipeline.*", "components", "components.*", "models", "models.*"]),
+    install_requires=[
+        "tensorflow>=2.16,<2.17",
+        "tf-keras>=2.16,<2.17",
+        "tfx>=1.16,<1.17",
+        "apache-beam>=2.61",
+        "tensorflow-data-validation>=1.16,<1.17",
+        "tensorflow-model-analysis>=0.47,<0.48",
+        "ml-metadata>=1.16,<1.17",
+        "pyyaml>=6",
+    ],
+    extras_require={
+        "kfp": ["kfp>=2.13,<2.14", "kfp-pipeline-spec>=0.6,<0.7"],
+        "test": ["pytest>=8", "hypothesis>=6"],
+        "report": ["matplotlib>=3.8"],
+    },
+)
