@@ -37,9 +37,13 @@ LABEL_KEY = "big_tipper"
 
 _NUMERIC = ("trip_miles", "fare", "trip_seconds")
 _LOCATIONS = ("pickup_latitude", "pickup_longitude", "dropoff_latitude", "dropoff_longitude")
-_INTEGER_CATEGORIES = ("trip_start_hour", "trip_start_day", "trip_start_month",
-                       "pickup_community_area", "dropoff_community_area",
-                       "pickup_census_tract", "dropoff_census_tract")
+# Categories with a known range get a fixed vocabulary (missing -1 is the out-of-vocabulary bucket).
+_INTEGER_CATEGORIES = {
+    "trip_start_hour": range(0, 24), "trip_start_day": range(1, 8), "trip_start_month": range(1, 13),
+    "pickup_community_area": range(1, 78), "dropoff_community_area": range(1, 78),
+}
+_HASHED_CATEGORIES = ("pickup_census_tract", "dropoff_census_tract")  # ~800 distinct tract ids
+_HASH_BINS = 256
 _STRING_CATEGORIES = ("payment_type", "company")
 _LOCATION_BINS = 10
 
@@ -68,11 +72,13 @@ def build_model(sample: dict[str, np.ndarray]) -> keras.Model:
         bucket = bins(inputs[name])
         wide.append(keras.layers.CategoryEncoding(_LOCATION_BINS + 1, output_mode="one_hot")(bucket))
         deep.append(_embed(bucket, _LOCATION_BINS + 1, 4, name))
-    for name in _INTEGER_CATEGORIES:
-        lookup = keras.layers.IntegerLookup(num_oov_indices=1, name=f"{name}_lookup")
-        lookup.adapt(sample[name])
+    for name, values in _INTEGER_CATEGORIES.items():
+        lookup = keras.layers.IntegerLookup(vocabulary=list(values), name=f"{name}_lookup")
         index = lookup(inputs[name])
         deep.append(_embed(index, lookup.vocabulary_size(), 8, name))
+    for name in _HASHED_CATEGORIES:
+        index = keras.layers.Hashing(_HASH_BINS, name=f"{name}_hash")(inputs[name])
+        deep.append(_embed(index, _HASH_BINS, 8, name))
     for name in _STRING_CATEGORIES:
         lookup = keras.layers.StringLookup(num_oov_indices=1, name=f"{name}_lookup")
         lookup.adapt(sample[name])

@@ -1,0 +1,33 @@
+# `make demo` and `make test` build .venv/ on first use (about 5 minutes) and reuse it afterwards.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DATA ?= data/taxi
+OUTPUT ?= output
+
+.PHONY: venv demo test bench lock clean
+
+venv: $(STAMP)
+
+# Every package is pinned in constraints.txt, which is what makes --ignore-requires-python (needed for
+# tfx 1.16 on Python 3.11) safe: pip cannot pick a release that needs a newer Python.
+$(STAMP): setup.py constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --ignore-requires-python -c constraints.txt -e '.[kfp,test,report]'
+	touch $(STAMP)
+
+demo: venv
+	test -d $(DATA)/span-1 || $(PY) -m pipeline prepare-data --data $(DATA)
+	$(PY) -m pipeline run --data $(DATA) --output $(OUTPUT)
+
+test: venv
+	$(PY) -m pytest -q tests
+
+# Regenerate constraints.txt from the current .venv (after changing a pin on purpose).
+lock: venv
+	{ sed -n '1,3p' constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^accel-tfx-pipeline'; } > constraints.lock
+	mv constraints.lock constraints.txt
+
+clean:
+	rm -rf $(OUTPUT) $(DATA)
