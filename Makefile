@@ -17,9 +17,9 @@ $(STAMP): setup.py constraints.txt
 	$(PY) -m pip install --quiet --ignore-requires-python -c constraints.txt -e '.[kfp,test,report]'
 	touch $(STAMP)
 
+# Writes the bundled taxi sample as $(DATA)/span-1 when missing, then runs the whole pipeline.
 demo: venv
-	test -d $(DATA)/span-1 || $(PY) -m pipeline prepare-data --data $(DATA)
-	$(PY) -m pipeline run --data $(DATA) --output $(OUTPUT)
+	$(PY) -m pipeline demo --data $(DATA) --output $(OUTPUT)
 
 test: venv
 	$(PY) -m pytest -q tests

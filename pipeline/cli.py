@@ -1,4 +1,4 @@
-"""`python -m pipeline run|prepare-data`: the pipeline's command line. Quiet unless --verbose."""
+"""`python -m pipeline run|demo|prepare-data`: the pipeline's command line. Quiet unless --verbose."""
 from __future__ import annotations
 
 import argparse
@@ -12,10 +12,12 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="run the whole pipeline locally (LocalDagRunner, SQLite MLMD)")
-    run.add_argument("--config", help="YAML file of config overrides (see pipeline/config.py)")
-    run.add_argument("--data", help="data root: TFRecord files or span-N/ folders (overrides data_root)")
-    run.add_argument("--output", help="output directory: pipeline root, MLMD, serving (overrides output_dir)")
-    run.add_argument("--verbose", action="store_true", help="show TensorFlow, TFX and Beam logs")
+    demo = commands.add_parser("demo", help="like run, writing the bundled taxi data as span-1 first if missing")
+    for command in (run, demo):
+        command.add_argument("--config", help="YAML file of config overrides (see pipeline/config.py)")
+        command.add_argument("--data", help="data root: TFRecord files or span-N/ folders (overrides data_root)")
+        command.add_argument("--output", help="output directory: pipeline root, MLMD, serving (overrides output_dir)")
+        command.add_argument("--verbose", action="store_true", help="show TensorFlow, TFX and Beam logs")
 
     data = commands.add_parser("prepare-data", help="write the bundled Chicago-taxi CSV as TFRecord spans")
     data.add_argument("--data", default="data/taxi", help="data root to write span-N/ into")
@@ -27,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_logs(args.verbose)
     if args.command == "prepare-data":
         return prepare_data(args)
-    return run_pipeline(args)
+    return run_pipeline(args, write_demo_data=args.command == "demo")
 
 
 def quiet_logs(verbose: bool) -> None:
@@ -49,13 +51,17 @@ def prepare_data(args) -> int:
     return 0
 
 
-def run_pipeline(args) -> int:
+def run_pipeline(args, write_demo_data: bool = False) -> int:
     from pipeline.config import ConfigError, load_config
     try:
         config = load_config(args.config, data_root=args.data, output_dir=args.output)
     except (ConfigError, OSError) as error:
         print(f"config error: {error}", file=sys.stderr)
         return 2
+    if write_demo_data and not os.path.isdir(os.path.join(config.data_root, "span-1")):
+        from pipeline.data import write_taxi_span
+        span_dir, rows = write_taxi_span(config.data_root, span=1)
+        print(f"wrote {rows} tf.Examples (bundled Chicago-taxi sample) to {span_dir}")
     from components.tfrecord_ingest.records import IngestionError
     from pipeline.local_runner import run_local
     try:

@@ -91,13 +91,13 @@ def run_local(config: PipelineConfig, verbose: bool = False) -> RunSummary:
     start = time.monotonic()
     try:
         LocalDagRunner().run(create_pipeline(config))
+        summary = summarize_latest_run(config)
     except BaseException:
         reporter.mark_failure()
         raise
     finally:
         absl_logger.removeHandler(reporter)
         absl_logger.propagate = True
-    summary = summarize_latest_run(config)
     summary.steps = reporter.steps
     summary.wall_seconds = time.monotonic() - start
     return summary
