@@ -1,6 +1,6 @@
 """create_pipeline(config) -> tfx Pipeline: wiring only, shared by the local and Kubeflow runners.
 
-TFRecordIngest -> StatisticsGen -> ImportSchemaGen (curated schema) -> ExampleValidator
+TFRecordIngest -> StatisticsGen -> ImportSchemaGen (curated schema) -> ExampleValidator -> ValidationGate
                -> Trainer -> Evaluator (vs latest blessed model) -> Pusher (only when blessed)
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ from tfx import v1 as tfx
 from components.tfrecord_ingest.component import TFRecordIngest
 from components.tfrecord_ingest.records import fingerprint_input
 from components.trainer import input_pipeline, run_fn
+from components.validation_gate.component import ValidationGate
 from pipeline.config import PipelineConfig
 
 TRAINER_RUN_FN = "components.trainer.run_fn.run_fn"
@@ -28,12 +29,13 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
     schema_gen = tfx.components.ImportSchemaGen(schema_file=config.schema_path)
     example_validator = tfx.components.ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"])
+    validation_gate = ValidationGate(anomalies=example_validator.outputs["anomalies"])
     trainer = tfx.components.Trainer(
         run_fn=TRAINER_RUN_FN,
         examples=ingest.outputs["examples"],
         schema=schema_gen.outputs["schema"],
         custom_config=trainer_custom_config(config))
-    trainer.add_upstream_node(example_validator)  # validation runs (and will gate) before any training
+    trainer.add_upstream_node(validation_gate)  # blocking anomalies stop the run before any training
     latest_blessed = tfx.dsl.Resolver(
         strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
         model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
@@ -52,7 +54,7 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
     return tfx.dsl.Pipeline(
         pipeline_name=config.pipeline_name,
         pipeline_root=config.pipeline_root,
-        components=[ingest, statistics_gen, schema_gen, example_validator, trainer, latest_blessed,
+        components=[ingest, statistics_gen, schema_gen, example_validator, validation_gate, trainer, latest_blessed,
                     evaluator, pusher],
         enable_cache=config.enable_cache,
         metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(

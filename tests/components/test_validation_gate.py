@@ -1,0 +1,65 @@
+"""ValidationGate: TFDV anomalies in, a report out, and a stopped run on blocking anomalies."""
+import csv
+import os
+
+import pytest
+import tensorflow as tf
+import tensorflow_data_validation as tfdv
+
+from components.validation_gate import executor as gate
+from pipeline.config import load_config
+from pipeline.data import bundled_taxi_csv, row_to_example
+from pipeline.local_runner import run_local
+
+SCHEMA = os.path.join(os.path.dirname(__file__), "..", "..", "schemas", "taxi", "schema.pbtxt")
+
+
+def _rows(count):
+    with open(bundled_taxi_csv(), newline="") as handle:
+        reader = csv.DictReader(handle)
+        return [next(reader) for _ in range(count)]
+
+
+def _validate(tmp_path, examples):
+    path = str(tmp_path / "data.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        for example in examples:
+            writer.write(example.SerializeToString())
+    stats = tfdv.generate_statistics_from_tfrecord(path)
+    return tfdv.validate_statistics(stats, tfdv.load_schema_text(SCHEMA))
+
+
+def test_clean_taxi_rows_pass_and_broken_ones_block_naming_each_feature(tmp_path):
+    clean = [row_to_example(row) for row in _rows(300)]
+    assert gate.summarize({"train": _validate(tmp_path, clean)})["blocking"] is False
+
+    broken = [row_to_example(row) for row in _rows(300)]
+    for example in broken[:50]:
+        example.features.feature["payment_type"].bytes_list.value[0] = b"Bitcoin"  # outside the domain
+    for example in broken[50:100]:
+        example.features.feature["trip_start_hour"].int64_list.value[0] = 31  # outside 0..23
+    report = gate.summarize({"eval": _validate(tmp_path, broken)})
+    assert report["blocking"] is True
+    assert {"payment_type", "trip_start_hour"} <= set(report["splits"]["eval"])
+    message = gate.describe(report)
+    assert "eval: payment_type:" in message and "eval: trip_start_hour:" in message
+
+
+@pytest.mark.e2e
+def test_pipeline_stops_before_training_on_a_feature_of_the_wrong_type(tmp_path):
+    span = tmp_path / "data" / "span-1"
+    span.mkdir(parents=True)
+    with tf.io.TFRecordWriter(str(span / "part.tfrecord")) as writer:
+        for row in _rows(600):
+            example = row_to_example(row)
+            fare = example.features.feature["fare"].float_list.value[0]
+            del example.features.feature["fare"]
+            example.features.feature["fare"].bytes_list.value.append(str(fare).encode())  # wrong type
+            writer.write(example.SerializeToString())
+    config = load_config(data_root=str(tmp_path / "data"), output_dir=str(tmp_path / "out"))
+
+    with pytest.raises(gate.BlockingAnomaliesError, match=r"fare: .*"):
+        run_local(config)
+
+    assert not os.path.exists(config.push_dir)
+    assert not os.path.exists(os.path.join(config.pipeline_root, "Trainer"))
