@@ -14,7 +14,7 @@ from tfx import v1 as tfx
 
 from components.tfrecord_ingest.component import TFRecordIngest
 from components.tfrecord_ingest.records import fingerprint_input
-from components.trainer import input_pipeline, run_fn
+from components.trainer import device, input_pipeline, run_fn
 from components.validation_gate.component import ValidationGate
 from pipeline.config import PipelineConfig
 
@@ -66,7 +66,7 @@ def trainer_custom_config(config: PipelineConfig) -> dict:
     """The Trainer's settings, plus a digest of the training and model code so code changes bust the cache."""
     model_module = importlib.import_module(config.train.model)
     code = hashlib.sha256()
-    for module in (run_fn, input_pipeline, model_module):
+    for module in (run_fn, input_pipeline, device, model_module):
         code.update(inspect.getsource(module).encode())
     return {
         "model": config.train.model,

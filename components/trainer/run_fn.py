@@ -7,6 +7,7 @@ tf.Example -> label), which TFMA uses to derive the label from raw features.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -17,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from components.trainer.device import describe_devices
 from components.trainer.input_pipeline import make_dataset
 
 ADAPT_SAMPLE_SIZE = 20_000
@@ -50,7 +52,8 @@ def run_fn(fn_args) -> None:
     export_serving_model(model, model_module, fn_args.serving_model_dir)
     os.makedirs(fn_args.model_run_dir, exist_ok=True)
     with open(os.path.join(fn_args.model_run_dir, "training_report.json"), "w") as handle:
-        json.dump({"model": config["model"], "train_seconds": seconds, "epochs": config["epochs"],
+        json.dump({"model": config["model"], "device": dataclasses.asdict(describe_devices()),
+                   "train_seconds": seconds, "epochs": config["epochs"],
                    "final_metrics": final, "history": {k: [float(v) for v in vs] for k, vs in history.history.items()}},
                   handle, indent=2)
 

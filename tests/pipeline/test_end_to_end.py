@@ -1,4 +1,5 @@
 """The real TFX DAG (LocalDagRunner, SQLite MLMD, Beam DirectRunner) on a 3,000-row slice of the taxi data."""
+import json
 import os
 import subprocess
 import sys
@@ -38,6 +39,17 @@ def test_every_component_runs_and_the_blessed_model_is_pushed(first_run):
     assert summary.blessed is True
     assert summary.pushed_to and summary.pushed_to.startswith(config.push_dir)
     assert tf.saved_model.contains_saved_model(summary.pushed_to)
+
+
+def test_training_report_records_device_and_metrics(first_run):
+    config, _ = first_run
+    reports = tf.io.gfile.glob(os.path.join(config.pipeline_root, "Trainer", "model_run", "*",
+                                            "training_report.json"))
+    assert len(reports) == 1
+    report = json.load(open(reports[0]))
+    assert report["device"]["gpus"] == [] and report["device"]["num_workers"] == 1
+    assert report["epochs"] == 3 and len(report["history"]["val_auc"]) == 3
+    assert report["final_metrics"]["val_auc"] > 0.8
 
 
 def test_pushed_savedmodel_scores_raw_examples(first_run):

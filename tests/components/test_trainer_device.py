@@ -1,0 +1,65 @@
+"""Strategy and precision choices as pure functions of described devices (no GPU exists here)."""
+import json
+
+import pytest
+
+from components.trainer.device import (DeviceDescription, Gpu, choose_precision, choose_strategy, cpu_has_bf16,
+                                       describe_devices, workers_from_tf_config)
+
+
+def _gpus(*capabilities):
+    return tuple(Gpu(f"GPU {i}", cc) for i, cc in enumerate(capabilities))
+
+
+@pytest.mark.parametrize("capability, policy", [
+    ((6, 1), "float32"), ((7, 0), "mixed_float16"), ((8, 0), "mixed_float16"), ((9, 0), "mixed_float16"),
+])
+def test_gpu_policy_follows_tensor_core_compute_capability(capability, policy):
+    assert choose_precision(DeviceDescription(gpus=_gpus(capability)), xla=True).value == policy
+
+
+def test_mixed_gpus_fall_back_to_float32_when_one_lacks_tensor_cores():
+    assert choose_precision(DeviceDescription(gpus=_gpus((8, 0), (6, 1))), xla=True).value == "float32"
+
+
+def test_tpu_and_bf16_cpu_get_bfloat16_but_bf16_cpu_only_with_xla():
+    assert choose_precision(DeviceDescription(tpu_cores=8), xla=False).value == "mixed_bfloat16"
+    assert choose_precision(DeviceDescription(cpu_bf16=True), xla=True).value == "mixed_bfloat16"
+    assert choose_precision(DeviceDescription(cpu_bf16=True), xla=False).value == "float32"
+    assert choose_precision(DeviceDescription(), xla=True).value == "float32"
+
+
+def test_strategy_choice():
+    assert choose_strategy(DeviceDescription()).value == "one_device"
+    assert choose_strategy(DeviceDescription(gpus=_gpus((8, 0)))).value == "one_device"
+    assert choose_strategy(DeviceDescription(gpus=_gpus((8, 0), (8, 0)))).value == "mirrored"
+    assert choose_strategy(DeviceDescription(tpu_cores=8, gpus=_gpus((8, 0)))).value == "tpu"
+    two_workers = json.dumps({"cluster": {"worker": ["localhost:1", "localhost:2"]},
+                              "task": {"type": "worker", "index": 0}})
+    device = DeviceDescription(num_workers=workers_from_tf_config(two_workers))
+    assert choose_strategy(device).value == "multi_worker_mirrored"
+
+
+def test_overrides_win_and_unknown_values_name_the_key():
+    assert choose_strategy(DeviceDescription(gpus=_gpus((8, 0), (8, 0))), "one_device").value == "one_device"
+    assert choose_precision(DeviceDescription(cpu_bf16=True), True, "float32").value == "float32"
+    with pytest.raises(ValueError, match="train.strategy"):
+        choose_strategy(DeviceDescription(), "horovod")
+    with pytest.raises(ValueError, match="train.precision"):
+        choose_precision(DeviceDescription(), True, "int8")
+
+
+def test_tf_config_worker_count_and_cpu_flags(tmp_path):
+    assert workers_from_tf_config(None) == 1
+    assert workers_from_tf_config('{"cluster": {"chief": ["a:1"], "worker": ["b:1", "c:1"]}}') == 3
+    flags = tmp_path / "cpuinfo"
+    flags.write_text("processor : 0\nflags : fpu sse avx512f avx512_bf16\n")
+    assert cpu_has_bf16(str(flags)) is True
+    flags.write_text("processor : 0\nflags : fpu sse avx2\n")
+    assert cpu_has_bf16(str(flags)) is False
+
+
+def test_this_machine_is_described_and_serializes():
+    device = describe_devices()
+    assert device.gpus == () and device.tpu_cores == 0  # no accelerator on these machines
+    assert json.loads(device.to_json())["num_workers"] >= 1
