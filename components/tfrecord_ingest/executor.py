@@ -50,7 +50,7 @@ def ingest(input_dir: str, output_uri: str, eval_fraction: float) -> dict[str, A
     files = records.list_record_files(input_dir)
     counts = {split: 0 for split in SPLITS}
     per_file = {}
-    bad: list[records.BadRecord] = []
+    bad = _BadRecords()
     writers = {}
     for split in SPLITS:
         split_dir = os.path.join(output_uri, f"Split-{split}")
@@ -58,32 +58,46 @@ def ingest(input_dir: str, output_uri: str, eval_fraction: float) -> dict[str, A
         writers[split] = tf.io.TFRecordWriter(os.path.join(split_dir, OUTPUT_FILE), options="GZIP")
     try:
         for path in files:
-            seen = 0
+            seen, file_unreadable = 0, False
             try:
                 for index, record in records.iter_records(path):
                     seen += 1
                     reason = records.check_example(record)
                     if reason:
-                        bad.append(records.BadRecord(path, index, reason))
+                        bad.note(records.BadRecord(path, index, reason))
                         continue
                     split = records.split_of(record, eval_fraction)
                     writers[split].write(record)
                     counts[split] += 1
             except records.UnreadableRecordError as error:
-                bad.append(error.bad)
-            if seen == 0 and not any(b.path == path for b in bad):
-                bad.append(records.BadRecord(path, 0, "empty file: no records"))
+                bad.note(error.bad)
+                file_unreadable = True
+            if seen == 0 and not file_unreadable:
+                bad.note(records.BadRecord(path, 0, "empty file: no records"))
             per_file[os.path.basename(path)] = seen
             logging.info("Ingested %s: %d records", path, seen)
     finally:
         for writer in writers.values():
             writer.close()
-    if bad:
-        listed = "\n  ".join(str(b) for b in bad[:MAX_LISTED_BAD_RECORDS])
-        more = f"\n  ... and {len(bad) - MAX_LISTED_BAD_RECORDS} more" if len(bad) > MAX_LISTED_BAD_RECORDS else ""
-        raise records.IngestionError(f"{len(bad)} bad record(s) in {input_dir}:\n  {listed}{more}")
+    if bad.count:
+        more = f"\n  ... and {bad.count - len(bad.listed)} more" if bad.count > len(bad.listed) else ""
+        listed = "\n  ".join(str(b) for b in bad.listed)
+        raise records.IngestionError(f"{bad.count} bad record(s) in {input_dir}:\n  {listed}{more}")
     for split in SPLITS:
         if counts[split] == 0:
             raise records.IngestionError(f"{input_dir}: the {split} split is empty "
                                          f"({sum(counts.values())} records, eval_fraction={eval_fraction})")
     return {"input_dir": input_dir, "files": per_file, "counts": counts, "eval_fraction": eval_fraction}
+
+
+class _BadRecords:
+    """Counts every bad record but keeps only the first few for the error message (bounded memory)."""
+
+    def __init__(self):
+        self.count = 0
+        self.listed: list[records.BadRecord] = []
+
+    def note(self, bad: records.BadRecord) -> None:
+        self.count += 1
+        if len(self.listed) < MAX_LISTED_BAD_RECORDS:
+            self.listed.append(bad)

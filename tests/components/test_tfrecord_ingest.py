@@ -145,3 +145,15 @@ def test_fingerprint_changes_when_the_data_changes(tmp_path):
     assert records.fingerprint_input(str(tmp_path)) == first
     _write(tmp_path / "span-1" / "b.tfrecord", _examples(5, 5))
     assert records.fingerprint_input(str(tmp_path)) != first
+
+
+def test_many_bad_records_are_all_counted_but_only_the_first_listed(tmp_path):
+    data = tmp_path / "in"
+    data.mkdir()
+    _write(data / "junk.tfrecord", [b"\xff\xff junk %d" % i for i in range(100)])
+    with pytest.raises(records.IngestionError) as raised:
+        executor.ingest(str(data), str(tmp_path / "out"), 0.3)
+    message = str(raised.value)
+    assert message.startswith("100 bad record(s)")
+    assert "junk.tfrecord: record 19:" in message and "junk.tfrecord: record 20:" not in message
+    assert "... and 80 more" in message
