@@ -31,6 +31,7 @@ class TrainConfig:
     epochs: int = 10
     learning_rate: float = 0.003
     shuffle_buffer: int = 10_000
+    seed: int = 0  # weights init and shuffle order
 
 
 @dataclass

@@ -74,6 +74,7 @@ def trainer_custom_config(config: PipelineConfig) -> dict:
         "epochs": config.train.epochs,
         "learning_rate": config.train.learning_rate,
         "shuffle_buffer": config.train.shuffle_buffer,
+        "seed": config.train.seed,
         "code_fingerprint": code.hexdigest()[:16],
     }
 

@@ -28,7 +28,7 @@ def run_fn(fn_args) -> None:
     config = fn_args.custom_config
     model_module = importlib.import_module(config["model"])
     feature_spec = {**model_module.INPUTS, **model_module.LABEL_INPUTS}
-    keras.utils.set_random_seed(config.get("seed", 0))
+    keras.utils.set_random_seed(config["seed"])
 
     sample = read_sample(fn_args.train_files, model_module.INPUTS, ADAPT_SAMPLE_SIZE)
     model = model_module.build_model(sample)
@@ -40,7 +40,7 @@ def run_fn(fn_args) -> None:
     def dataset(files, training):
         return make_dataset(files, feature_spec, config["batch_size"], label_fn=model_module.make_label,
                             input_names=list(model_module.INPUTS),
-                            shuffle_buffer=config["shuffle_buffer"] if training else 0, seed=0)
+                            shuffle_buffer=config["shuffle_buffer"] if training else 0, seed=config["seed"])
 
     start = time.monotonic()
     history = model.fit(dataset(fn_args.train_files, True), validation_data=dataset(fn_args.eval_files, False),
