@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DATA ?= data/taxi
 OUTPUT ?= output
 
-.PHONY: venv demo test bench lock clean
+.PHONY: venv demo test lock clean
 
 venv: $(STAMP)
 

@@ -45,10 +45,14 @@ def quiet_logs(verbose: bool) -> None:
 
 
 def prepare_data(args) -> int:
-    from pipeline.data import write_taxi_span
-    span_dir, rows = write_taxi_span(args.data, span=args.span, max_rows=args.rows)
-    print(f"wrote {rows} tf.Examples to {span_dir}")
+    write_bundled_span(args.data, span=args.span, max_rows=args.rows)
     return 0
+
+
+def write_bundled_span(data_root: str, span: int = 1, max_rows: int | None = None) -> None:
+    from pipeline.data import write_taxi_span
+    span_dir, rows = write_taxi_span(data_root, span=span, max_rows=max_rows)
+    print(f"wrote {rows} tf.Examples (bundled Chicago-taxi sample) to {span_dir}")
 
 
 def run_pipeline(args, write_demo_data: bool = False) -> int:
@@ -59,9 +63,7 @@ def run_pipeline(args, write_demo_data: bool = False) -> int:
         print(f"config error: {error}", file=sys.stderr)
         return 2
     if write_demo_data and not os.path.isdir(os.path.join(config.data_root, "span-1")):
-        from pipeline.data import write_taxi_span
-        span_dir, rows = write_taxi_span(config.data_root, span=1)
-        print(f"wrote {rows} tf.Examples (bundled Chicago-taxi sample) to {span_dir}")
+        write_bundled_span(config.data_root)
     from components.tfrecord_ingest.records import IngestionError
     from pipeline.local_runner import run_local
     try:

@@ -5,6 +5,7 @@ TFRecordIngest -> StatisticsGen -> ImportSchemaGen (curated schema) -> ExampleVa
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import inspect
@@ -68,15 +69,7 @@ def trainer_custom_config(config: PipelineConfig) -> dict:
     code = hashlib.sha256()
     for module in (run_fn, input_pipeline, device, model_module):
         code.update(inspect.getsource(module).encode())
-    return {
-        "model": config.train.model,
-        "batch_size": config.train.batch_size,
-        "epochs": config.train.epochs,
-        "learning_rate": config.train.learning_rate,
-        "shuffle_buffer": config.train.shuffle_buffer,
-        "seed": config.train.seed,
-        "code_fingerprint": code.hexdigest()[:16],
-    }
+    return {**dataclasses.asdict(config.train), "code_fingerprint": code.hexdigest()[:16]}
 
 
 def eval_config(config: PipelineConfig) -> tfma.EvalConfig:

@@ -6,7 +6,6 @@ described GPU or TPU on a CPU-only machine.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -28,9 +27,6 @@ class DeviceDescription:
     tpu_cores: int = 0
     cpu_bf16: bool = False  # the CPU has native bfloat16 instructions (AVX512_BF16 or AMX-BF16)
     num_workers: int = 1  # from TF_CONFIG's cluster: chief + workers
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from tensorflow_metadata.proto.v0 import anomalies_pb2
 from tfx import types
 from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
+from tfx.utils import io_utils
 
 ANOMALIES_FILE = "SchemaDiff.pb"  # what ExampleValidator writes in each split folder
 REPORT_FILE = "validation_report.json"
@@ -27,21 +28,14 @@ class Executor(base_executor.BaseExecutor):
         anomalies = artifact_utils.get_single_instance(input_dict["anomalies"])
         report_artifact = artifact_utils.get_single_instance(output_dict["report"])
         splits = artifact_utils.decode_split_names(anomalies.split_names)
-        report = summarize({split: load_anomalies(os.path.join(anomalies.uri, f"Split-{split}", ANOMALIES_FILE))
-                            for split in splits})
+        report = summarize({split: anomalies_pb2.Anomalies.FromString(io_utils.read_bytes_file(
+            os.path.join(anomalies.uri, f"Split-{split}", ANOMALIES_FILE))) for split in splits})
         tf.io.gfile.makedirs(report_artifact.uri)
         with tf.io.gfile.GFile(os.path.join(report_artifact.uri, REPORT_FILE), "w") as handle:
             json.dump(report, handle, indent=2)
         report_artifact.set_int_custom_property("blocking", int(report["blocking"]))
         if report["blocking"]:
             raise BlockingAnomaliesError(describe(report))
-
-
-def load_anomalies(path: str) -> anomalies_pb2.Anomalies:
-    anomalies = anomalies_pb2.Anomalies()
-    with tf.io.gfile.GFile(path, "rb") as handle:
-        anomalies.ParseFromString(handle.read())
-    return anomalies
 
 
 def summarize(per_split: dict[str, anomalies_pb2.Anomalies]) -> dict:
