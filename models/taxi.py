@@ -1,7 +1,9 @@
-"""Chicago-taxi "big tipper" model: wide-and-deep Keras model with in-model preprocessing.
+"""Chicago-taxi "big tipper" model: preprocessing layers plus a wide-and-deep Keras model.
 
-The model takes raw features (one dense tensor per feature, batch-shaped) and returns the probability
-that the tip exceeds 20% of the fare, so one SavedModel serves raw tf.Examples with no Transform step.
+`build_preprocessing` turns raw features (one dense tensor per feature, batch-shaped) into scaled numbers
+and vocabulary indices; `build_model` maps those to the probability that the tip exceeds 20% of the fare.
+The trainer runs the first in the input pipeline and the second on the accelerator, then exports both
+as one SavedModel that serves raw tf.Examples with no Transform step.
 """
 from __future__ import annotations
 
@@ -53,46 +55,57 @@ def make_label(features: dict[str, tf.Tensor]) -> tf.Tensor:
     return tf.cast(features["tips"] > 0.2 * features["fare"], tf.float32)
 
 
-def build_model(sample: dict[str, np.ndarray]) -> keras.Model:
+def build_preprocessing(sample: dict[str, np.ndarray]) -> keras.Model:
     """Input: a sample of training features (name -> 1-D array) to fit the preprocessing layers.
 
-    Output: an uncompiled Keras model, dict of raw feature tensors -> probability, shape (batch, 1).
+    Output: a Keras model, dict of raw feature tensors -> dict of model-ready tensors: scaled float32 for
+    numeric features, int64 vocabulary indices for categorical ones. It runs in the input pipeline on the
+    host and is joined with the trained model at export.
     """
     inputs = {name: keras.Input(shape=(), name=name, dtype=_keras_dtype(spec.dtype))
               for name, spec in INPUTS.items()}
-    wide, deep = [], []
+    outputs = {}
     for name in _NUMERIC:
-        log_scaled = ClippedLog1p(name=f"{name}_log")(inputs[name])
         norm = keras.layers.Normalization(axis=None, name=f"{name}_norm")
         norm.adapt(np.log1p(np.maximum(sample[name].astype("float32"), 0.0)))
-        deep.append(keras.layers.Reshape((1,))(norm(log_scaled)))
+        outputs[name] = norm(ClippedLog1p(name=f"{name}_log")(inputs[name]))
     for name in _LOCATIONS:
         bins = keras.layers.Discretization(num_bins=_LOCATION_BINS, name=f"{name}_bins")
         bins.adapt(sample[name].astype("float32"))
-        bucket = bins(inputs[name])
-        wide.append(keras.layers.CategoryEncoding(_LOCATION_BINS + 1, output_mode="one_hot")(bucket))
-        deep.append(_embed(bucket, _LOCATION_BINS + 1, 4, name))
+        outputs[name] = bins(inputs[name])
     for name, values in _INTEGER_CATEGORIES.items():
-        lookup = keras.layers.IntegerLookup(vocabulary=list(values), name=f"{name}_lookup")
-        index = lookup(inputs[name])
-        deep.append(_embed(index, lookup.vocabulary_size(), 8, name))
+        outputs[name] = keras.layers.IntegerLookup(vocabulary=list(values), name=f"{name}_lookup")(inputs[name])
     for name in _HASHED_CATEGORIES:
-        index = keras.layers.Hashing(_HASH_BINS, name=f"{name}_hash")(inputs[name])
-        deep.append(_embed(index, _HASH_BINS, 8, name))
+        outputs[name] = keras.layers.Hashing(_HASH_BINS, name=f"{name}_hash")(inputs[name])
     for name in _STRING_CATEGORIES:
         lookup = keras.layers.StringLookup(num_oov_indices=1, name=f"{name}_lookup")
         lookup.adapt(sample[name])
-        index = lookup(inputs[name])
-        wide.append(keras.layers.CategoryEncoding(lookup.vocabulary_size(), output_mode="one_hot")(index))
-        deep.append(_embed(index, lookup.vocabulary_size(), 8, name))
+        outputs[name] = lookup(inputs[name])
+    return keras.Model(inputs, outputs, name="taxi_preprocessing")
+
+
+def build_model(preprocessing: keras.Model, hidden_units: tuple[int, ...] = (128, 64)) -> keras.Model:
+    """Input: the model from build_preprocessing. Output: an uncompiled wide-and-deep Keras model,
+    dict of preprocessed tensors -> probability that the tip is big, shape (batch, 1).
+    """
+    inputs = {name: keras.Input(shape=(), name=name, dtype=tensor.dtype)
+              for name, tensor in preprocessing.output.items()}
+    vocabulary = {name: _LOCATION_BINS + 1 for name in _LOCATIONS}
+    vocabulary.update({name: len(values) + 1 for name, values in _INTEGER_CATEGORIES.items()})
+    vocabulary.update({name: _HASH_BINS for name in _HASHED_CATEGORIES})
+    vocabulary.update({name: preprocessing.get_layer(f"{name}_lookup").vocabulary_size()
+                       for name in _STRING_CATEGORIES})
+    deep = [keras.layers.Reshape((1,))(inputs[name]) for name in _NUMERIC]
+    deep += [_embed(inputs[name], size, 4 if name in _LOCATIONS else 8, name) for name, size in vocabulary.items()]
+    wide = [_embed(inputs[name], vocabulary[name], 1, f"{name}_wide")
+            for name in _LOCATIONS + _STRING_CATEGORIES]  # a linear term per category value
 
     hidden = keras.layers.Concatenate(name="deep_features")(deep)
-    for width in (128, 64):
+    for width in hidden_units:
         hidden = keras.layers.Dense(width, activation="relu")(hidden)
-    deep_logit = keras.layers.Dense(1, name="deep_logit")(hidden)
-    wide_logit = keras.layers.Dense(1, name="wide_logit")(keras.layers.Concatenate(name="wide_features")(wide))
-    logit = keras.layers.Add(name="logit")([deep_logit, wide_logit])
-    # The output stays float32 whatever precision policy the trainer sets.
+    # Logits and the output stay float32 whatever precision policy the trainer sets.
+    deep_logit = keras.layers.Dense(1, dtype="float32", name="deep_logit")(hidden)
+    logit = keras.layers.Add(dtype="float32", name="logit")([deep_logit, *wide])
     probability = keras.layers.Activation("sigmoid", dtype="float32", name="probability")(logit)
     return keras.Model(inputs, probability, name="taxi_wide_deep")
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from components.trainer.device import POLICIES, STRATEGIES
+
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -26,11 +28,24 @@ class IngestConfig:
 
 @dataclass
 class TrainConfig:
-    model: str = "models.taxi"  # module with build_model(), INPUTS, LABEL_INPUTS, make_label()
-    batch_size: int = 256
-    epochs: int = 10
-    learning_rate: float = 0.003
+    model: str = "models.taxi"  # module with INPUTS, LABEL_INPUTS, make_label, build_preprocessing, build_model
+    batch_size: int = 256  # per replica; the global batch is this times the replicas in sync
+    epochs: int = 10  # passes over the training data
+    learning_rate: float = 0.003  # for one replica's batch; scaled linearly with replicas x accumulation
+    warmup_steps: int = 20  # linear learning-rate warmup from 0
+    gradient_accumulation_steps: int = 1  # >1: apply gradients once per this many batches
     shuffle_buffer: int = 10_000
+    cache_max_mb: int = 1024  # keep the records in memory after the first pass when they fit in this
+    steps_per_execution: int = 10  # train steps per call into the device (less host overhead per step)
+    strategy: str = "auto"  # auto | one_device | mirrored | multi_worker_mirrored | tpu
+    precision: str = "auto"  # auto | float32 | mixed_float16 | mixed_bfloat16
+    xla: str = "auto"  # auto (on for GPUs, TPUs and bf16 CPUs, when the model compiles) | on | off
+    gpu_memory_growth: bool = True
+    gpu_memory_limit_mb: int = 0  # per GPU; 0 = no limit
+    checkpoint_every_steps: int = 0  # 0 = once per pass over the data
+    input_probe_steps: int = 200  # steps on in-memory batches to measure input wait; 0 = skip
+    profile_from_step: int = 10  # TensorBoard profiler trace window start...
+    profile_steps: int = 0  # ...and length in steps; 0 = no trace
     seed: int = 0  # weights init and shuffle order
 
 
@@ -71,7 +86,19 @@ _RULES = {
     "train.batch_size": (lambda v: v > 0, "must be positive"),
     "train.epochs": (lambda v: v > 0, "must be positive"),
     "train.learning_rate": (lambda v: v > 0, "must be positive"),
+    "train.warmup_steps": (lambda v: v >= 0, "must not be negative"),
+    "train.gradient_accumulation_steps": (lambda v: v >= 1, "must be at least 1"),
     "train.shuffle_buffer": (lambda v: v >= 0, "must not be negative"),
+    "train.cache_max_mb": (lambda v: v >= 0, "must not be negative"),
+    "train.steps_per_execution": (lambda v: v >= 1, "must be at least 1"),
+    "train.strategy": (lambda v: v in ("auto",) + STRATEGIES, "must be auto or one of " + ", ".join(STRATEGIES)),
+    "train.precision": (lambda v: v in ("auto",) + POLICIES, "must be auto or one of " + ", ".join(POLICIES)),
+    "train.xla": (lambda v: v in ("auto", "on", "off"), "must be auto, on or off"),
+    "train.gpu_memory_limit_mb": (lambda v: v >= 0, "must not be negative"),
+    "train.checkpoint_every_steps": (lambda v: v >= 0, "must not be negative"),
+    "train.input_probe_steps": (lambda v: v >= 0, "must not be negative"),
+    "train.profile_from_step": (lambda v: v >= 1, "must be at least 1"),
+    "train.profile_steps": (lambda v: v >= 0, "must not be negative"),
     "evaluate.min_auc": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
     "evaluate.max_auc_drop": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
 }

@@ -9,13 +9,13 @@ import dataclasses
 import hashlib
 import importlib
 import inspect
+import os
 
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 
 from components.tfrecord_ingest.component import TFRecordIngest
 from components.tfrecord_ingest.records import fingerprint_input
-from components.trainer import device, input_pipeline, run_fn
 from components.validation_gate.component import ValidationGate
 from pipeline.config import PipelineConfig
 
@@ -64,12 +64,17 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
 
 
 def trainer_custom_config(config: PipelineConfig) -> dict:
-    """The Trainer's settings, plus a digest of the training and model code so code changes bust the cache."""
-    model_module = importlib.import_module(config.train.model)
+    """The Trainer's settings, where interrupted trainings keep checkpoints, and a digest of the trainer and
+    model code so that code changes bust the cache."""
     code = hashlib.sha256()
-    for module in (run_fn, input_pipeline, device, model_module):
-        code.update(inspect.getsource(module).encode())
-    return {**dataclasses.asdict(config.train), "code_fingerprint": code.hexdigest()[:16]}
+    for package in ("components.trainer", "models"):
+        folder = os.path.dirname(inspect.getfile(importlib.import_module(package)))
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name), "rb") as handle:
+                    code.update(name.encode() + handle.read())
+    return {**dataclasses.asdict(config.train), "code_fingerprint": code.hexdigest()[:16],
+            "checkpoint_root": os.path.join(os.path.abspath(config.pipeline_root), "checkpoints", "Trainer")}
 
 
 def eval_config(config: PipelineConfig) -> tfma.EvalConfig:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from components.trainer.device import cpu_has_bf16
 from pipeline.config import load_config
 from pipeline.local_runner import run_local
 
@@ -48,7 +49,14 @@ def test_training_report_records_device_and_metrics(first_run):
     assert len(reports) == 1
     report = json.load(open(reports[0]))
     assert report["device"]["gpus"] == [] and report["device"]["num_workers"] == 1
-    assert report["epochs"] == 3 and len(report["history"]["val_auc"]) == 3
+    # The automatic choices for this machine: one CPU device; bf16 + XLA when the CPU has bf16 instructions.
+    assert report["strategy"] == "one_device" and report["replicas"] == 1
+    bf16 = cpu_has_bf16()
+    assert (report["precision"], report["xla"]) == (("mixed_bfloat16", True) if bf16 else ("float32", False))
+    # 3 passes over the training split, validated once at the end, with throughput measured.
+    assert report["total_steps"] >= 3 * report["train_examples"] / report["global_batch"]
+    assert report["steps_run"] == report["total_steps"] and len(report["history"]["val_auc"]) == 1
+    assert report["examples_per_second"] > 0 and 0 <= report["input_wait_fraction"] <= 1
     assert report["final_metrics"]["val_auc"] > 0.8
 
 

@@ -1,0 +1,92 @@
+"""Keras callbacks the trainer adds to every fit: throughput, loss-scale history, divergence stop."""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+import keras
+
+
+class TrainingDivergedError(RuntimeError):
+    """The training loss became NaN or infinite; the message names the step."""
+
+
+class ThroughputMeter(keras.callbacks.Callback):
+    """Times each checkpoint interval from its first to its last executed batch (validation excluded).
+
+    After fit: `steps` run in this process, `examples_per_second` and `step_seconds` (medians over
+    intervals, the first one skipped when there are several because it may include tracing).
+    """
+
+    def __init__(self, global_batch: int, steps_per_execution: int):
+        super().__init__()
+        self.global_batch = global_batch
+        self.steps_per_execution = steps_per_execution
+        self.steps = 0
+        self._rates: list[float] = []
+        self._step_seconds: list[float] = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start = time.perf_counter()
+        self._batches = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._batches = batch + 1  # Keras reports the last step index of each execution
+        self._end = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not self._batches:
+            return
+        self.steps += self._batches
+        seconds = self._end - self._start
+        self._rates.append(self._batches * self.global_batch / seconds)
+        self._step_seconds.append(seconds / self._batches)
+
+    def _steady(self, values):
+        return values[1:] if len(values) > 2 else values
+
+    @property
+    def examples_per_second(self) -> float:
+        return statistics.median(self._steady(self._rates)) if self._rates else 0.0
+
+    @property
+    def step_seconds(self) -> float:
+        return statistics.median(self._steady(self._step_seconds)) if self._step_seconds else 0.0
+
+
+class LossScaleRecorder(keras.callbacks.Callback):
+    """Records the dynamic loss scale (mixed_float16) at the end of each interval: `history`, a list."""
+
+    def __init__(self):
+        super().__init__()
+        self.history: list[float] = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        scale = getattr(self.model.optimizer, "dynamic_scale", None)
+        if scale is not None:
+            self.history.append(float(keras.ops.convert_to_numpy(scale)))
+
+
+class StopOnDivergence(keras.callbacks.Callback):
+    """Raises TrainingDivergedError naming the step when the training loss is NaN or infinite.
+
+    With mixed_float16 the loss-scale optimizer already skips steps whose gradients overflow; a
+    non-finite loss means the model itself diverged, which no loss scaling recovers.
+    """
+
+    def __init__(self, steps_per_interval: int):
+        super().__init__()
+        self.steps_per_interval = steps_per_interval
+        self._epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            step = self._epoch * self.steps_per_interval + batch + 1
+            raise TrainingDivergedError(
+                f"training loss became {float(loss)} at step {step}: the model diverged (loss scaling cannot "
+                f"recover this); lower train.learning_rate or check the data for extreme values")

@@ -1,0 +1,51 @@
+"""Exports preprocessing + trained model as one SavedModel whose signatures take and return float32.
+
+The trained model may compute in float16/bfloat16; its variables are float32. Export rebuilds the model
+under the float32 policy and copies the weights, so the serving graph holds no half-precision op and runs
+on any CPU (a float16 graph is slow or fails on CPUs without float16 kernels: tensorflow#45441).
+"""
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+SERVING_SIGNATURE = "serving_default"  # serialized tf.Example -> probabilities
+RAW_SIGNATURE = "serving_raw"  # one tensor per raw feature -> probabilities
+TRANSFORM_SIGNATURE = "transform_features"  # serialized tf.Example -> label (TFMA derives labels with it)
+
+
+def float32_copy(model_module, preprocessing: keras.Model, trained: keras.Model) -> keras.Model:
+    """Input: the model module, its preprocessing, the trained model. Output: the same model in float32."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("float32")
+    try:
+        copy = model_module.build_model(preprocessing)
+    finally:
+        keras.config.set_dtype_policy(previous)
+    copy.set_weights(trained.get_weights())
+    return copy
+
+
+def export_serving_model(model_module, preprocessing: keras.Model, model: keras.Model, export_dir: str) -> None:
+    """Writes `export_dir` as a SavedModel with the serving_default, serving_raw and transform_features
+    signatures; `model` must already be float32 (see float32_copy)."""
+    archive = keras.export.ExportArchive()
+    archive.track(preprocessing)
+    archive.track(model)
+    example_spec = [tf.TensorSpec([None], tf.string, name="examples")]
+    raw_spec = [{name: tf.TensorSpec([None], spec.dtype, name=name) for name, spec in model_module.INPUTS.items()}]
+
+    def serve_raw(features):
+        return {"probabilities": tf.cast(model(preprocessing(features), training=False), tf.float32)}
+
+    def serve_examples(serialized):
+        return serve_raw(tf.io.parse_example(serialized, model_module.INPUTS))
+
+    def transform_features(serialized):
+        features = tf.io.parse_example(serialized, model_module.LABEL_INPUTS)
+        return {model_module.LABEL_KEY: model_module.make_label(features)}
+
+    archive.add_endpoint(SERVING_SIGNATURE, serve_examples, input_signature=example_spec)
+    archive.add_endpoint(RAW_SIGNATURE, serve_raw, input_signature=raw_spec)
+    archive.add_endpoint(TRANSFORM_SIGNATURE, transform_features, input_signature=example_spec)
+    archive.write_out(export_dir, verbose=False)

@@ -1,0 +1,274 @@
+"""The GPU-aware training loop, independent of TFX: device -> strategy -> precision -> XLA -> fit -> export.
+
+`train(job)` takes file patterns, output directories and the settings dict (the keys of the pipeline's
+TrainConfig) and returns the training report it also writes as JSON. The model module supplies only
+INPUTS, LABEL_INPUTS, LABEL_KEY, make_label, build_preprocessing(sample) and build_model(preprocessing).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import json
+import math
+import os
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from components.trainer import callbacks as training_callbacks
+from components.trainer.device import (Decision, DeviceDescription, choose_precision, choose_strategy,
+                                       describe_devices)
+from components.trainer.distribution import configure_gpus, is_chief, make_strategy, worker_task
+from components.trainer.export import export_serving_model, float32_copy
+from components.trainer.input_pipeline import count_records, fits_in_memory, make_dataset
+
+ADAPT_SAMPLE_SIZE = 20_000  # rows used to fit the preprocessing layers (vocabularies, normalization)
+REPORT_FILE = "training_report.json"
+BACKUP_METADATA = "training_metadata.json"  # written by keras.callbacks.BackupAndRestore
+
+
+@dataclasses.dataclass
+class TrainingJob:
+    settings: dict  # the pipeline's TrainConfig as a dict
+    train_files: list[str]
+    eval_files: list[str]
+    serving_model_dir: str  # the SavedModel goes here (chief only)
+    run_dir: str  # TensorBoard logs and the training report
+    checkpoint_dir: str  # stable across restarts of the same job: a killed job resumes from it
+
+
+def checkpoint_dir_for(checkpoint_root: str, train_files: list[str], settings: dict) -> str:
+    """Output: a checkpoint directory under `checkpoint_root` that only a restart of the same job (same
+    data, same settings) finds again."""
+    key = hashlib.sha256(json.dumps([sorted(train_files), settings], sort_keys=True, default=str).encode())
+    return os.path.join(checkpoint_root, key.hexdigest()[:16])
+
+
+def warmup_schedule(peak_learning_rate: float, warmup_steps: int):
+    """Output: a learning-rate schedule rising linearly from 0 to `peak_learning_rate` over `warmup_steps`
+    optimizer steps, then constant."""
+    return WarmupThenConstant(peak_learning_rate, warmup_steps)
+
+
+class WarmupThenConstant(keras.optimizers.schedules.LearningRateSchedule):
+    def __init__(self, peak_learning_rate: float, warmup_steps: int):
+        self.peak_learning_rate = peak_learning_rate
+        self.warmup_steps = warmup_steps
+
+    def __call__(self, step):
+        if not self.warmup_steps:
+            return keras.ops.convert_to_tensor(self.peak_learning_rate, "float32")
+        progress = keras.ops.minimum((keras.ops.cast(step, "float32") + 1.0) / self.warmup_steps, 1.0)
+        return self.peak_learning_rate * progress
+
+    def get_config(self):
+        return {"peak_learning_rate": self.peak_learning_rate, "warmup_steps": self.warmup_steps}
+
+
+def training_plan(train_examples: int, settings: dict, replicas: int) -> dict:
+    """Input: training-set size, settings, replicas in sync. Output: batch sizes, learning rate and steps.
+
+    Global batch = per-replica batch x replicas; the learning rate scales linearly with the examples per
+    optimizer update (global batch x gradient-accumulation steps) relative to one replica's batch.
+    Training runs in intervals of `checkpoint_every_steps` (default: one pass over the data), each a Keras
+    epoch that ends with a checkpoint; `total_steps` covers `epochs` passes over the data.
+    """
+    global_batch = settings["batch_size"] * replicas
+    accumulation = max(1, settings["gradient_accumulation_steps"])
+    steps_per_pass = max(1, math.ceil(train_examples / global_batch))
+    execution = settings["steps_per_execution"]
+    interval = settings["checkpoint_every_steps"] or steps_per_pass
+    interval = max(execution, math.ceil(interval / execution) * execution)
+    intervals = max(1, math.ceil(settings["epochs"] * steps_per_pass / interval))
+    return {"global_batch": global_batch, "gradient_accumulation_steps": accumulation,
+            "learning_rate": settings["learning_rate"] * replicas * accumulation,
+            "steps_per_interval": interval, "intervals": intervals, "total_steps": interval * intervals}
+
+
+def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
+    """Trains and exports one model; returns the training report (also written to run_dir)."""
+    settings = job.settings
+    started = time.monotonic()
+    device = describe_devices()
+    configure_gpus(settings["gpu_memory_growth"], settings["gpu_memory_limit_mb"])
+    strategy_choice = choose_strategy(device, _override(settings["strategy"]))
+    strategy = make_strategy(strategy_choice.value, device)
+    replicas = strategy.num_replicas_in_sync
+    logging.info("Training on %s: strategy %s (%s), %d replica(s)", device, strategy_choice.value,
+                 strategy_choice.reason, replicas)
+
+    model_module = importlib.import_module(settings["model"])
+    keras.utils.set_random_seed(settings["seed"])
+    keras.config.set_dtype_policy("float32")
+    sample = read_sample(job.train_files, model_module.INPUTS, ADAPT_SAMPLE_SIZE)
+    preprocessing = model_module.build_preprocessing(sample)
+
+    train_examples = count_records(job.train_files)
+    plan = training_plan(train_examples, settings, replicas)
+    cache = fits_in_memory(job.train_files + job.eval_files, settings["cache_max_mb"])
+    multi_worker = strategy_choice.value == "multi_worker_mirrored"
+
+    def dataset(files, training, batch_size=plan["global_batch"], cache=cache):
+        return make_dataset(files, {**model_module.INPUTS, **model_module.LABEL_INPUTS}, batch_size,
+                            label_fn=model_module.make_label, input_names=list(model_module.INPUTS),
+                            preprocess=preprocessing, shuffle_buffer=settings["shuffle_buffer"] if training else 0,
+                            repeat=training, cache=cache, seed=settings["seed"], shard_by_data=multi_worker)
+
+    probe_batch = next(iter(dataset(job.train_files, False, batch_size=8, cache=False)))[0]
+    model, precision, xla = _build_for_device(model_module, preprocessing, strategy, device, settings, probe_batch)
+    logging.info("Precision %s (%s); XLA %s (%s)", precision.value, precision.reason,
+                 "on" if xla.value == "on" else "off", xla.reason)
+    with strategy.scope():
+        optimizer = keras.optimizers.Adam(warmup_schedule(plan["learning_rate"], settings["warmup_steps"]),
+                                          gradient_accumulation_steps=plan["gradient_accumulation_steps"]
+                                          if plan["gradient_accumulation_steps"] > 1 else None)
+        if precision.value == "mixed_float16":
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)  # dynamic loss scaling
+        model.compile(optimizer=optimizer, loss=keras.losses.BinaryCrossentropy(),
+                      metrics=[keras.metrics.AUC(name="auc"), keras.metrics.BinaryAccuracy(name="binary_accuracy")],
+                      jit_compile=xla.value == "on", steps_per_execution=settings["steps_per_execution"])
+
+    memory_rate = _in_memory_throughput(model, dataset(job.train_files, True, cache=False),
+                                        settings["input_probe_steps"], plan["global_batch"],
+                                        settings["steps_per_execution"])
+    train_data = dataset(job.train_files, True)
+
+    checkpoint_dir = job.checkpoint_dir
+    if multi_worker:  # each worker keeps its own copy of the (identical) training state
+        checkpoint_dir = os.path.join(checkpoint_dir, "%s-%d" % worker_task())
+    resumed_from_step = _checkpointed_interval(checkpoint_dir) * plan["steps_per_interval"]
+    meter = training_callbacks.ThroughputMeter(plan["global_batch"], settings["steps_per_execution"])
+    loss_scale = training_callbacks.LossScaleRecorder()
+    callbacks = [keras.callbacks.BackupAndRestore(checkpoint_dir, save_freq="epoch", double_checkpoint=True),
+                 training_callbacks.StopOnDivergence(plan["steps_per_interval"]), meter, loss_scale,
+                 keras.callbacks.TensorBoard(os.path.join(job.run_dir, "logs"), profile_batch=_profile_window(settings)),
+                 *extra_callbacks]
+    if resumed_from_step:
+        logging.info("Resuming from the checkpoint at step %d in %s", resumed_from_step, checkpoint_dir)
+    logging.info("Training %d steps (%d intervals of %d) on %d examples, global batch %d", plan["total_steps"],
+                 plan["intervals"], plan["steps_per_interval"], train_examples, plan["global_batch"])
+    fit_started = time.monotonic()
+    history = model.fit(train_data, steps_per_epoch=plan["steps_per_interval"], epochs=plan["intervals"],
+                        validation_data=dataset(job.eval_files, False), validation_freq=[plan["intervals"]],
+                        callbacks=callbacks, verbose=0)
+    fit_seconds = time.monotonic() - fit_started
+
+    final_metrics = {name: float(values[-1]) for name, values in history.history.items()}
+    report = {
+        "model": settings["model"],
+        "device": dataclasses.asdict(device),
+        "strategy": strategy_choice.value, "strategy_reason": strategy_choice.reason, "replicas": replicas,
+        "worker": "%s-%d" % worker_task(), "precision": precision.value, "precision_reason": precision.reason,
+        "xla": xla.value == "on", "xla_reason": xla.reason,
+        "train_examples": train_examples, "cached_in_memory": cache, **plan,
+        "resumed_from_step": resumed_from_step, "steps_run": meter.steps,
+        "examples_per_second": meter.examples_per_second, "step_seconds": meter.step_seconds,
+        "in_memory_examples_per_second": memory_rate,
+        "input_wait_fraction": _input_wait(meter.examples_per_second, memory_rate),
+        "loss_scale_history": loss_scale.history,
+        "fit_seconds": fit_seconds, "total_seconds": time.monotonic() - started,
+        "final_metrics": final_metrics,
+        "history": {name: [float(v) for v in values] for name, values in history.history.items()},
+    }
+    logging.info("Trained %s: %.0f examples/s, input wait %.1f%%, final %s", settings["model"],
+                 report["examples_per_second"], 100 * (report["input_wait_fraction"] or 0), final_metrics)
+    if is_chief():
+        export_serving_model(model_module, preprocessing, float32_copy(model_module, preprocessing, model),
+                             job.serving_model_dir)
+    os.makedirs(job.run_dir, exist_ok=True)
+    with open(os.path.join(job.run_dir, REPORT_FILE), "w") as handle:
+        json.dump(report, handle, indent=2)
+    return report
+
+
+def _override(value: str) -> str | None:
+    return None if value == "auto" else value
+
+
+def _build_for_device(model_module, preprocessing, strategy, device: DeviceDescription, settings: dict,
+                      probe_batch) -> tuple[keras.Model, object, object]:
+    """Builds the model under the chosen policy. XLA is tried when asked for (or, on `auto`, when the device
+    gains from it: an accelerator or a bf16 CPU); a model that does not compile falls back to no XLA, and
+    the policy is chosen again for that."""
+    wanted = settings["xla"]
+    xla_on = wanted == "on" or (wanted == "auto" and bool(device.gpus or device.tpu_cores or device.cpu_bf16))
+    xla = Decision("on" if xla_on else "off", "set in the config" if wanted != "auto" else
+                   ("the device gains from compiled kernels" if xla_on else "plain CPU: no gain measured"))
+    while True:
+        precision = choose_precision(device, xla=xla.value == "on", override=_override(settings["precision"]))
+        keras.config.set_dtype_policy(precision.value)
+        try:
+            with strategy.scope():
+                model = model_module.build_model(preprocessing)
+                if model.output.dtype != "float32":  # the loss must see float32 outputs
+                    model = keras.Model(model.input, keras.layers.Activation("linear", dtype="float32")(model.output))
+        finally:
+            keras.config.set_dtype_policy("float32")
+        if xla.value == "off":
+            return model, precision, xla
+        try:
+            tf.function(lambda batch: model(batch, training=True), jit_compile=True)(probe_batch)
+            return model, precision, xla
+        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.NotFoundError) as error:
+            first_line = str(error).strip().splitlines()[0][:200]
+            logging.warning("XLA cannot compile %s, training without it: %s", settings["model"], first_line)
+            xla = Decision("off", f"the model does not compile with XLA: {first_line}")
+
+
+def _in_memory_throughput(model: keras.Model, train_data: tf.data.Dataset, steps: int, global_batch: int,
+                          execution: int) -> float:
+    """Trains `steps` steps on batches already in memory and restores every variable afterwards.
+    Output: examples/s with no input cost (0.0 when steps is 0). Also compiles the train step."""
+    if not steps:
+        return 0.0
+    steps = max(execution, steps // execution * execution)
+    batches = train_data.take(steps).cache()
+    for _ in batches:  # fill the cache before timing
+        pass
+    batches = batches.repeat()
+    with model.distribute_strategy.scope():
+        model.optimizer.build(model.trainable_variables)
+    variables = model.variables + model.optimizer.variables
+    saved = [variable.numpy() for variable in variables]
+    model.fit(batches, steps_per_epoch=execution, epochs=1, verbose=0)  # trace and compile
+    start = time.perf_counter()
+    model.fit(batches, steps_per_epoch=steps, epochs=1, verbose=0)
+    seconds = time.perf_counter() - start
+    for variable, value in zip(variables, saved):
+        variable.assign(value)
+    return steps * global_batch / seconds
+
+
+def _input_wait(real_rate: float, memory_rate: float) -> float | None:
+    """Share of step time spent waiting for input: 1 - (throughput on real input / on in-memory batches)."""
+    if not real_rate or not memory_rate:
+        return None
+    return max(0.0, 1.0 - real_rate / memory_rate)
+
+
+def _checkpointed_interval(checkpoint_dir: str) -> int:
+    path = os.path.join(checkpoint_dir, BACKUP_METADATA)
+    if not tf.io.gfile.exists(path):
+        return 0
+    with tf.io.gfile.GFile(path) as handle:
+        return int(json.load(handle).get("epoch", 0))
+
+
+def _profile_window(settings: dict):
+    if not settings["profile_steps"]:
+        return 0
+    return (settings["profile_from_step"], settings["profile_from_step"] + settings["profile_steps"] - 1)
+
+
+def read_sample(file_patterns: list[str], inputs: dict, size: int) -> dict[str, np.ndarray]:
+    """Input: training files and the model's input spec. Output: up to `size` rows, name -> 1-D array."""
+    batches = make_dataset(file_patterns, inputs, batch_size=1024).take(-(-size // 1024))
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in inputs}
+    for batch in batches.as_numpy_iterator():
+        for name, values in batch.items():
+            parts[name].append(values)
+    return {name: np.concatenate(values)[:size] for name, values in parts.items()}

@@ -1,0 +1,47 @@
+"""Runs one training job in its own process, as the Trainer would: `python trainer_job.py JOB.json`.
+
+JOB.json: {"overrides": {TrainConfig keys}, "train_files": [...], "eval_files": [...], "output": dir,
+"logical_cpus": N (split the CPU into N devices first), "kill_after_interval": K (SIGKILL this process
+right after the K-th checkpoint is written)}. The report is written to <output>/run/training_report.json.
+"""
+import dataclasses
+import json
+import os
+import signal
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from components.trainer.train import TrainingJob, train  # noqa: E402
+from pipeline.config import load_config  # noqa: E402
+
+
+class KillAfterInterval(keras.callbacks.Callback):
+    def __init__(self, interval):
+        super().__init__()
+        self.interval = interval
+
+    def on_epoch_end(self, epoch, logs=None):  # runs after BackupAndRestore wrote this interval's checkpoint
+        if epoch + 1 == self.interval:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main(path):
+    with open(path) as handle:
+        spec = json.load(handle)
+    if spec.get("logical_cpus"):
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * spec["logical_cpus"])
+    settings = dataclasses.asdict(load_config(train=spec.get("overrides", {})).train)
+    output = spec["output"]
+    extra = (KillAfterInterval(spec["kill_after_interval"]),) if spec.get("kill_after_interval") else ()
+    train(TrainingJob(settings=settings, train_files=spec["train_files"], eval_files=spec["eval_files"],
+                      serving_model_dir=os.path.join(output, "serving"), run_dir=os.path.join(output, "run"),
+                      checkpoint_dir=os.path.join(output, "checkpoints")), extra_callbacks=extra)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
