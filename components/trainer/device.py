@@ -103,6 +103,6 @@ def describe_devices() -> DeviceDescription:
     for device in tf.config.list_physical_devices("GPU"):
         details = tf.config.experimental.get_device_details(device)
         gpus.append(Gpu(details.get("device_name", device.name), details.get("compute_capability")))
-    tpu_cores = len(tf.config.list_logical_devices("TPU"))
+    tpu_cores = len(tf.config.list_physical_devices("TPU"))  # physical: listing logical ones starts the runtime
     return DeviceDescription(gpus=tuple(gpus), tpu_cores=tpu_cores, cpu_bf16=cpu_has_bf16(),
                              num_workers=workers_from_tf_config(os.environ.get("TF_CONFIG")))

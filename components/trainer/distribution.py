@@ -38,7 +38,11 @@ def make_strategy(name: str, device: DeviceDescription) -> tf.distribute.Strateg
         tf.tpu.experimental.initialize_tpu_system(resolver)
         return tf.distribute.TPUStrategy(resolver)
     if name == "multi_worker_mirrored":
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        try:
+            return tf.distribute.MultiWorkerMirroredStrategy()
+        except RuntimeError as error:
+            raise RuntimeError(f"{error}: multi-worker training must create its strategy before TensorFlow starts "
+                               "in the process; run each worker's trainer in a process of its own") from error
     if name == "mirrored":
         devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
         return tf.distribute.MirroredStrategy([d.name for d in devices])

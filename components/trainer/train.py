@@ -6,12 +6,14 @@ INPUTS, LABEL_INPUTS, LABEL_KEY, make_label, build_preprocessing(sample) and bui
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib
 import json
 import math
 import os
+import re
 import time
 
 import keras
@@ -108,6 +110,10 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
     preprocessing = model_module.build_preprocessing(sample)
 
     train_examples = count_records(job.train_files)
+    if replicas > 1 and settings["steps_per_execution"] > 1:
+        # Keras 3 fails to run several steps per call under a multi-replica strategy (keras#19246).
+        logging.info("steps_per_execution 1 instead of %d: %d replicas", settings["steps_per_execution"], replicas)
+        settings = {**settings, "steps_per_execution": 1}
     plan = training_plan(train_examples, settings, replicas)
     cache = fits_in_memory(job.train_files + job.eval_files, settings["cache_max_mb"])
     multi_worker = strategy_choice.value == "multi_worker_mirrored"
@@ -118,24 +124,11 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
                             preprocess=preprocessing, shuffle_buffer=settings["shuffle_buffer"] if training else 0,
                             repeat=training, cache=cache, seed=settings["seed"], shard_by_data=multi_worker)
 
-    probe_batch = next(iter(dataset(job.train_files, False, batch_size=8, cache=False)))[0]
-    model, precision, xla = _build_for_device(model_module, preprocessing, strategy, device, settings, probe_batch)
-    logging.info("Precision %s (%s); XLA %s (%s)", precision.value, precision.reason,
-                 "on" if xla.value == "on" else "off", xla.reason)
+    probe_batch = next(iter(dataset(job.train_files, False, batch_size=8 * replicas, cache=False)))
     with strategy.scope():
-        optimizer = keras.optimizers.Adam(warmup_schedule(plan["learning_rate"], settings["warmup_steps"]),
-                                          gradient_accumulation_steps=plan["gradient_accumulation_steps"]
-                                          if plan["gradient_accumulation_steps"] > 1 else None)
-        if precision.value == "mixed_float16":
-            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)  # dynamic loss scaling
-        model.compile(optimizer=optimizer, loss=keras.losses.BinaryCrossentropy(),
-                      metrics=[keras.metrics.AUC(name="auc"), keras.metrics.BinaryAccuracy(name="binary_accuracy")],
-                      jit_compile=xla.value == "on", steps_per_execution=settings["steps_per_execution"])
-
-    memory_rate = _in_memory_throughput(model, dataset(job.train_files, True, cache=False),
-                                        settings["input_probe_steps"], plan["global_batch"],
-                                        settings["steps_per_execution"])
-    train_data = dataset(job.train_files, True)
+        model, precision, xla = _build_for_device(model_module, preprocessing, strategy, device, settings, plan,
+                                                  probe_batch, multi_worker)
+    logging.info("Precision %s (%s); XLA %s (%s)", precision.value, precision.reason, xla.value, xla.reason)
 
     checkpoint_dir = job.checkpoint_dir
     if multi_worker:  # each worker keeps its own copy of the (identical) training state
@@ -147,14 +140,18 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
                  training_callbacks.StopOnDivergence(plan["steps_per_interval"]), meter, loss_scale,
                  keras.callbacks.TensorBoard(os.path.join(job.run_dir, "logs"), profile_batch=_profile_window(settings)),
                  *extra_callbacks]
-    if resumed_from_step:
-        logging.info("Resuming from the checkpoint at step %d in %s", resumed_from_step, checkpoint_dir)
-    logging.info("Training %d steps (%d intervals of %d) on %d examples, global batch %d", plan["total_steps"],
-                 plan["intervals"], plan["steps_per_interval"], train_examples, plan["global_batch"])
-    fit_started = time.monotonic()
-    history = model.fit(train_data, steps_per_epoch=plan["steps_per_interval"], epochs=plan["intervals"],
-                        validation_data=dataset(job.eval_files, False), validation_freq=[plan["intervals"]],
-                        callbacks=callbacks, verbose=0)
+    with strategy.scope():
+        memory_rate = _in_memory_throughput(model, dataset(job.train_files, True, cache=False),
+                                            settings["input_probe_steps"], plan["global_batch"],
+                                            settings["steps_per_execution"])
+        if resumed_from_step:
+            logging.info("Resuming from the checkpoint at step %d in %s", resumed_from_step, checkpoint_dir)
+        logging.info("Training %d steps (%d intervals of %d) on %d examples, global batch %d", plan["total_steps"],
+                     plan["intervals"], plan["steps_per_interval"], train_examples, plan["global_batch"])
+        fit_started = time.monotonic()
+        history = model.fit(dataset(job.train_files, True), steps_per_epoch=plan["steps_per_interval"],
+                            epochs=plan["intervals"], validation_data=dataset(job.eval_files, False),
+                            validation_freq=[plan["intervals"]], callbacks=callbacks, verbose=0)
     fit_seconds = time.monotonic() - fit_started
 
     final_metrics = {name: float(values[-1]) for name, values in history.history.items()}
@@ -165,6 +162,7 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
         "worker": "%s-%d" % worker_task(), "precision": precision.value, "precision_reason": precision.reason,
         "xla": xla.value == "on", "xla_reason": xla.reason,
         "train_examples": train_examples, "cached_in_memory": cache, **plan,
+        "steps_per_execution": settings["steps_per_execution"],
         "resumed_from_step": resumed_from_step, "steps_run": meter.steps,
         "examples_per_second": meter.examples_per_second, "step_seconds": meter.step_seconds,
         "in_memory_examples_per_second": memory_rate,
@@ -185,15 +183,52 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
     return report
 
 
+def _compile(model: keras.Model, plan: dict, settings: dict, precision: str, xla: bool) -> None:
+    """Adam with warmup and the scaled learning rate (wrapped for dynamic loss scaling under mixed_float16),
+    binary cross-entropy, AUC and accuracy; XLA and steps per execution as decided."""
+    accumulation = plan["gradient_accumulation_steps"]
+    optimizer = keras.optimizers.Adam(warmup_schedule(plan["learning_rate"], settings["warmup_steps"]),
+                                      gradient_accumulation_steps=accumulation if accumulation > 1 else None)
+    if precision == "mixed_float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    model.compile(optimizer=optimizer, loss=keras.losses.BinaryCrossentropy(),
+                  metrics=[keras.metrics.AUC(name="auc"), keras.metrics.BinaryAccuracy(name="binary_accuracy")],
+                  jit_compile=xla, steps_per_execution=settings["steps_per_execution"])
+
+
+def _work_around_keras_multi_worker_fit(model: keras.Model) -> None:
+    """Keras 3's fit fails under MultiWorkerMirroredStrategy (tensorflow#72388) in two places; the model
+    here is already built, so both can be sidestepped without changing what is trained:
+    - fit reduces a sample batch across workers to build the model, and tf.distribute cannot reduce a dict
+      of features there: without its own strategy the model skips that and takes the strategy from the
+      enclosing scope;
+    - each step reduces the scalar metrics along axis 0 across workers: inside a replica they are
+      returned with shape [1], which that reduction turns back into scalars.
+    """
+    model._distribute_strategy = None
+    plain_results = model.get_metrics_result
+
+    def metrics_result():
+        results = plain_results()
+        if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():
+            return {name: tf.reshape(value, [1]) for name, value in results.items()}
+        return results
+
+    model.get_metrics_result = metrics_result
+
+
 def _override(value: str) -> str | None:
     return None if value == "auto" else value
 
 
 def _build_for_device(model_module, preprocessing, strategy, device: DeviceDescription, settings: dict,
-                      probe_batch) -> tuple[keras.Model, object, object]:
-    """Builds the model under the chosen policy. XLA is tried when asked for (or, on `auto`, when the device
-    gains from it: an accelerator or a bf16 CPU); a model that does not compile falls back to no XLA, and
-    the policy is chosen again for that."""
+                      plan: dict, probe_batch, multi_worker: bool) -> tuple[keras.Model, Decision, Decision]:
+    """Builds and compiles the model under the chosen policy; call inside the strategy's scope.
+
+    XLA is tried when asked for (on `auto`: when the device gains from it, i.e. an accelerator or a bf16
+    CPU) with one real training step; when that step does not compile, XLA is turned off and the policy
+    chosen again. Output: the compiled model, the precision decision and the XLA decision.
+    """
     wanted = settings["xla"]
     xla_on = wanted == "on" or (wanted == "auto" and bool(device.gpus or device.tpu_cores or device.cpu_bf16))
     xla = Decision("on" if xla_on else "off", "set in the config" if wanted != "auto" else
@@ -202,21 +237,45 @@ def _build_for_device(model_module, preprocessing, strategy, device: DeviceDescr
         precision = choose_precision(device, xla=xla.value == "on", override=_override(settings["precision"]))
         keras.config.set_dtype_policy(precision.value)
         try:
-            with strategy.scope():
-                model = model_module.build_model(preprocessing)
-                if model.output.dtype != "float32":  # the loss must see float32 outputs
-                    model = keras.Model(model.input, keras.layers.Activation("linear", dtype="float32")(model.output))
+            model = model_module.build_model(preprocessing)
+            if model.output.dtype != "float32":  # the loss must see float32 outputs
+                model = keras.Model(model.input, keras.layers.Activation("linear", dtype="float32")(model.output))
         finally:
             keras.config.set_dtype_policy("float32")
+        if multi_worker:
+            _work_around_keras_multi_worker_fit(model)
+        _compile(model, plan, settings, precision.value, xla.value == "on")
         if xla.value == "off":
             return model, precision, xla
         try:
-            tf.function(lambda batch: model(batch, training=True), jit_compile=True)(probe_batch)
+            with _variables_restored(model):
+                model.train_on_batch(*probe_batch)
             return model, precision, xla
         except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.NotFoundError) as error:
-            first_line = str(error).strip().splitlines()[0][:200]
-            logging.warning("XLA cannot compile %s, training without it: %s", settings["model"], first_line)
-            xla = Decision("off", f"the model does not compile with XLA: {first_line}")
+            reason = _xla_failure(str(error))
+            logging.warning("XLA failed for %s, training without it: %s", settings["model"], reason)
+            xla = Decision("off", f"XLA failed for this model on this strategy: {reason}")
+
+
+def _xla_failure(message: str) -> str:
+    """Output: the gist of an XLA compile error: the op without an XLA kernel, else the first line."""
+    missing = re.search(r"No registered '(\w+)' OpKernel for (\w+)", message)
+    if missing:
+        return f"no {missing.group(2)} kernel for the op {missing.group(1)}"
+    return re.sub(r"^\{\{[^}]*\}\}\s*", "", message.strip()).splitlines()[0][:200]
+
+
+@contextlib.contextmanager
+def _variables_restored(model: keras.Model):
+    """Every model and optimizer variable gets its value back when the block ends (probes train for real)."""
+    model.optimizer.build(model.trainable_variables)
+    variables = model.variables + model.optimizer.variables
+    saved = [variable.numpy() for variable in variables]
+    try:
+        yield
+    finally:
+        for variable, value in zip(variables, saved):
+            variable.assign(value)
 
 
 def _in_memory_throughput(model: keras.Model, train_data: tf.data.Dataset, steps: int, global_batch: int,
@@ -230,16 +289,11 @@ def _in_memory_throughput(model: keras.Model, train_data: tf.data.Dataset, steps
     for _ in batches:  # fill the cache before timing
         pass
     batches = batches.repeat()
-    with model.distribute_strategy.scope():
-        model.optimizer.build(model.trainable_variables)
-    variables = model.variables + model.optimizer.variables
-    saved = [variable.numpy() for variable in variables]
-    model.fit(batches, steps_per_epoch=execution, epochs=1, verbose=0)  # trace and compile
-    start = time.perf_counter()
-    model.fit(batches, steps_per_epoch=steps, epochs=1, verbose=0)
-    seconds = time.perf_counter() - start
-    for variable, value in zip(variables, saved):
-        variable.assign(value)
+    with _variables_restored(model):
+        model.fit(batches, steps_per_epoch=execution, epochs=1, verbose=0)  # trace and compile
+        start = time.perf_counter()
+        model.fit(batches, steps_per_epoch=steps, epochs=1, verbose=0)
+        seconds = time.perf_counter() - start
     return steps * global_batch / seconds
 
 

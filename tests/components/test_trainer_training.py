@@ -1,0 +1,211 @@
+"""Real training with the GPU-aware trainer on CPU: strategies over logical CPUs and processes, precision
+policies, XLA fallback, kill-and-resume, and the float32 SavedModel of a mixed-precision model."""
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import tensorflow as tf
+
+from components.trainer.distribution import is_chief, worker_task
+from components.trainer.callbacks import TrainingDivergedError
+from components.trainer.train import TrainingJob, train, training_plan, warmup_schedule
+from pipeline.config import ConfigError, load_config
+
+JOB_SCRIPT = os.path.join(os.path.dirname(__file__), "trainer_job.py")
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def files(taxi_span_root):
+    """The 3,000-row span: one shard for training, the other for evaluation."""
+    shards = sorted(tf.io.gfile.glob(os.path.join(taxi_span_root, "span-1", "*.gz")))
+    return {"train_files": [shards[0]], "eval_files": [shards[1]]}
+
+
+def _settings(**overrides):
+    return dataclasses.asdict(load_config(train={"epochs": 3, "batch_size": 64, "input_probe_steps": 20, **overrides}).train)
+
+
+def _train_here(files, output, **overrides):
+    return train(TrainingJob(settings=_settings(**overrides), serving_model_dir=str(output / "serving"),
+                             run_dir=str(output / "run"), checkpoint_dir=str(output / "checkpoints"), **files))
+
+
+def _start_job(files, output, env=None, **spec):
+    """Starts trainer_job.py in its own process (a fresh TensorFlow runtime); returns the Popen."""
+    output.mkdir(parents=True, exist_ok=True)
+    spec = {"output": str(output), **files, **spec}
+    spec["overrides"] = {"epochs": 3, "batch_size": 64, "input_probe_steps": 20, **spec.get("overrides", {})}
+    (output / "job.json").write_text(json.dumps(spec))
+    return subprocess.Popen([sys.executable, JOB_SCRIPT, str(output / "job.json")], env={**os.environ, **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _finish(process, timeout=300):
+    log, _ = process.communicate(timeout=timeout)
+    return process.returncode, log
+
+
+def _report(output):
+    return json.loads((output / "run" / "training_report.json").read_text())
+
+
+def test_mirrored_strategy_over_two_logical_cpus(files, tmp_path):
+    code, log = _finish(_start_job(files, tmp_path, logical_cpus=2, overrides={"strategy": "mirrored"}))
+    assert code == 0, log[-3000:]
+    report = _report(tmp_path)
+    assert (report["strategy"], report["replicas"]) == ("mirrored", 2)
+    settings = _settings()
+    assert report["global_batch"] == 2 * settings["batch_size"]
+    assert report["learning_rate"] == pytest.approx(2 * settings["learning_rate"])  # linear scaling
+    assert report["steps_per_execution"] == 1  # Keras 3 cannot run several steps per call with replicas
+    assert report["final_metrics"]["val_auc"] > 0.85
+    assert tf.saved_model.contains_saved_model(str(tmp_path / "serving"))
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("localhost", 0))
+        return sock.getsockname()[1]
+
+
+def test_multi_worker_mirrored_strategy_across_two_processes(files, tmp_path):
+    workers = [f"localhost:{_free_port()}", f"localhost:{_free_port()}"]
+    processes = []
+    for index in range(2):
+        tf_config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
+        processes.append(_start_job(files, tmp_path / f"worker-{index}", env={"TF_CONFIG": tf_config}))
+    results = [_finish(process) for process in processes]
+    for code, log in results:
+        assert code == 0, log[-3000:]
+    reports = [_report(tmp_path / f"worker-{index}") for index in range(2)]
+    for index, report in enumerate(reports):
+        assert (report["strategy"], report["replicas"], report["worker"]) == ("multi_worker_mirrored", 2,
+                                                                              f"worker-{index}")
+        assert report["device"]["num_workers"] == 2
+    # Gradients are all-reduced every step: both workers end with the same model, hence the same metrics.
+    assert reports[0]["final_metrics"] == pytest.approx(reports[1]["final_metrics"], rel=1e-6)
+    assert reports[0]["final_metrics"]["val_auc"] > 0.85
+    # Only the chief (worker 0) writes the model.
+    assert tf.saved_model.contains_saved_model(str(tmp_path / "worker-0" / "serving"))
+    assert not (tmp_path / "worker-1" / "serving").exists()
+
+
+def test_killed_training_resumes_from_its_last_checkpoint(files, tmp_path):
+    overrides = {"checkpoint_every_steps": 10, "steps_per_execution": 5, "epochs": 6}
+    code, log = _finish(_start_job(files, tmp_path, overrides=overrides, kill_after_interval=2))
+    assert code == -9, log[-3000:]  # SIGKILL right after the second checkpoint
+    assert not (tmp_path / "run" / "training_report.json").exists()
+    metadata = json.loads((tmp_path / "checkpoints" / "training_metadata.json").read_text())
+    assert metadata["epoch"] == 2
+
+    code, log = _finish(_start_job(files, tmp_path, overrides=overrides))
+    assert code == 0, log[-3000:]
+    report = _report(tmp_path)
+    assert report["resumed_from_step"] == 20
+    assert report["steps_run"] == report["total_steps"] - 20  # the first 20 steps were not run again
+    assert report["final_metrics"]["val_auc"] > 0.85
+    assert not (tmp_path / "checkpoints").exists()  # a finished training removes its checkpoints
+
+
+SERVE_IN_FRESH_PROCESS = textwrap.dedent("""
+    import json, sys
+    import numpy as np, tensorflow as tf
+    from sklearn.metrics import roc_auc_score
+    model_dir, eval_file = sys.argv[1], sys.argv[2]
+    serialized = [r.numpy() for r in tf.data.TFRecordDataset(eval_file, compression_type="GZIP")]
+    loaded = tf.saved_model.load(model_dir)
+    serve = loaded.signatures["serving_default"]
+    half = {tf.float16.as_datatype_enum, tf.bfloat16.as_datatype_enum}
+    graph = serve.graph.as_graph_def()
+    nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
+    half_ops = sorted({n.op for n in nodes if any(a.type in half for a in n.attr.values())})
+    outputs = serve(examples=tf.constant(serialized))
+    labels = loaded.signatures["transform_features"](examples=tf.constant(serialized))["big_tipper"].numpy()
+    raw = loaded.signatures["serving_raw"]
+    print(json.dumps({
+        "input_dtypes": [spec.dtype.name for spec in serve.structured_input_signature[1].values()],
+        "output_dtype": outputs["probabilities"].dtype.name,
+        "half_precision_ops": half_ops,
+        "auc": float(roc_auc_score(labels.reshape(-1), outputs["probabilities"].numpy().reshape(-1))),
+        "raw_signature_inputs": sorted(raw.structured_input_signature[1]),
+    }))
+""")
+
+
+@pytest.mark.parametrize("policy, xla", [("mixed_float16", "off"), ("mixed_bfloat16", "on")])
+def test_mixed_precision_model_serves_float32_in_a_fresh_process(files, tmp_path, policy, xla):
+    report = _train_here(files, tmp_path, precision=policy, xla=xla)
+    assert report["precision"] == policy
+    if policy == "mixed_float16":
+        assert report["loss_scale_history"] and all(scale > 0 for scale in report["loss_scale_history"])
+    result = subprocess.run([sys.executable, "-c", SERVE_IN_FRESH_PROCESS, str(tmp_path / "serving"),
+                             files["eval_files"][0]], capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    served = json.loads(result.stdout.strip().splitlines()[-1])
+    assert served["input_dtypes"] == ["string"] and served["output_dtype"] == "float32"
+    assert served["half_precision_ops"] == []  # runs on CPUs without float16/bfloat16 kernels
+    # The float32 export is the trained model: same eval AUC as the mixed-precision model had in training.
+    assert served["auc"] == pytest.approx(report["final_metrics"]["val_auc"], abs=0.01)
+    assert "fare" in served["raw_signature_inputs"] and "tips" not in served["raw_signature_inputs"]
+
+
+def test_model_that_xla_cannot_compile_trains_without_xla(files, tmp_path):
+    report = _train_here(files, tmp_path, model="tests.components.unjittable_model", xla="on", epochs=2)
+    assert report["xla"] is False
+    assert "AsString" in report["xla_reason"]
+    assert report["precision"] == "float32" or report["precision_reason"] == "set in the config"
+    assert report["final_metrics"]["val_auc"] > 0.8
+
+
+def test_gradient_accumulation_scales_the_learning_rate_and_trains(files, tmp_path):
+    report = _train_here(files, tmp_path, gradient_accumulation_steps=2, xla="off")
+    assert report["gradient_accumulation_steps"] == 2
+    assert report["learning_rate"] == pytest.approx(2 * _settings()["learning_rate"])
+    assert report["final_metrics"]["val_auc"] > 0.85
+
+
+def test_diverging_training_stops_with_the_step_named(files, tmp_path):
+    with pytest.raises(TrainingDivergedError, match=r"at step \d+"):
+        _train_here(files, tmp_path, learning_rate=1e38, xla="off", warmup_steps=0)
+    assert not (tmp_path / "serving").exists()
+
+
+def test_training_plan_scales_batch_and_learning_rate_and_rounds_intervals():
+    settings = _settings(batch_size=100, learning_rate=0.01, epochs=2, steps_per_execution=8,
+                         gradient_accumulation_steps=3, checkpoint_every_steps=0)
+    plan = training_plan(train_examples=1000, settings=settings, replicas=4)
+    assert plan["global_batch"] == 400
+    assert plan["learning_rate"] == pytest.approx(0.01 * 4 * 3)
+    # 3 steps per pass (ceil 1000/400), rounded up to whole executions of 8 steps; 2 passes = 6 steps.
+    assert plan["steps_per_interval"] == 8 and plan["intervals"] == 1 and plan["total_steps"] == 8
+    plan = training_plan(train_examples=10_000, settings={**settings, "checkpoint_every_steps": 20}, replicas=1)
+    assert plan["steps_per_interval"] == 24 and plan["total_steps"] >= 2 * 100
+
+
+def test_warmup_rises_linearly_then_stays_at_the_peak():
+    schedule = warmup_schedule(0.1, warmup_steps=10)
+    values = [float(schedule(step)) for step in (0, 4, 9, 50)]
+    assert values == pytest.approx([0.01, 0.05, 0.1, 0.1])
+    assert float(warmup_schedule(0.1, 0)(0)) == pytest.approx(0.1)
+
+
+def test_chief_is_the_chief_task_or_worker_zero():
+    workers = {"cluster": {"worker": ["a:1", "b:2"]}}
+    assert is_chief("") and worker_task("") == ("chief", 0)
+    assert is_chief(json.dumps({**workers, "task": {"type": "worker", "index": 0}}))
+    assert not is_chief(json.dumps({**workers, "task": {"type": "worker", "index": 1}}))
+    with_chief = {"cluster": {"chief": ["c:0"], "worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}
+    assert not is_chief(json.dumps(with_chief))
+
+
+@pytest.mark.parametrize("key, value", [("strategy", "horovod"), ("precision", "int8"), ("xla", "maybe"),
+                                        ("steps_per_execution", 0), ("gradient_accumulation_steps", 0)])
+def test_config_rejects_unknown_training_choices(key, value):
+    with pytest.raises(ConfigError, match=f"train.{key}"):
+        load_config(train={key: value})
