@@ -4,6 +4,7 @@ Prints one line per component as it starts and ends; returns a RunSummary read b
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -11,6 +12,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from components.trainer.train import REPORT_FILE as TRAINING_REPORT
 from pipeline.config import PipelineConfig
 
 
@@ -25,6 +27,7 @@ class StepTiming:
 class RunSummary:
     steps: list[StepTiming] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
+    training: dict = field(default_factory=dict)  # the Trainer's training_report.json
     blessed: bool | None = None
     pushed_to: str | None = None
     wall_seconds: float = 0.0
@@ -33,6 +36,11 @@ class RunSummary:
         lines = ["", "Run summary", "-----------"]
         for step in self.steps:
             lines.append(f"  {step.name:<32} {step.status:<7} {step.seconds:6.1f} s")
+        if self.training:
+            t = self.training
+            wait = "n/a" if t.get("input_wait_fraction") is None else f"{100 * t['input_wait_fraction']:.1f}%"
+            lines.append(f"  training: {t['strategy']} x{t['replicas']}, {t['precision']}, XLA {'on' if t['xla'] else 'off'}, "
+                         f"{t['examples_per_second']:,.0f} examples/s, input wait {wait}")
         if self.metrics:
             lines.append("  eval metrics: " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(self.metrics.items())))
         lines.append(f"  blessed: {'yes' if self.blessed else 'no' if self.blessed is False else 'not evaluated'}")
@@ -119,6 +127,11 @@ def summarize_latest_run(config: PipelineConfig) -> RunSummary:
             for entry in per_slice.metric_keys_and_values:
                 if entry.key.model_name in ("", "candidate") and not entry.key.is_diff:
                     summary.metrics[entry.key.name] = entry.value.double_value.value
+    model_run = _latest_output(store, config.pipeline_name, "Trainer", "model_run")
+    report_path = model_run and os.path.join(model_run.uri, TRAINING_REPORT)
+    if report_path and os.path.exists(report_path):
+        with open(report_path) as handle:
+            summary.training = json.load(handle)
     blessing = _latest_output(store, config.pipeline_name, "Evaluator", "blessing")
     if blessing is not None:
         summary.blessed = blessing.custom_properties["blessed"].int_value == 1

@@ -125,9 +125,10 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
                             repeat=training, cache=cache, seed=settings["seed"], shard_by_data=multi_worker)
 
     probe_batch = next(iter(dataset(job.train_files, False, batch_size=8 * replicas, cache=False)))
+    memory_batches = _in_memory_batches(dataset(job.train_files, True, cache=False), settings)
     with strategy.scope():
-        model, precision, xla = _build_for_device(model_module, preprocessing, strategy, device, settings, plan,
-                                                  probe_batch, multi_worker)
+        model, precision, xla, memory_rate = _build_for_device(
+            model_module, preprocessing, device, settings, plan, probe_batch, memory_batches, multi_worker)
     logging.info("Precision %s (%s); XLA %s (%s)", precision.value, precision.reason, xla.value, xla.reason)
 
     checkpoint_dir = job.checkpoint_dir
@@ -141,9 +142,6 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
                  keras.callbacks.TensorBoard(os.path.join(job.run_dir, "logs"), profile_batch=_profile_window(settings)),
                  *extra_callbacks]
     with strategy.scope():
-        memory_rate = _in_memory_throughput(model, dataset(job.train_files, True, cache=False),
-                                            settings["input_probe_steps"], plan["global_batch"],
-                                            settings["steps_per_execution"])
         if resumed_from_step:
             logging.info("Resuming from the checkpoint at step %d in %s", resumed_from_step, checkpoint_dir)
         logging.info("Training %d steps (%d intervals of %d) on %d examples, global batch %d", plan["total_steps"],
@@ -221,40 +219,71 @@ def _override(value: str) -> str | None:
     return None if value == "auto" else value
 
 
-def _build_for_device(model_module, preprocessing, strategy, device: DeviceDescription, settings: dict,
-                      plan: dict, probe_batch, multi_worker: bool) -> tuple[keras.Model, Decision, Decision]:
-    """Builds and compiles the model under the chosen policy; call inside the strategy's scope.
+def _build_for_device(model_module, preprocessing, device: DeviceDescription, settings: dict, plan: dict,
+                      probe_batch, memory_batches, multi_worker: bool):
+    """Builds and compiles the model for this device; call inside the strategy's scope.
 
-    XLA is tried when asked for (on `auto`: when the device gains from it, i.e. an accelerator or a bf16
-    CPU) with one real training step; when that step does not compile, XLA is turned off and the policy
-    chosen again. Output: the compiled model, the precision decision and the XLA decision.
+    With `xla: auto` on a device that may gain from XLA (an accelerator or a bf16 CPU), two candidates are
+    built from the same initial weights and timed on the same in-memory batches: XLA with the policy the
+    device gets with XLA, and no XLA with the policy it gets without. The XLA one is kept unless the other
+    is at least 10% faster. A candidate whose first training step does not compile under XLA is dropped.
+    Output: (compiled model, precision Decision, XLA Decision, in-memory examples/s or 0.0 when not timed).
     """
     wanted = settings["xla"]
-    xla_on = wanted == "on" or (wanted == "auto" and bool(device.gpus or device.tpu_cores or device.cpu_bf16))
-    xla = Decision("on" if xla_on else "off", "set in the config" if wanted != "auto" else
-                   ("the device gains from compiled kernels" if xla_on else "plain CPU: no gain measured"))
-    while True:
-        precision = choose_precision(device, xla=xla.value == "on", override=_override(settings["precision"]))
-        keras.config.set_dtype_policy(precision.value)
-        try:
-            model = model_module.build_model(preprocessing)
-            if model.output.dtype != "float32":  # the loss must see float32 outputs
-                model = keras.Model(model.input, keras.layers.Activation("linear", dtype="float32")(model.output))
-        finally:
-            keras.config.set_dtype_policy("float32")
-        if multi_worker:
-            _work_around_keras_multi_worker_fit(model)
-        _compile(model, plan, settings, precision.value, xla.value == "on")
-        if xla.value == "off":
-            return model, precision, xla
-        try:
-            with _variables_restored(model):
-                model.train_on_batch(*probe_batch)
-            return model, precision, xla
-        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.NotFoundError) as error:
-            reason = _xla_failure(str(error))
-            logging.warning("XLA failed for %s, training without it: %s", settings["model"], reason)
-            xla = Decision("off", f"XLA failed for this model on this strategy: {reason}")
+    may_gain = bool(device.gpus or device.tpu_cores or device.cpu_bf16)
+    candidates = ["on", "off"] if wanted == "auto" and may_gain else ["off"] if wanted == "auto" else [wanted]
+    measure = bool(settings["input_probe_steps"])
+    built, failure = [], ""
+    for xla in candidates:
+        precision = choose_precision(device, xla=xla == "on", override=_override(settings["precision"]))
+        model = _build_and_compile(model_module, preprocessing, settings, plan, precision.value, xla == "on",
+                                   multi_worker)
+        if xla == "on":
+            try:
+                with _variables_restored(model):
+                    model.train_on_batch(*probe_batch)
+            except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.NotFoundError) as error:
+                failure = _xla_failure(str(error))
+                logging.warning("XLA failed for %s, training without it: %s", settings["model"], failure)
+                if candidates[-1] == "on":  # XLA was asked for: fall back to no XLA
+                    candidates.append("off")
+                continue
+        rate = _in_memory_throughput(model, memory_batches, plan["global_batch"], settings["steps_per_execution"],
+                                     settings["input_probe_steps"]) if measure else 0.0
+        built.append((model, precision, xla, rate))
+        if not measure:
+            break
+    model, precision, xla, rate = built[0]
+    if failure:
+        reason = f"XLA failed for this model on this strategy: {failure}"
+    elif len(built) == 2:
+        (_, with_policy, _, with_rate), (_, without_policy, _, without_rate) = built
+        reason = (f"measured on in-memory batches: {with_rate:,.0f} examples/s with XLA ({with_policy.value}), "
+                  f"{without_rate:,.0f} without ({without_policy.value})")
+        if without_rate > 1.1 * with_rate:
+            model, precision, xla, rate = built[1]
+    elif wanted == "auto":
+        reason = "plain CPU: nothing for XLA to gain"
+    else:
+        reason = "set in the config"
+    return model, precision, Decision(xla, reason), rate
+
+
+def _build_and_compile(model_module, preprocessing, settings: dict, plan: dict, policy: str, xla: bool,
+                       multi_worker: bool) -> keras.Model:
+    """Builds the model under `policy` from the configured seed (float32 output guaranteed), compiled."""
+    keras.utils.set_random_seed(settings["seed"])
+    keras.config.set_dtype_policy(policy)
+    try:
+        model = model_module.build_model(preprocessing)
+        if model.output.dtype != "float32":  # the loss must see float32 outputs
+            model = keras.Model(model.input, keras.layers.Activation("linear", dtype="float32")(model.output))
+    finally:
+        keras.config.set_dtype_policy("float32")
+    if multi_worker:
+        _work_around_keras_multi_worker_fit(model)
+    _compile(model, plan, settings, policy, xla)
+    return model
 
 
 def _xla_failure(message: str) -> str:
@@ -278,17 +307,21 @@ def _variables_restored(model: keras.Model):
             variable.assign(value)
 
 
-def _in_memory_throughput(model: keras.Model, train_data: tf.data.Dataset, steps: int, global_batch: int,
-                          execution: int) -> float:
-    """Trains `steps` steps on batches already in memory and restores every variable afterwards.
-    Output: examples/s with no input cost (0.0 when steps is 0). Also compiles the train step."""
-    if not steps:
-        return 0.0
-    steps = max(execution, steps // execution * execution)
+def _in_memory_batches(train_data: tf.data.Dataset, settings: dict) -> tf.data.Dataset:
+    """The first `input_probe_steps` training batches, read once into memory and repeated."""
+    steps = max(settings["steps_per_execution"], settings["input_probe_steps"])
     batches = train_data.take(steps).cache()
-    for _ in batches:  # fill the cache before timing
-        pass
-    batches = batches.repeat()
+    if settings["input_probe_steps"]:
+        for _ in batches:  # fill the cache now, not while timing
+            pass
+    return batches.repeat()
+
+
+def _in_memory_throughput(model: keras.Model, batches: tf.data.Dataset, global_batch: int, execution: int,
+                          steps: int) -> float:
+    """Trains about `steps` steps on batches already in memory (compiling first), then restores every
+    variable. Output: examples/s with no input cost."""
+    steps = max(execution, steps // execution * execution)
     with _variables_restored(model):
         model.fit(batches, steps_per_epoch=execution, epochs=1, verbose=0)  # trace and compile
         start = time.perf_counter()

@@ -1,0 +1,102 @@
+"""Training throughput on this machine: a plain Keras float32 loop vs the Trainer's automatic configuration.
+
+    .venv/bin/python bench/trainer_throughput.py [--models models.taxi models.taxi_wide] [--epochs 40]
+
+For each model, on the bundled taxi data as gzip TFRecords (shards 0-2 train, shard 3 eval):
+- plain: per-example `parse_single_example`, preprocessing inside the model, float32, no XLA, one step per
+  call, no cache;
+- trainer, float32: the Trainer (`components.trainer.train.train`) with precision float32 and XLA off;
+- trainer, auto: the Trainer with every choice automatic (here: mixed_bfloat16 + XLA on a bf16 CPU).
+Prints examples/s of each, the auto/plain ratio, and the auto run's input-wait fraction: 1 - (throughput on
+the real TFRecord input / throughput on the same batches served from memory).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import importlib
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from components.trainer.train import ADAPT_SAMPLE_SIZE, TrainingJob, read_sample, train  # noqa: E402
+from pipeline.config import load_config  # noqa: E402
+from pipeline.data import write_taxi_span  # noqa: E402
+
+
+def plain_keras_throughput(model_name: str, train_files: list[str], batch_size: int, steps: int) -> float:
+    """Examples/s of the plain loop over `steps` steps (after 20 warm-up steps)."""
+    module = importlib.import_module(model_name)
+    spec = {**module.INPUTS, **module.LABEL_INPUTS}
+    keras.config.set_dtype_policy("float32")
+    preprocessing = module.build_preprocessing(read_sample(train_files, module.INPUTS, ADAPT_SAMPLE_SIZE))
+    core = module.build_model(preprocessing)
+    inputs = {name: keras.Input(shape=(), dtype=tensor.dtype, name=name) for name, tensor in preprocessing.input.items()}
+    model = keras.Model(inputs, core(preprocessing(inputs)))
+    model.compile(keras.optimizers.Adam(0.003), "binary_crossentropy", jit_compile=False, steps_per_execution=1)
+    records = tf.data.TFRecordDataset(train_files, compression_type="GZIP")
+    examples = records.map(lambda record: tf.io.parse_single_example(record, spec))
+    dataset = examples.map(lambda f: ({name: f[name] for name in module.INPUTS}, module.make_label(f)))
+    dataset = dataset.shuffle(10_000).repeat().batch(batch_size)
+    model.fit(dataset, steps_per_epoch=20, epochs=1, verbose=0)
+    start = time.perf_counter()
+    model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0)
+    return steps * batch_size / (time.perf_counter() - start)
+
+
+def trainer_report(model_name: str, files: dict, output: str, **overrides) -> dict:
+    settings = dataclasses.asdict(load_config(train={"model": model_name, **overrides}).train)
+    return train(TrainingJob(settings=settings, serving_model_dir=os.path.join(output, "serving"),
+                             run_dir=os.path.join(output, "run"), checkpoint_dir=os.path.join(output, "ckpt"),
+                             **files))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["models.taxi", "models.taxi_wide"])
+    parser.add_argument("--epochs", type=int, default=40, help="passes over the 11k training rows per trainer run")
+    parser.add_argument("--plain-steps", type=int, default=300)
+    parser.add_argument("--probe-steps", type=int, default=400, help="in-memory steps for the input-wait figure")
+    args = parser.parse_args()
+
+    work = tempfile.mkdtemp(prefix="bench-trainer-")
+    span_dir, rows = write_taxi_span(work, span=1)
+    shards = sorted(glob.glob(os.path.join(span_dir, "*.gz")))
+    files = {"train_files": shards[:3], "eval_files": shards[3:]}
+    batch_size = load_config().train.batch_size
+    print(f"{rows} taxi rows as {len(shards)} gzip TFRecord shards in {span_dir}; batch {batch_size}", flush=True)
+
+    rows_out = []
+    for model_name in args.models:
+        plain = plain_keras_throughput(model_name, files["train_files"], batch_size, args.plain_steps)
+        fp32 = trainer_report(model_name, files, os.path.join(work, model_name, "fp32"), epochs=args.epochs,
+                              precision="float32", xla="off", input_probe_steps=args.probe_steps)
+        auto = trainer_report(model_name, files, os.path.join(work, model_name, "auto"), epochs=args.epochs,
+                              input_probe_steps=args.probe_steps)
+        rows_out.append((model_name, plain, fp32, auto))
+        print(f"{model_name}: plain {plain:,.0f} ex/s | trainer float32 {fp32['examples_per_second']:,.0f} ex/s | "
+              f"trainer auto ({auto['precision']}, XLA {'on' if auto['xla'] else 'off'}) "
+              f"{auto['examples_per_second']:,.0f} ex/s", flush=True)
+
+    print("\nmodel              plain ex/s  trainer fp32  trainer auto  auto/plain  auto/fp32  input wait  "
+          "in-memory ex/s  auto val AUC")
+    for model_name, plain, fp32, auto in rows_out:
+        print(f"{model_name:18s} {plain:10,.0f}  {fp32['examples_per_second']:12,.0f}  "
+              f"{auto['examples_per_second']:12,.0f}  {auto['examples_per_second'] / plain:9.2f}x  "
+              f"{auto['examples_per_second'] / fp32['examples_per_second']:8.2f}x  "
+              f"{100 * auto['input_wait_fraction']:9.1f}%  {auto['in_memory_examples_per_second']:14,.0f}  "
+              f"{auto['final_metrics']['val_auc']:.4f}")
+    print(f"auto configuration: {rows_out[-1][3]['strategy']}, {rows_out[-1][3]['precision']} "
+          f"({rows_out[-1][3]['precision_reason']}), XLA {rows_out[-1][3]['xla']}, "
+          f"steps per execution {rows_out[-1][3]['steps_per_execution']}, cached {rows_out[-1][3]['cached_in_memory']}")
+
+
+if __name__ == "__main__":
+    main()
