@@ -86,16 +86,15 @@ def main() -> None:
               f"{auto['examples_per_second']:,.0f} ex/s", flush=True)
 
     print("\nmodel              plain ex/s  trainer fp32  trainer auto  auto/plain  auto/fp32  input wait  "
-          "in-memory ex/s  auto val AUC")
+          "in-memory ex/s")
     for model_name, plain, fp32, auto in rows_out:
         print(f"{model_name:18s} {plain:10,.0f}  {fp32['examples_per_second']:12,.0f}  "
               f"{auto['examples_per_second']:12,.0f}  {auto['examples_per_second'] / plain:9.2f}x  "
               f"{auto['examples_per_second'] / fp32['examples_per_second']:8.2f}x  "
-              f"{100 * auto['input_wait_fraction']:9.1f}%  {auto['in_memory_examples_per_second']:14,.0f}  "
-              f"{auto['final_metrics']['val_auc']:.4f}")
-    print(f"auto configuration: {rows_out[-1][3]['strategy']}, {rows_out[-1][3]['precision']} "
-          f"({rows_out[-1][3]['precision_reason']}), XLA {rows_out[-1][3]['xla']}, "
-          f"steps per execution {rows_out[-1][3]['steps_per_execution']}, cached {rows_out[-1][3]['cached_in_memory']}")
+              f"{100 * auto['input_wait_fraction']:9.1f}%  {auto['in_memory_examples_per_second']:14,.0f}")
+    for model_name, _, _, auto in rows_out:
+        print(f"{model_name} auto: {auto['strategy']}, {auto['precision']}, XLA {auto['xla']} ({auto['xla_reason']}), "
+              f"steps per execution {auto['steps_per_execution']}, records cached {auto['cached_in_memory']}")
 
 
 if __name__ == "__main__":

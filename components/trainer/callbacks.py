@@ -19,10 +19,9 @@ class ThroughputMeter(keras.callbacks.Callback):
     intervals, the first one skipped when there are several because it may include tracing).
     """
 
-    def __init__(self, global_batch: int, steps_per_execution: int):
+    def __init__(self, global_batch: int):
         super().__init__()
         self.global_batch = global_batch
-        self.steps_per_execution = steps_per_execution
         self.steps = 0
         self._rates: list[float] = []
         self._step_seconds: list[float] = []

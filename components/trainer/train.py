@@ -135,7 +135,7 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
     if multi_worker:  # each worker keeps its own copy of the (identical) training state
         checkpoint_dir = os.path.join(checkpoint_dir, "%s-%d" % worker_task())
     resumed_from_step = _checkpointed_interval(checkpoint_dir) * plan["steps_per_interval"]
-    meter = training_callbacks.ThroughputMeter(plan["global_batch"], settings["steps_per_execution"])
+    meter = training_callbacks.ThroughputMeter(plan["global_batch"])
     loss_scale = training_callbacks.LossScaleRecorder()
     callbacks = [keras.callbacks.BackupAndRestore(checkpoint_dir, save_freq="epoch", double_checkpoint=True),
                  training_callbacks.StopOnDivergence(plan["steps_per_interval"]), meter, loss_scale,

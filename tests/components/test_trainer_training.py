@@ -163,11 +163,14 @@ def test_model_that_xla_cannot_compile_trains_without_xla(files, tmp_path):
     assert report["final_metrics"]["val_auc"] > 0.8
 
 
-def test_gradient_accumulation_scales_the_learning_rate_and_trains(files, tmp_path):
-    report = _train_here(files, tmp_path, gradient_accumulation_steps=2, xla="off")
+def test_gradient_accumulation_trains_and_the_profiler_traces_its_window(files, tmp_path):
+    report = _train_here(files, tmp_path, gradient_accumulation_steps=2, xla="off", profile_from_step=5,
+                         profile_steps=3)
     assert report["gradient_accumulation_steps"] == 2
     assert report["learning_rate"] == pytest.approx(2 * _settings()["learning_rate"])
     assert report["final_metrics"]["val_auc"] > 0.85
+    traces = tf.io.gfile.glob(str(tmp_path / "run" / "logs" / "train" / "plugins" / "profile" / "*" / "*.xplane.pb"))
+    assert traces, list(tmp_path.rglob("*"))
 
 
 def test_diverging_training_stops_with_the_step_named(files, tmp_path):
