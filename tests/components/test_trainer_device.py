@@ -64,3 +64,22 @@ def test_this_machine_is_described_and_serializes():
     device = describe_devices()
     assert device.gpus == () and device.tpu_cores == 0  # no accelerator on these machines
     assert json.loads(json.dumps(dataclasses.asdict(device)))["num_workers"] >= 1  # as the training report stores it
+
+
+def test_gpu_memory_settings_reach_every_described_gpu(monkeypatch):
+    """No GPU here: a described GPU stands in, and the calls TensorFlow would get are checked."""
+    import tensorflow as tf
+
+    from components.trainer.distribution import configure_gpus
+
+    gpus = [tf.config.PhysicalDevice(name=f"/physical_device:GPU:{i}", device_type="GPU") for i in range(2)]
+    calls = []
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: gpus if kind == "GPU" else [])
+    monkeypatch.setattr(tf.config.experimental, "set_memory_growth", lambda gpu, on: calls.append(("growth", gpu.name, on)))
+    monkeypatch.setattr(tf.config, "set_logical_device_configuration",
+                        lambda gpu, configs: calls.append(("limit", gpu.name, [c.memory_limit for c in configs])))
+    configure_gpus(memory_growth=True, memory_limit_mb=0)
+    assert calls == [("growth", gpu.name, True) for gpu in gpus]
+    calls.clear()
+    configure_gpus(memory_growth=True, memory_limit_mb=4096)  # a limit replaces growth
+    assert calls == [("limit", gpu.name, [4096]) for gpu in gpus]
