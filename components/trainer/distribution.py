@@ -49,17 +49,20 @@ def make_strategy(name: str, device: DeviceDescription) -> tf.distribute.Strateg
     return tf.distribute.OneDeviceStrategy("/gpu:0" if device.gpus else "/cpu:0")
 
 
+def _tf_config(tf_config: str | None) -> dict:
+    raw = os.environ.get("TF_CONFIG") if tf_config is None else tf_config
+    return json.loads(raw) if raw else {}
+
+
 def worker_task(tf_config: str | None = None) -> tuple[str, int]:
     """Output: this process's (task type, index) from TF_CONFIG; ("chief", 0) when training alone."""
-    raw = os.environ.get("TF_CONFIG") if tf_config is None else tf_config
-    task = json.loads(raw).get("task", {}) if raw else {}
+    task = _tf_config(tf_config).get("task", {})
     return task.get("type", "chief"), int(task.get("index", 0))
 
 
 def is_chief(tf_config: str | None = None) -> bool:
     """Output: True for the process that writes the model: the chief, or worker 0 when there is no chief."""
-    task_type, index = worker_task(tf_config)
-    if task_type == "chief":
-        return True
-    cluster = json.loads(os.environ.get("TF_CONFIG") if tf_config is None else tf_config).get("cluster", {})
-    return task_type == "worker" and index == 0 and "chief" not in cluster
+    config = _tf_config(tf_config)
+    task = config.get("task", {})
+    task_type, index = task.get("type", "chief"), int(task.get("index", 0))
+    return task_type == "chief" or (task_type == "worker" and index == 0 and "chief" not in config.get("cluster", {}))

@@ -50,13 +50,10 @@ def checkpoint_dir_for(checkpoint_root: str, train_files: list[str], settings: d
     return os.path.join(checkpoint_root, key.hexdigest()[:16])
 
 
-def warmup_schedule(peak_learning_rate: float, warmup_steps: int):
-    """Output: a learning-rate schedule rising linearly from 0 to `peak_learning_rate` over `warmup_steps`
-    optimizer steps, then constant."""
-    return WarmupThenConstant(peak_learning_rate, warmup_steps)
-
-
 class WarmupThenConstant(keras.optimizers.schedules.LearningRateSchedule):
+    """Learning rate rising linearly from 0 to `peak_learning_rate` over `warmup_steps` optimizer steps,
+    then constant."""
+
     def __init__(self, peak_learning_rate: float, warmup_steps: int):
         self.peak_learning_rate = peak_learning_rate
         self.warmup_steps = warmup_steps
@@ -131,9 +128,10 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
             model_module, preprocessing, device, settings, plan, probe_batch, memory_batches, multi_worker)
     logging.info("Precision %s (%s); XLA %s (%s)", precision.value, precision.reason, xla.value, xla.reason)
 
+    worker = "%s-%d" % worker_task()
     checkpoint_dir = job.checkpoint_dir
     if multi_worker:  # each worker keeps its own copy of the (identical) training state
-        checkpoint_dir = os.path.join(checkpoint_dir, "%s-%d" % worker_task())
+        checkpoint_dir = os.path.join(checkpoint_dir, worker)
     resumed_from_step = _checkpointed_interval(checkpoint_dir) * plan["steps_per_interval"]
     meter = training_callbacks.ThroughputMeter(plan["global_batch"])
     loss_scale = training_callbacks.LossScaleRecorder()
@@ -157,7 +155,7 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
         "model": settings["model"],
         "device": dataclasses.asdict(device),
         "strategy": strategy_choice.value, "strategy_reason": strategy_choice.reason, "replicas": replicas,
-        "worker": "%s-%d" % worker_task(), "precision": precision.value, "precision_reason": precision.reason,
+        "worker": worker, "precision": precision.value, "precision_reason": precision.reason,
         "xla": xla.value == "on", "xla_reason": xla.reason,
         "train_examples": train_examples, "cached_in_memory": cache, **plan,
         "steps_per_execution": settings["steps_per_execution"],
@@ -185,7 +183,7 @@ def _compile(model: keras.Model, plan: dict, settings: dict, precision: str, xla
     """Adam with warmup and the scaled learning rate (wrapped for dynamic loss scaling under mixed_float16),
     binary cross-entropy, AUC and accuracy; XLA and steps per execution as decided."""
     accumulation = plan["gradient_accumulation_steps"]
-    optimizer = keras.optimizers.Adam(warmup_schedule(plan["learning_rate"], settings["warmup_steps"]),
+    optimizer = keras.optimizers.Adam(WarmupThenConstant(plan["learning_rate"], settings["warmup_steps"]),
                                       gradient_accumulation_steps=accumulation if accumulation > 1 else None)
     if precision == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from components.trainer.distribution import is_chief, worker_task
 from components.trainer.callbacks import TrainingDivergedError
-from components.trainer.train import TrainingJob, train, training_plan, warmup_schedule
+from components.trainer.train import TrainingJob, train, training_plan, WarmupThenConstant
 from pipeline.config import ConfigError, load_config
 
 JOB_SCRIPT = os.path.join(os.path.dirname(__file__), "trainer_job.py")
@@ -192,10 +192,10 @@ def test_training_plan_scales_batch_and_learning_rate_and_rounds_intervals():
 
 
 def test_warmup_rises_linearly_then_stays_at_the_peak():
-    schedule = warmup_schedule(0.1, warmup_steps=10)
+    schedule = WarmupThenConstant(0.1, warmup_steps=10)
     values = [float(schedule(step)) for step in (0, 4, 9, 50)]
     assert values == pytest.approx([0.01, 0.05, 0.1, 0.1])
-    assert float(warmup_schedule(0.1, 0)(0)) == pytest.approx(0.1)
+    assert float(WarmupThenConstant(0.1, 0)(0)) == pytest.approx(0.1)
 
 
 def test_chief_is_the_chief_task_or_worker_zero():
