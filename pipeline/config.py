@@ -1,6 +1,6 @@
 """The pipeline's one typed config: every default lives here. Load overrides from YAML with `load_config`.
 
-YAML mirrors the dataclasses: top-level keys plus the sections `ingest`, `train`, `evaluate`.
+YAML mirrors the dataclasses: top-level keys plus the sections `ingest`, `train`, `evaluate`, `export`.
 Unknown keys, wrong types and impossible values raise ConfigError naming the key.
 """
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from components.model_export.tflite import TFLITE_VARIANTS
 from components.trainer.device import POLICIES, STRATEGIES
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -51,8 +52,21 @@ class TrainConfig:
 
 @dataclass
 class EvaluateConfig:
-    min_auc: float = 0.9  # absolute bar a candidate must clear to be blessed
-    max_auc_drop: float = 0.01  # how far below the latest blessed model's AUC a candidate may fall
+    slice_feature: str = "payment_type"  # metrics are also reported per value of this feature ("" = none)
+    min_auc: float = 0.9  # absolute bar a model must clear to be blessed
+    max_auc_drop_vs_fp32: float = 0.005  # how far below the FP32 baseline's AUC the candidate may fall
+    max_accuracy_drop_vs_fp32: float = 0.005  # ...and its binary accuracy
+    max_auc_drop_vs_production: float = 0.01  # how far below the latest blessed model's AUC a model may fall
+    max_accuracy_drop_vs_production: float = 0.01  # ...and its binary accuracy
+    fallback_to_fp32: bool = True  # candidate fails FP32 parity, baseline passes the rest: bless the baseline
+
+
+@dataclass
+class ExportConfig:
+    tflite_variants: list[str] = field(default_factory=lambda: list(TFLITE_VARIANTS))  # converted and evaluated
+    max_tflite_auc_drop: float = 0.01  # a variant whose AUC falls further below the SavedModel's is rejected
+    representative_examples: int = 300  # training examples that calibrate full-int8 quantization
+    latency_examples: int = 300  # single-example invocations timed per variant (median reported)
 
 
 @dataclass
@@ -67,6 +81,7 @@ class PipelineConfig:
     ingest: IngestConfig = field(default_factory=IngestConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
 
     @property
     def pipeline_root(self) -> str:
@@ -100,7 +115,15 @@ _RULES = {
     "train.profile_from_step": (lambda v: v >= 1, "must be at least 1"),
     "train.profile_steps": (lambda v: v >= 0, "must not be negative"),
     "evaluate.min_auc": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
-    "evaluate.max_auc_drop": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
+    "evaluate.max_auc_drop_vs_fp32": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
+    "evaluate.max_accuracy_drop_vs_fp32": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
+    "evaluate.max_auc_drop_vs_production": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
+    "evaluate.max_accuracy_drop_vs_production": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
+    "export.tflite_variants": (lambda v: v and set(v) <= set(TFLITE_VARIANTS),
+                               "must list one or more of " + ", ".join(TFLITE_VARIANTS)),
+    "export.max_tflite_auc_drop": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
+    "export.representative_examples": (lambda v: v >= 1, "must be at least 1"),
+    "export.latency_examples": (lambda v: v >= 1, "must be at least 1"),
 }
 
 

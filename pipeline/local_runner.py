@@ -12,6 +12,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from components.model_export.executor import REPORT_FILE as EXPORT_REPORT
+from components.precision_evaluator.executor import REPORT_FILE as PRECISION_REPORT
+from components.precision_evaluator.gates import CANDIDATE, OVERALL
 from components.trainer.train import REPORT_FILE as TRAINING_REPORT
 from pipeline.config import PipelineConfig
 
@@ -28,6 +31,8 @@ class RunSummary:
     steps: list[StepTiming] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
     training: dict = field(default_factory=dict)  # the Trainer's training_report.json
+    evaluation: dict = field(default_factory=dict)  # the PrecisionEvaluator's precision_report.json
+    export: dict = field(default_factory=dict)  # ModelExport's export_report.json
     blessed: bool | None = None
     pushed_to: str | None = None
     wall_seconds: float = 0.0
@@ -42,7 +47,22 @@ class RunSummary:
             lines.append(f"  training: {t['strategy']} x{t['replicas']}, {t['precision']}, XLA {'on' if t['xla'] else 'off'}, "
                          f"{t['examples_per_second']:,.0f} examples/s, input wait {wait}")
         if self.metrics:
-            lines.append("  eval metrics: " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(self.metrics.items())))
+            lines.append("  eval metrics: " + ", ".join(
+                f"{k} {v:,.0f}" if k == "example_count" else f"{k} {v:.4f}" for k, v in sorted(self.metrics.items())))
+        if self.evaluation:
+            lines.append(f"  evaluation: {self.evaluation['summary']}")
+            for check in self.evaluation["checks"]:
+                if not check["passed"]:
+                    value, reference = (f"{v:.4f}" if v is not None else "n/a"
+                                        for v in (check["value"], check["reference"]))
+                    lines.append(f"    FAILED {check['gate']}: {check['model']} {check['metric']} {value} "
+                                 f"vs {reference} (tolerance {check['tolerance']})")
+        if self.export.get("exported"):
+            recommended = self.export["recommended"]
+            variant = self.export["variants"].get(recommended, {})
+            lines.append(f"  TFLite for devices: {recommended or 'none accepted'}" + (
+                f" ({variant['size_bytes']:,} bytes, AUC {variant['auc']:.4f}, "
+                f"{variant['median_latency_us']:.1f} µs/example)" if variant else ""))
         lines.append(f"  blessed: {'yes' if self.blessed else 'no' if self.blessed is False else 'not evaluated'}")
         lines.append(f"  pushed to: {self.pushed_to or 'nothing pushed'}")
         lines.append(f"  total wall time: {self.wall_seconds:.1f} s")
@@ -112,33 +132,36 @@ def run_local(config: PipelineConfig, verbose: bool = False) -> RunSummary:
 
 
 def summarize_latest_run(config: PipelineConfig) -> RunSummary:
-    """Reads the newest Evaluator and Pusher outputs of this pipeline from MLMD."""
-    import tensorflow_model_analysis as tfma
+    """Reads the newest Trainer, PrecisionEvaluator, ModelExport and AtomicPusher outputs from MLMD."""
     from ml_metadata.metadata_store import metadata_store
     from tfx.orchestration import metadata
 
     store = metadata_store.MetadataStore(metadata.sqlite_metadata_connection_config(config.metadata_path))
     summary = RunSummary()
-    evaluation = _latest_output(store, config.pipeline_name, "Evaluator", "evaluation")
-    if evaluation is not None:
-        for per_slice in tfma.load_metrics(evaluation.uri):
-            if per_slice.slice_key.single_slice_keys:
-                continue
-            for entry in per_slice.metric_keys_and_values:
-                if entry.key.model_name in ("", "candidate") and not entry.key.is_diff:
-                    summary.metrics[entry.key.name] = entry.value.double_value.value
-    model_run = _latest_output(store, config.pipeline_name, "Trainer", "model_run")
-    report_path = model_run and os.path.join(model_run.uri, TRAINING_REPORT)
-    if report_path and os.path.exists(report_path):
-        with open(report_path) as handle:
-            summary.training = json.load(handle)
-    blessing = _latest_output(store, config.pipeline_name, "Evaluator", "blessing")
-    if blessing is not None:
+    summary.training = _read_json(_latest_output(store, config.pipeline_name, "Trainer", "model_run"),
+                                  TRAINING_REPORT)
+    summary.evaluation = _read_json(_latest_output(store, config.pipeline_name, "PrecisionEvaluator", "evaluation"),
+                                    PRECISION_REPORT)
+    if summary.evaluation:
+        summary.metrics = dict(summary.evaluation["metrics"][OVERALL][CANDIDATE])
+    summary.export = _read_json(_latest_output(store, config.pipeline_name, "ModelExport", "exported_model"),
+                                EXPORT_REPORT)
+    blessing = _latest_output(store, config.pipeline_name, "PrecisionEvaluator", "blessing")
+    if blessing is not None and "blessed" in blessing.custom_properties:
         summary.blessed = blessing.custom_properties["blessed"].int_value == 1
-    pushed = _latest_output(store, config.pipeline_name, "Pusher", "pushed_model")
+    pushed = _latest_output(store, config.pipeline_name, "AtomicPusher", "pushed_model")
     if pushed is not None and pushed.custom_properties["pushed"].int_value == 1:
         summary.pushed_to = pushed.custom_properties["pushed_destination"].string_value
     return summary
+
+
+def _read_json(artifact, name: str) -> dict:
+    """The JSON file `name` in the artifact's folder, or {} when there is no artifact or no file."""
+    path = artifact and os.path.join(artifact.uri, name)
+    if not path or not os.path.exists(path):
+        return {}
+    with open(path) as handle:
+        return json.load(handle)
 
 
 def _latest_output(store, pipeline_name: str, node_id: str, output_key: str):

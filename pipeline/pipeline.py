@@ -1,7 +1,10 @@
 """create_pipeline(config) -> tfx Pipeline: wiring only, shared by the local and Kubeflow runners.
 
 TFRecordIngest -> StatisticsGen -> ImportSchemaGen (curated schema) -> ExampleValidator -> ValidationGate
-               -> Trainer -> Evaluator (vs latest blessed model) -> Pusher (only when blessed)
+  -> Trainer (automatic strategy, precision, XLA)  +  Fp32BaselineTrainer (same model, float32, no XLA)
+  -> PrecisionEvaluator (candidate vs FP32 baseline vs latest blessed model; blessing + report)
+  -> ModelExport (blessed model: SavedModel + TFLite ladder, each re-evaluated)
+  -> AtomicPusher (new version folder, only when blessed)
 """
 from __future__ import annotations
 
@@ -9,17 +12,21 @@ import dataclasses
 import hashlib
 import importlib
 import inspect
+import json
 import os
 
-import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 
+from components.atomic_pusher.component import AtomicPusher
+from components.model_export.component import ModelExport
+from components.precision_evaluator.component import PrecisionEvaluator
 from components.tfrecord_ingest.component import TFRecordIngest
 from components.tfrecord_ingest.records import fingerprint_input
 from components.validation_gate.component import ValidationGate
 from pipeline.config import PipelineConfig
 
 TRAINER_RUN_FN = "components.trainer.run_fn.run_fn"
+FP32_BASELINE_TRAINER = "Fp32BaselineTrainer"
 
 
 def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
@@ -31,39 +38,52 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
     example_validator = tfx.components.ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"])
     validation_gate = ValidationGate(anomalies=example_validator.outputs["anomalies"])
-    trainer = tfx.components.Trainer(
-        run_fn=TRAINER_RUN_FN,
-        examples=ingest.outputs["examples"],
-        schema=schema_gen.outputs["schema"],
-        custom_config=trainer_custom_config(config))
-    trainer.add_upstream_node(validation_gate)  # blocking anomalies stop the run before any training
+    trainer = _trainer(config, ingest, schema_gen, "Trainer")
+    baseline_trainer = _trainer(config, ingest, schema_gen, FP32_BASELINE_TRAINER, precision="float32", xla="off")
+    for node in (trainer, baseline_trainer):
+        node.add_upstream_node(validation_gate)  # blocking anomalies stop the run before any training
     latest_blessed = tfx.dsl.Resolver(
         strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
         model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
         model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
     ).with_id("latest_blessed_model_resolver")
-    evaluator = tfx.components.Evaluator(
+    model_module = importlib.import_module(config.train.model)
+    evaluator = PrecisionEvaluator(
         examples=ingest.outputs["examples"],
         model=trainer.outputs["model"],
-        baseline_model=latest_blessed.outputs["model"],
-        eval_config=eval_config(config))
-    pusher = tfx.components.Pusher(
+        baseline_model=baseline_trainer.outputs["model"],
+        production_model=latest_blessed.outputs["model"],
+        settings=json.dumps({**dataclasses.asdict(config.evaluate), "label_key": model_module.LABEL_KEY}))
+    export = ModelExport(
+        examples=ingest.outputs["examples"],
         model=trainer.outputs["model"],
-        model_blessing=evaluator.outputs["blessing"],
-        push_destination=tfx.proto.PushDestination(
-            filesystem=tfx.proto.PushDestination.Filesystem(base_directory=config.push_dir)))
+        baseline_model=baseline_trainer.outputs["model"],
+        blessing=evaluator.outputs["blessing"],
+        model_module=config.train.model,
+        settings=json.dumps(dataclasses.asdict(config.export)))
+    pusher = AtomicPusher(exported_model=export.outputs["exported_model"], blessing=evaluator.outputs["blessing"],
+                          push_dir=os.path.abspath(config.push_dir))
     return tfx.dsl.Pipeline(
         pipeline_name=config.pipeline_name,
         pipeline_root=config.pipeline_root,
-        components=[ingest, statistics_gen, schema_gen, example_validator, validation_gate, trainer, latest_blessed,
-                    evaluator, pusher],
+        components=[ingest, statistics_gen, schema_gen, example_validator, validation_gate, trainer, baseline_trainer,
+                    latest_blessed, evaluator, export, pusher],
         enable_cache=config.enable_cache,
         metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
             config.metadata_path),
         beam_pipeline_args=config.beam_pipeline_args)
 
 
-def trainer_custom_config(config: PipelineConfig) -> dict:
+def _trainer(config: PipelineConfig, ingest, schema_gen, node_id: str, **train_overrides) -> tfx.components.Trainer:
+    """The GPU-aware Trainer as node `node_id`, with `train_overrides` applied to the train config."""
+    return tfx.components.Trainer(
+        run_fn=TRAINER_RUN_FN,
+        examples=ingest.outputs["examples"],
+        schema=schema_gen.outputs["schema"],
+        custom_config=trainer_custom_config(config, node_id, **train_overrides)).with_id(node_id)
+
+
+def trainer_custom_config(config: PipelineConfig, node_id: str, **train_overrides) -> dict:
     """The Trainer's settings, where interrupted trainings keep checkpoints, and a digest of the trainer and
     model code so that code changes bust the cache."""
     code = hashlib.sha256()
@@ -73,22 +93,5 @@ def trainer_custom_config(config: PipelineConfig) -> dict:
             if name.endswith(".py"):
                 with open(os.path.join(folder, name), "rb") as handle:
                     code.update(name.encode() + handle.read())
-    return {**dataclasses.asdict(config.train), "code_fingerprint": code.hexdigest()[:16],
-            "checkpoint_root": os.path.join(os.path.abspath(config.pipeline_root), "checkpoints", "Trainer")}
-
-
-def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
-    """TFMA config: AUC must clear `min_auc` and, once a model was blessed, not drop more than `max_auc_drop`."""
-    return tfma.EvalConfig(
-        model_specs=[tfma.ModelSpec(signature_name="serving_default", label_key=importlib.import_module(config.train.model).LABEL_KEY,
-                                    preprocessing_function_names=["transform_features"])],
-        slicing_specs=[tfma.SlicingSpec()],
-        metrics_specs=[tfma.MetricsSpec(metrics=[
-            tfma.MetricConfig(class_name="ExampleCount"),
-            tfma.MetricConfig(class_name="BinaryAccuracy"),
-            tfma.MetricConfig(class_name="AUC", threshold=tfma.MetricThreshold(
-                value_threshold=tfma.GenericValueThreshold(lower_bound={"value": config.evaluate.min_auc}),
-                change_threshold=tfma.GenericChangeThreshold(
-                    direction=tfma.MetricDirection.HIGHER_IS_BETTER,
-                    absolute={"value": -config.evaluate.max_auc_drop}))),
-        ])])
+    return {**dataclasses.asdict(config.train), **train_overrides, "code_fingerprint": code.hexdigest()[:16],
+            "checkpoint_root": os.path.join(os.path.abspath(config.pipeline_root), "checkpoints", node_id)}

@@ -1,4 +1,5 @@
-"""Exports preprocessing + trained model as one SavedModel whose signatures take and return float32.
+"""Exports preprocessing + trained model as one SavedModel whose signatures take and return float32, and
+the model alone (model-ready inputs) as a Keras file for TFLite conversion.
 
 The trained model may compute in float16/bfloat16; its variables are float32. Export rebuilds the model
 under the float32 policy and copies the weights, so the serving graph holds no half-precision op and runs
@@ -6,12 +7,22 @@ on any CPU (a float16 graph is slow or fails on CPUs without float16 kernels: te
 """
 from __future__ import annotations
 
+import os
+
 import keras
 import tensorflow as tf
 
 SERVING_SIGNATURE = "serving_default"  # serialized tf.Example -> probabilities
 RAW_SIGNATURE = "serving_raw"  # one tensor per raw feature -> probabilities
 TRANSFORM_SIGNATURE = "transform_features"  # serialized tf.Example -> label (TFMA derives labels with it)
+PREPROCESS_SIGNATURE = "preprocess"  # one tensor per raw feature -> model-ready tensors (host side)
+MODEL_READY_DIR = "Format-Keras"  # beside the serving SavedModel: the model alone, model-ready tensors in
+MODEL_READY_FILE = "model_ready.keras"
+
+
+def model_ready_dir(serving_model_dir: str) -> str:
+    """Where the model-ready Keras file (the input of TFLite conversion) sits for a serving SavedModel."""
+    return os.path.join(os.path.dirname(os.path.normpath(serving_model_dir)), MODEL_READY_DIR)
 
 
 def float32_copy(model_module, preprocessing: keras.Model, trained: keras.Model) -> keras.Model:
@@ -35,6 +46,9 @@ def export_serving_model(model_module, preprocessing: keras.Model, model: keras.
     example_spec = [tf.TensorSpec([None], tf.string, name="examples")]
     raw_spec = [{name: tf.TensorSpec([None], spec.dtype, name=name) for name, spec in model_module.INPUTS.items()}]
 
+    def preprocess(features):
+        return preprocessing(features)
+
     def serve_raw(features):
         return {"probabilities": tf.cast(model(preprocessing(features), training=False), tf.float32)}
 
@@ -48,4 +62,13 @@ def export_serving_model(model_module, preprocessing: keras.Model, model: keras.
     archive.add_endpoint(SERVING_SIGNATURE, serve_examples, input_signature=example_spec)
     archive.add_endpoint(RAW_SIGNATURE, serve_raw, input_signature=raw_spec)
     archive.add_endpoint(TRANSFORM_SIGNATURE, transform_features, input_signature=example_spec)
+    archive.add_endpoint(PREPROCESS_SIGNATURE, preprocess, input_signature=raw_spec)
     archive.write_out(export_dir, verbose=False)
+    _export_model_ready(model, model_ready_dir(export_dir))
+
+
+def _export_model_ready(model: keras.Model, export_dir: str) -> None:
+    """Saves the model alone (model-ready inputs, no lookup tables, which TFLite's builtin ops cannot run)
+    as a Keras file, so the TFLite export can trace it at the input shape devices use."""
+    os.makedirs(export_dir, exist_ok=True)
+    model.save(os.path.join(export_dir, MODEL_READY_FILE))

@@ -1,0 +1,76 @@
+"""AtomicPusher executor: publishes a blessed export as a new version folder, or leaves everything as it was."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from absl import logging
+from tfx import types
+from tfx.dsl.components.base import base_executor
+from tfx.types import artifact_utils
+
+from components.atomic_pusher.publish import publish, versions
+from components.model_export.executor import REPORT_FILE as EXPORT_REPORT, SAVED_MODEL_DIR
+from components.precision_evaluator.blessing import is_blessed
+
+TFLITE_FILE = "model.tflite"  # the recommended variant, beside the SavedModel in each version
+PUSH_INFO_FILE = "push_info.json"
+
+
+class Executor(base_executor.BaseExecutor):
+    """Do(): pushes only when the blessing says blessed and the export holds a model; sets PushedModel's
+    standard properties (pushed, pushed_destination, pushed_version)."""
+
+    def Do(self, input_dict: dict[str, list[types.Artifact]], output_dict: dict[str, list[types.Artifact]],
+           exec_properties: dict[str, Any]) -> None:
+        blessing = artifact_utils.get_single_instance(input_dict["blessing"])
+        exported = artifact_utils.get_single_instance(input_dict["exported_model"])
+        pushed = artifact_utils.get_single_instance(output_dict["pushed_model"])
+        push_dir = exec_properties["push_dir"]
+        with open(os.path.join(exported.uri, EXPORT_REPORT)) as handle:
+            export_report = json.load(handle)
+        if not is_blessed(blessing) or not export_report["exported"]:
+            logging.info("AtomicPusher: the model is not blessed; %s left as it was", push_dir)
+            pushed.set_int_custom_property("pushed", 0)
+            return
+        destination = already_published(push_dir, export_report["source_model"]["uri"])
+        if destination is None:
+            destination = publish(version_files(exported.uri, export_report, pushed.uri), push_dir)
+            logging.info("AtomicPusher: published %s", destination)
+        else:
+            logging.info("AtomicPusher: %s already serves this model; no new version", destination)
+        pushed.set_int_custom_property("pushed", 1)
+        pushed.set_string_custom_property("pushed_destination", destination)
+        pushed.set_string_custom_property("pushed_version", os.path.basename(destination))
+
+
+def version_files(export_uri: str, export_report: dict, info_dir: str) -> dict[str, str]:
+    """What one version holds: the SavedModel at its root (TF Serving's layout), the recommended TFLite file
+    as model.tflite, the export report, and push_info.json (written to `info_dir` first) naming the source
+    model and the variant."""
+    files = {"": os.path.join(export_uri, SAVED_MODEL_DIR), EXPORT_REPORT: os.path.join(export_uri, EXPORT_REPORT)}
+    recommended = export_report["recommended"]
+    if recommended:
+        files[TFLITE_FILE] = os.path.join(export_uri, export_report["variants"][recommended]["file"])
+    info = {"source_model": export_report["source_model"], "tflite_variant": recommended,
+            "tflite": export_report["variants"].get(recommended) if recommended else None}
+    os.makedirs(info_dir, exist_ok=True)
+    info_path = os.path.join(info_dir, PUSH_INFO_FILE)
+    with open(info_path, "w") as handle:
+        json.dump(info, handle, indent=2)
+    files[PUSH_INFO_FILE] = info_path
+    return files
+
+
+def already_published(push_dir: str, source_model_uri: str) -> str | None:
+    """The newest version's folder when it was published from this same model, else None."""
+    published = versions(push_dir)
+    if not published:
+        return None
+    newest = os.path.join(push_dir, str(published[-1]))
+    try:
+        with open(os.path.join(newest, PUSH_INFO_FILE)) as handle:
+            return newest if json.load(handle)["source_model"]["uri"] == source_model_uri else None
+    except (OSError, ValueError, KeyError):
+        return None

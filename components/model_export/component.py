@@ -1,0 +1,41 @@
+"""ModelExport: the blessed model -> ExportedModel (SavedModel + TFLite ladder, each variant re-evaluated).
+
+Consumes: `examples` (train split calibrates full int8; eval split scores every variant), `model` and
+`baseline_model` (the two Trainers' outputs: the blessing says which one is blessed), `blessing`.
+Produces: `exported_model` holding saved_model/, tflite/<variant>.tflite and export_report.json/.md;
+custom properties `exported` (0 when nothing was blessed) and `recommended_tflite`.
+Parameters: `model_module` (parses raw examples), `settings` (JSON: the `export` config section).
+"""
+from tfx import types
+from tfx.dsl.components.base import base_component, executor_spec
+from tfx.types import standard_artifacts
+from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
+
+from components.model_export import executor
+
+
+class ExportedModel(types.Artifact):
+    """saved_model/ (serving), tflite/<variant>.tflite (devices) and the export report."""
+    TYPE_NAME = "ExportedModel"
+
+
+class ModelExportSpec(ComponentSpec):
+    PARAMETERS = {"model_module": ExecutionParameter(type=str), "settings": ExecutionParameter(type=str)}
+    INPUTS = {
+        "examples": ChannelParameter(type=standard_artifacts.Examples),
+        "model": ChannelParameter(type=standard_artifacts.Model),
+        "baseline_model": ChannelParameter(type=standard_artifacts.Model),
+        "blessing": ChannelParameter(type=standard_artifacts.ModelBlessing),
+    }
+    OUTPUTS = {"exported_model": ChannelParameter(type=ExportedModel)}
+
+
+class ModelExport(base_component.BaseComponent):
+    SPEC_CLASS = ModelExportSpec
+    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
+
+    def __init__(self, examples: types.BaseChannel, model: types.BaseChannel, baseline_model: types.BaseChannel,
+                 blessing: types.BaseChannel, model_module: str, settings: str):
+        super().__init__(spec=ModelExportSpec(
+            examples=examples, model=model, baseline_model=baseline_model, blessing=blessing,
+            model_module=model_module, settings=settings, exported_model=types.Channel(type=ExportedModel)))

@@ -1,0 +1,43 @@
+"""The TFLite ladder and the pure rules that accept, reject and recommend its variants (no TensorFlow here).
+
+Variants, from the TensorFlow post-training quantization guide:
+  float32       plain conversion, the reference for size and latency
+  float16       weights stored as float16
+  dynamic_int8  weights int8, activations quantized on the fly
+  full_int8     weights and activations int8, calibrated on a representative dataset (float in and out)
+"""
+from __future__ import annotations
+
+TFLITE_VARIANTS = ("float32", "float16", "dynamic_int8", "full_int8")
+
+# Largest |probability - SavedModel probability| over the eval split that still counts as the same model.
+OUTPUT_TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "dynamic_int8": 0.05, "full_int8": 0.1}
+
+
+def judge_variants(results: dict[str, dict], reference_auc: float, max_auc_drop: float) -> dict[str, dict]:
+    """Input: variant -> {"auc", "size_bytes", "max_abs_diff", ...}, the SavedModel's AUC, the allowed drop.
+
+    Output: the same dicts with "auc_drop", "accepted", "reasons" (why a variant was rejected) and
+    "recommended" (True for the smallest accepted file, False for the rest).
+    """
+    judged = {}
+    for variant, result in results.items():
+        reasons = []
+        auc_drop = reference_auc - result["auc"]
+        if auc_drop > max_auc_drop:
+            reasons.append(f"AUC {result['auc']:.4f} is {auc_drop:.4f} below the SavedModel's {reference_auc:.4f} "
+                           f"(tolerance {max_auc_drop})")
+        if result["max_abs_diff"] > OUTPUT_TOLERANCE[variant]:
+            reasons.append(f"outputs differ from the SavedModel's by up to {result['max_abs_diff']:.4g} "
+                           f"(tolerance {OUTPUT_TOLERANCE[variant]})")
+        judged[variant] = {**result, "auc_drop": auc_drop, "output_tolerance": OUTPUT_TOLERANCE[variant],
+                           "accepted": not reasons, "reasons": reasons, "recommended": False}
+    accepted = [variant for variant, result in judged.items() if result["accepted"]]
+    if accepted:
+        judged[min(accepted, key=lambda variant: judged[variant]["size_bytes"])]["recommended"] = True
+    return judged
+
+
+def recommended_variant(judged: dict[str, dict]) -> str | None:
+    """The variant judge_variants recommended, or None when every variant was rejected."""
+    return next((variant for variant, result in judged.items() if result["recommended"]), None)

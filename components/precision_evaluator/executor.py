@@ -1,0 +1,107 @@
+"""PrecisionEvaluator executor: TFMA scores candidate, FP32 baseline and production model; gates decide."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+import tensorflow_model_analysis as tfma
+from absl import logging
+from tfx import types
+from tfx.components.util import tfxio_utils
+from tfx.dsl.components.base import base_beam_executor
+from tfx.types import artifact_utils
+from tfx.utils import io_utils
+
+from components.precision_evaluator import gates
+from components.precision_evaluator.blessing import write_blessing
+from components.trainer.export import SERVING_SIGNATURE, TRANSFORM_SIGNATURE
+
+REPORT_FILE = "precision_report.json"
+REPORT_MARKDOWN = "precision_report.md"
+METRICS = ("ExampleCount", "BinaryCrossEntropy", "BinaryAccuracy", "AUC", "Precision", "Recall")
+
+
+class Executor(base_beam_executor.BaseBeamExecutor):
+    """Do(): one TFMA run over the eval split for every model, then the gates, the blessing and the report."""
+
+    def Do(self, input_dict: dict[str, list[types.Artifact]], output_dict: dict[str, list[types.Artifact]],
+           exec_properties: dict[str, Any]) -> None:
+        settings = json.loads(exec_properties["settings"])
+        candidate = artifact_utils.get_single_instance(input_dict["model"])
+        baseline = artifact_utils.get_single_instance(input_dict["baseline_model"])
+        models = {gates.CANDIDATE: candidate, gates.FP32_BASELINE: baseline}
+        if input_dict.get("production_model"):
+            models[gates.PRODUCTION] = artifact_utils.get_single_instance(input_dict["production_model"])
+        evaluation = artifact_utils.get_single_instance(output_dict["evaluation"])
+        blessing = artifact_utils.get_single_instance(output_dict["blessing"])
+
+        eval_config = make_eval_config(sorted(models), settings["label_key"], settings["slice_feature"])
+        self._run_tfma(input_dict["examples"], models, eval_config, evaluation.uri)
+        metrics = read_metrics(evaluation.uri)
+        decision = gates.decide(metrics, settings)
+        chosen = models[decision.chosen_model] if decision.chosen_model else candidate
+        write_blessing(blessing, decision.blessed, chosen, decision.chosen_model, baseline)
+        report = {**decision.to_json(), "settings": settings,
+                  "models": {name: {"uri": model.uri, "id": model.id} for name, model in models.items()},
+                  "metrics": metrics}
+        for folder in (evaluation.uri, blessing.uri):  # the report sits next to both artifacts a gate reads
+            with open(os.path.join(folder, REPORT_FILE), "w") as handle:
+                json.dump(report, handle, indent=2)
+            with open(os.path.join(folder, REPORT_MARKDOWN), "w") as handle:
+                handle.write(gates.render_markdown(decision, metrics))
+        logging.info("PrecisionEvaluator: %s", decision.summary)
+
+    def _run_tfma(self, examples: list[types.Artifact], models: dict[str, types.Artifact],
+                  eval_config: tfma.EvalConfig, output_uri: str) -> None:
+        shared_models = [tfma.default_eval_shared_model(
+            eval_saved_model_path=os.path.join(model.uri, "Format-Serving"), model_name=name, eval_config=eval_config)
+            for name, model in sorted(models.items())]
+        tfxio_factory = tfxio_utils.get_tfxio_factory_from_artifact(
+            examples=examples, telemetry_descriptors=["PrecisionEvaluator"],
+            raw_record_column_name=tfma.constants.ARROW_INPUT_COLUMN)
+        pattern = io_utils.all_files_pattern(artifact_utils.get_split_uri(examples, "eval"))
+        with self._make_beam_pipeline() as pipeline:
+            _ = (pipeline
+                 | "ReadEvalSplit" >> tfxio_factory(pattern).BeamSource()
+                 | "ExtractEvaluateAndWriteResults" >> tfma.ExtractEvaluateAndWriteResults(
+                        eval_shared_model=shared_models, eval_config=eval_config, output_path=output_uri))
+
+
+def make_eval_config(model_names: list[str], label_key: str, slice_feature: str) -> tfma.EvalConfig:
+    """Input: the model names, the label key, the feature to slice on ("" for none). Output: the TFMA config:
+    every model on the same metrics, overall and per value of the slice feature, no thresholds (gates.py
+    holds the tolerances)."""
+    slicing_specs = [tfma.SlicingSpec()]
+    if slice_feature:
+        slicing_specs.append(tfma.SlicingSpec(feature_keys=[slice_feature]))
+    return tfma.EvalConfig(
+        model_specs=[tfma.ModelSpec(name=name, signature_name=SERVING_SIGNATURE, label_key=label_key,
+                                    preprocessing_function_names=[TRANSFORM_SIGNATURE]) for name in model_names],
+        slicing_specs=slicing_specs,
+        metrics_specs=[tfma.MetricsSpec(metrics=[tfma.MetricConfig(class_name=name) for name in METRICS],
+                                        model_names=model_names)])
+
+
+def read_metrics(output_uri: str) -> dict[str, dict[str, dict[str, float]]]:
+    """TFMA's metrics as {slice: {model: {metric: value or None}}}; slice "overall" or "<feature>=<value>"."""
+    metrics: dict[str, dict[str, dict[str, float]]] = {}
+    for per_slice in tfma.load_metrics(output_uri):
+        slice_name = "; ".join(f"{key.column}={_slice_value(key)}" for key in per_slice.slice_key.single_slice_keys)
+        per_model = metrics.setdefault(slice_name or gates.OVERALL, {})
+        for entry in per_slice.metric_keys_and_values:
+            if entry.key.is_diff or not entry.value.HasField("double_value"):
+                continue
+            value = entry.value.double_value.value
+            # Undefined metrics (precision with no positive prediction in a slice) are null, not NaN, in JSON.
+            per_model.setdefault(entry.key.model_name, {})[entry.key.name] = value if math.isfinite(value) else None
+    if gates.OVERALL not in metrics:
+        raise ValueError(f"TFMA wrote no overall metrics under {output_uri}: is the eval split empty?")
+    return dict(sorted(metrics.items(), key=lambda item: (item[0] != gates.OVERALL, item[0])))
+
+
+def _slice_value(key) -> str:
+    kind = key.WhichOneof("kind")
+    value = getattr(key, kind)
+    return value.decode() if isinstance(value, bytes) else str(value)
