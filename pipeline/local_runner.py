@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from components.model_export.executor import REPORT_FILE as EXPORT_REPORT
 from components.precision_evaluator.executor import REPORT_FILE as PRECISION_REPORT
-from components.precision_evaluator.gates import CANDIDATE, OVERALL
+from components.precision_evaluator.gates import CANDIDATE, OVERALL, format_number
 from components.trainer.train import REPORT_FILE as TRAINING_REPORT
 from pipeline.config import PipelineConfig
 
@@ -47,16 +47,14 @@ class RunSummary:
             lines.append(f"  training: {t['strategy']} x{t['replicas']}, {t['precision']}, XLA {'on' if t['xla'] else 'off'}, "
                          f"{t['examples_per_second']:,.0f} examples/s, input wait {wait}")
         if self.metrics:
-            lines.append("  eval metrics: " + ", ".join(
-                f"{k} {v:,.0f}" if k == "example_count" else f"{k} {v:.4f}" for k, v in sorted(self.metrics.items())))
+            lines.append("  eval metrics: " + ", ".join(f"{k} {format_number(v)}" for k, v in sorted(self.metrics.items())))
         if self.evaluation:
             lines.append(f"  evaluation: {self.evaluation['summary']}")
             for check in self.evaluation["checks"]:
                 if not check["passed"]:
-                    value, reference = (f"{v:.4f}" if v is not None else "n/a"
-                                        for v in (check["value"], check["reference"]))
-                    lines.append(f"    FAILED {check['gate']}: {check['model']} {check['metric']} {value} "
-                                 f"vs {reference} (tolerance {check['tolerance']})")
+                    lines.append(f"    FAILED {check['gate']}: {check['model']} {check['metric']} "
+                                 f"{format_number(check['value'])} vs {format_number(check['reference'])} "
+                                 f"(tolerance {check['tolerance']})")
         if self.export.get("exported"):
             recommended = self.export["recommended"]
             variant = self.export["variants"].get(recommended, {})

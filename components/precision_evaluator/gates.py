@@ -93,19 +93,20 @@ def render_markdown(decision: Decision, metrics: dict) -> str:
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in decision.checks:
         delta = "n/a" if c.delta is None else f"{c.delta:+.4f}"
-        lines.append(f"| {c.gate} | {c.model} | {c.metric} | {_number(c.value)} | {_number(c.reference)} | {delta} "
+        lines.append(f"| {c.gate} | {c.model} | {c.metric} | {format_number(c.value)} | {format_number(c.reference)} | {delta} "
                      f"| {c.tolerance:.4f} | {'pass' if c.passed else '**FAIL**'} |")
     names = sorted({name for per_model in metrics.values() for values in per_model.values() for name in values})
     lines += ["", "## Metrics per slice", "", "| slice | model | " + " | ".join(names) + " |",
               "| --- | --- | " + " | ".join("---" for _ in names) + " |"]
     for slice_name, per_model in metrics.items():
         for model, values in per_model.items():
-            cells = [_number(values[name]) if name in values else "" for name in names]
+            cells = [format_number(values[name]) if name in values else "" for name in names]
             lines.append(f"| {slice_name} | {model} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def _number(value: float | None) -> str:
+def format_number(value: float | None) -> str:
+    """4 decimals, counts as integers, undefined metrics (None) as n/a."""
     if value is None:
         return "n/a"
     return f"{int(value):,}" if float(value).is_integer() and abs(value) > 1 else f"{value:.4f}"

@@ -128,7 +128,14 @@ SERVE_IN_FRESH_PROCESS = textwrap.dedent("""
     outputs = serve(examples=tf.constant(serialized))
     labels = loaded.signatures["transform_features"](examples=tf.constant(serialized))["big_tipper"].numpy()
     raw = loaded.signatures["serving_raw"]
+    import os, keras, models.taxi
+    from components.trainer.export import MODEL_READY_FILE, model_ready_dir
+    model_ready = keras.saving.load_model(os.path.join(model_ready_dir(model_dir), MODEL_READY_FILE))
+    features = tf.io.parse_example(tf.constant(serialized), models.taxi.INPUTS)
+    ready = model_ready(loaded.signatures["preprocess"](**features)).numpy().reshape(-1)
     print(json.dumps({
+        "model_ready_max_diff": float(np.abs(ready - outputs["probabilities"].numpy().reshape(-1)).max()),
+        "model_ready_weight_dtypes": sorted({str(w.dtype) for w in model_ready.weights}),
         "input_dtypes": [spec.dtype.name for spec in serve.structured_input_signature[1].values()],
         "output_dtype": outputs["probabilities"].dtype.name,
         "half_precision_ops": half_ops,
@@ -153,6 +160,8 @@ def test_mixed_precision_model_serves_float32_in_a_fresh_process(files, tmp_path
     # The float32 export is the trained model: same eval AUC as the mixed-precision model had in training.
     assert served["auc"] == pytest.approx(report["final_metrics"]["val_auc"], abs=0.01)
     assert "fare" in served["raw_signature_inputs"] and "tips" not in served["raw_signature_inputs"]
+    # The model-ready Keras file beside it (what TFLite converts) is the same float32 model.
+    assert served["model_ready_max_diff"] < 1e-5 and served["model_ready_weight_dtypes"] == ["float32"]
 
 
 def test_model_that_xla_cannot_compile_trains_without_xla(files, tmp_path):

@@ -1,6 +1,12 @@
-"""The real TFX DAG (LocalDagRunner, SQLite MLMD, Beam DirectRunner) on a 3,000-row slice of the taxi data."""
+"""The real TFX DAG (LocalDagRunner, SQLite MLMD, Beam DirectRunner) on a 3,000-row slice of the taxi data.
+
+Tests run in file order: a first run that blesses and pushes, an unchanged re-run, then a span with
+shuffled labels whose models must not be blessed or pushed.
+"""
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -8,6 +14,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from components.atomic_pusher.executor import PUSH_INFO_FILE, TFLITE_FILE
+from components.model_export.variants import OUTPUT_TOLERANCE, TFLITE_VARIANTS
 from components.trainer.device import cpu_has_bf16
 from pipeline.config import load_config
 from pipeline.local_runner import run_local
@@ -16,38 +24,71 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def first_run(taxi_span_root, tmp_path_factory):
+def data_root(taxi_span_root, tmp_path_factory):
+    """A private copy of the shared span-1 (the last test adds a span to it)."""
+    root = tmp_path_factory.mktemp("e2e-data")
+    shutil.copytree(os.path.join(taxi_span_root, "span-1"), root / "span-1")
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def first_run(data_root, tmp_path_factory):
     output = tmp_path_factory.mktemp("run")
-    config = load_config(data_root=taxi_span_root, output_dir=str(output),
-                         train={"epochs": 3}, evaluate={"min_auc": 0.8})
+    config = load_config(data_root=data_root, output_dir=str(output), train={"epochs": 3},
+                         evaluate={"min_auc": 0.8}, export={"latency_examples": 50})
     return config, run_local(config)
 
 
+def _newest_output(config, node, key):
+    folders = tf.io.gfile.glob(os.path.join(config.pipeline_root, node, key, "*"))
+    assert folders, (node, key)
+    return max(folders, key=lambda folder: int(os.path.basename(folder)))
+
+
 def _eval_examples(config):
-    pattern = os.path.join(config.pipeline_root, "TFRecordIngest", "examples", "*", "Split-eval", "*")
-    files = tf.io.gfile.glob(pattern)
-    assert files, pattern
+    files = tf.io.gfile.glob(os.path.join(_newest_output(config, "TFRecordIngest", "examples"), "Split-eval", "*"))
     return [bytes(r) for r in tf.data.TFRecordDataset(files, compression_type="GZIP").as_numpy_iterator()]
+
+
+def _report(config, node, key, name):
+    with open(os.path.join(_newest_output(config, node, key), name)) as handle:
+        return json.load(handle)
+
+
+def _newest_mlmd_artifact(config, type_name):
+    from ml_metadata.metadata_store import metadata_store
+    from tfx.orchestration import metadata
+    store = metadata_store.MetadataStore(metadata.sqlite_metadata_connection_config(config.metadata_path))
+    return max(store.get_artifacts_by_type(type_name), key=lambda artifact: artifact.id)
+
+
+def _tree_digest(root):
+    digest = hashlib.sha256()
+    for folder, dirs, names in sorted(os.walk(root)):
+        dirs.sort()
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            digest.update(os.path.relpath(path, root).encode() + open(path, "rb").read())
+    return digest.hexdigest()
 
 
 def test_every_component_runs_and_the_blessed_model_is_pushed(first_run):
     config, summary = first_run
     assert [s.status for s in summary.steps] == ["ran"] * len(summary.steps)
     assert {s.name for s in summary.steps} >= {"TFRecordIngest", "StatisticsGen", "ImportSchemaGen",
-                                               "ExampleValidator", "Trainer", "Evaluator", "Pusher"}
+                                               "ExampleValidator", "Trainer", "Fp32BaselineTrainer",
+                                               "PrecisionEvaluator", "ModelExport", "AtomicPusher"}
     assert summary.metrics["auc"] > 0.8
     assert summary.metrics["example_count"] == len(_eval_examples(config))
     assert summary.blessed is True
-    assert summary.pushed_to and summary.pushed_to.startswith(config.push_dir)
+    assert summary.pushed_to and os.path.dirname(summary.pushed_to) == os.path.abspath(config.push_dir)
     assert tf.saved_model.contains_saved_model(summary.pushed_to)
+    assert "evaluation: candidate blessed" in summary.render()
 
 
-def test_training_report_records_device_and_metrics(first_run):
+def test_training_reports_record_device_choices_and_the_fp32_baseline(first_run):
     config, summary = first_run
-    reports = tf.io.gfile.glob(os.path.join(config.pipeline_root, "Trainer", "model_run", "*",
-                                            "training_report.json"))
-    assert len(reports) == 1
-    report = json.load(open(reports[0]))
+    report = _report(config, "Trainer", "model_run", "training_report.json")
     assert report["device"]["gpus"] == [] and report["device"]["num_workers"] == 1
     # The automatic choices for this machine: one CPU device; on a bf16 CPU, bf16 + XLA or float32 without
     # XLA, whichever measured faster; float32 without XLA on other CPUs.
@@ -63,6 +104,71 @@ def test_training_report_records_device_and_metrics(first_run):
     assert report["examples_per_second"] > 0 and 0 <= report["input_wait_fraction"] <= 1
     assert report["final_metrics"]["val_auc"] > 0.8
     assert summary.training == report and "examples/s" in summary.render()
+    baseline = _report(config, "Fp32BaselineTrainer", "model_run", "training_report.json")
+    assert (baseline["precision"], baseline["xla"]) == ("float32", False)
+    assert baseline["total_steps"] == report["total_steps"]  # the same training, only the numerics differ
+
+
+def test_precision_report_agrees_with_the_blessing(first_run):
+    config, summary = first_run
+    blessing_dir = _newest_output(config, "PrecisionEvaluator", "blessing")
+    report = _report(config, "PrecisionEvaluator", "evaluation", "precision_report.json")
+    with open(os.path.join(blessing_dir, "precision_report.json")) as handle:
+        assert json.load(handle) == report
+    assert report["blessed"] is True and report["chosen_model"] == "candidate"
+    assert os.path.exists(os.path.join(blessing_dir, "BLESSED"))
+    assert not os.path.exists(os.path.join(blessing_dir, "NOT_BLESSED"))
+    assert report["models"]["candidate"]["uri"] == _newest_output(config, "Trainer", "model")
+    assert report["models"]["fp32_baseline"]["uri"] == _newest_output(config, "Fp32BaselineTrainer", "model")
+    # The standard ModelBlessing in MLMD says the same, and names the candidate (TFX's resolver reads this).
+    blessing = _newest_mlmd_artifact(config, "ModelBlessing")
+    assert blessing.uri == blessing_dir and blessing.custom_properties["blessed"].int_value == 1
+    assert blessing.custom_properties["current_model_id"].int_value == report["models"]["candidate"]["id"]
+    gates = {(c["gate"], c["metric"]): c for c in report["checks"]}
+    assert set(gates) == {("min_auc", "auc"), ("fp32_parity", "auc"), ("fp32_parity", "binary_accuracy")}
+    parity = gates[("fp32_parity", "auc")]
+    overall = report["metrics"]["overall"]
+    assert parity["value"] == overall["candidate"]["auc"] and parity["reference"] == overall["fp32_baseline"]["auc"]
+    assert parity["passed"] == (parity["delta"] >= -0.005)
+    # Per-slice metrics for both models; the slices partition the eval split.
+    slices = {name: per_model for name, per_model in report["metrics"].items() if name.startswith("payment_type=")}
+    assert {"payment_type=Cash", "payment_type=Credit Card"} <= set(slices)
+    for model in ("candidate", "fp32_baseline"):
+        assert sum(per_model[model]["example_count"] for per_model in slices.values()) == overall[model]["example_count"]
+        assert {"auc", "binary_accuracy", "precision", "recall", "binary_crossentropy"} <= set(overall[model])
+    markdown = open(os.path.join(blessing_dir, "precision_report.md")).read()
+    assert "**BLESSED**" in markdown and "| payment_type=Cash | candidate |" in markdown
+
+
+def test_tflite_variants_match_the_savedmodel_and_the_recommended_one_is_pushed(first_run):
+    config, summary = first_run
+    export_dir = _newest_output(config, "ModelExport", "exported_model")
+    report = _report(config, "ModelExport", "exported_model", "export_report.json")
+    assert set(report["variants"]) == set(TFLITE_VARIANTS)
+    saved_model = tf.saved_model.load(os.path.join(export_dir, "saved_model"))
+    serialized = tf.constant(_eval_examples(config)[:200])
+    import models.taxi as model_module
+    raw = tf.io.parse_example(serialized, model_module.INPUTS)
+    ready = {k: v.numpy() for k, v in saved_model.signatures["preprocess"](**raw).items()}
+    expected = saved_model.signatures["serving_default"](examples=serialized)["probabilities"].numpy().reshape(-1)
+    for variant, result in report["variants"].items():
+        path = os.path.join(export_dir, result["file"])
+        assert os.path.getsize(path) == result["size_bytes"]
+        runner = tf.lite.Interpreter(model_path=path).get_signature_runner()
+        got = np.array([runner(**{k: v[i:i + 1] for k, v in ready.items()})["probabilities"].reshape(-1)[0]
+                        for i in range(len(expected))])
+        assert np.abs(got - expected).max() <= OUTPUT_TOLERANCE[variant], variant
+        assert result["accepted"] == (result["auc_drop"] <= 0.01 and result["max_abs_diff"] <= OUTPUT_TOLERANCE[variant])
+    sizes = {variant: result["size_bytes"] for variant, result in report["variants"].items()}
+    assert sizes["full_int8"] < 0.5 * sizes["float32"] and sizes["float16"] < sizes["float32"]
+    recommended = report["recommended"]
+    assert recommended == min((v for v, r in report["variants"].items() if r["accepted"]), key=sizes.get)
+    # The pushed version: the SavedModel at its root, the recommended TFLite file beside it.
+    with open(os.path.join(summary.pushed_to, TFLITE_FILE), "rb") as pushed, \
+            open(os.path.join(export_dir, report["variants"][recommended]["file"]), "rb") as exported:
+        assert pushed.read() == exported.read()
+    info = json.load(open(os.path.join(summary.pushed_to, PUSH_INFO_FILE)))
+    assert info["tflite_variant"] == recommended and info["source_model"] == report["source_model"]
 
 
 def test_pushed_savedmodel_scores_raw_examples(first_run):
@@ -84,14 +190,51 @@ def test_pushed_savedmodel_scores_raw_examples(first_run):
     assert (positives[:, None] > negatives[None, :]).mean() > 0.8
 
 
-def test_unchanged_rerun_reuses_cached_data_steps_and_training(first_run):
-    config, _ = first_run
+def test_unchanged_rerun_reuses_training_and_publishes_no_duplicate(first_run):
+    config, first = first_run
     summary = run_local(config)
     statuses = {s.name: s.status for s in summary.steps}
-    for name in ("TFRecordIngest", "StatisticsGen", "ImportSchemaGen", "ExampleValidator", "Trainer"):
+    for name in ("TFRecordIngest", "StatisticsGen", "ImportSchemaGen", "ExampleValidator", "Trainer",
+                 "Fp32BaselineTrainer"):
         assert statuses[name] == "cached", (name, statuses)
-    # The Evaluator reruns: its baseline input is now the first run's blessed model.
-    assert statuses["Evaluator"] == "ran" and summary.blessed is True
+    # The evaluator reruns: its production input is now the first run's blessed model.
+    assert statuses["PrecisionEvaluator"] == "ran" and summary.blessed is True
+    assert any(check["gate"] == "vs_production" for check in summary.evaluation["checks"])
+    # The same model is already the newest version: nothing new is published.
+    assert summary.pushed_to == first.pushed_to
+    assert os.listdir(config.push_dir) == [os.path.basename(first.pushed_to)]
+
+
+def test_a_degraded_candidate_is_not_blessed_and_the_pushed_version_is_untouched(first_run, data_root):
+    config, first = first_run
+    _write_label_shuffled_span(os.path.join(data_root, "span-1"), os.path.join(data_root, "span-2"))
+    before = _tree_digest(config.push_dir)
+    summary = run_local(config)
+    assert summary.blessed is False and summary.pushed_to is None
+    report = summary.evaluation
+    assert report["blessed"] is False and report["chosen_model"] is None
+    failed = {(c["gate"], c["model"]) for c in report["checks"] if not c["passed"]}
+    assert ("min_auc", "candidate") in failed  # AUC near chance on meaningless labels
+    blessing_dir = _newest_output(config, "PrecisionEvaluator", "blessing")
+    assert os.path.exists(os.path.join(blessing_dir, "NOT_BLESSED"))
+    assert _report(config, "ModelExport", "exported_model", "export_report.json")["exported"] is False
+    assert os.listdir(config.push_dir) == [os.path.basename(first.pushed_to)]
+    assert _tree_digest(config.push_dir) == before
+    assert "candidate not blessed" in summary.render() and "nothing pushed" in summary.render()
+
+
+def _write_label_shuffled_span(source_span, target_span):
+    """Copies a span with the `tips` values permuted across records: same features, meaningless labels."""
+    os.makedirs(target_span)
+    files = sorted(tf.io.gfile.glob(os.path.join(source_span, "*.gz")))
+    records = [tf.train.Example.FromString(r) for r in tf.data.TFRecordDataset(
+        files, compression_type="GZIP").as_numpy_iterator()]
+    tips = [list(r.features.feature["tips"].float_list.value) for r in records]
+    for record, index in zip(records, np.random.default_rng(0).permutation(len(records))):
+        record.features.feature["tips"].float_list.value[:] = tips[index]
+    with tf.io.TFRecordWriter(os.path.join(target_span, "shuffled.tfrecord.gz"), options="GZIP") as writer:
+        for record in records:
+            writer.write(record.SerializeToString())
 
 
 def test_cli_exits_nonzero_and_names_the_bad_record(tmp_path):
