@@ -44,10 +44,11 @@ class Executor(base_executor.BaseExecutor):
             _write_reports(exported.uri, report)
             return
         model = chosen_model(blessing, input_dict["model"] + input_dict["baseline_model"])
+        examples = artifact_utils.get_single_instance(input_dict["examples"])
         report = export_model(
             serving_model_dir=os.path.join(model.uri, "Format-Serving"),
             model_module=importlib.import_module(exec_properties["model_module"]),
-            examples=artifact_utils.get_single_instance(input_dict["examples"]),
+            train_files=_split_files(examples, "train"), eval_files=_split_files(examples, "eval"),
             output_dir=exported.uri, settings=settings)
         report["source_model"] = {"uri": model.uri, "id": model.id}
         exported.set_int_custom_property("exported", 1)
@@ -56,19 +57,19 @@ class Executor(base_executor.BaseExecutor):
         _write_reports(exported.uri, report)
 
 
-def export_model(serving_model_dir: str, model_module, examples: types.Artifact, output_dir: str,
-                 settings: dict) -> dict:
+def export_model(serving_model_dir: str, model_module, train_files: list[str], eval_files: list[str],
+                 output_dir: str, settings: dict) -> dict:
     """Input: a trained model's serving SavedModel (with the model-ready Keras file beside it), the model module,
-    the Examples artifact, an output folder and the `export` config section.
+    gzip TFRecord files (train: full-int8 calibration; eval: scoring), an output folder and the `export`
+    config section.
 
     Output: the export report; writes <output_dir>/saved_model and <output_dir>/tflite/<variant>.tflite.
     """
     shutil.copytree(serving_model_dir, os.path.join(output_dir, SAVED_MODEL_DIR))
     saved_model = tf.saved_model.load(serving_model_dir)
-    eval_split = _score_savedmodel(saved_model, model_module, _split_files(examples, "eval"))
+    eval_split = _score_savedmodel(saved_model, model_module, eval_files)
     reference = tflite.score(eval_split["labels"], eval_split["probabilities"])
-    representative = _model_ready(saved_model, model_module, _split_files(examples, "train"),
-                                  settings["representative_examples"])
+    representative = _model_ready(saved_model, model_module, train_files, settings["representative_examples"])
     keras_model = keras.saving.load_model(os.path.join(model_ready_dir(serving_model_dir), MODEL_READY_FILE))
     results = {}
     os.makedirs(os.path.join(output_dir, TFLITE_DIR), exist_ok=True)

@@ -1,0 +1,66 @@
+"""TFLite ladder on this machine: size, single-example latency and AUC of each variant against float32.
+
+    .venv/bin/python bench/tflite_ladder.py [--models models.taxi models.taxi_wide] [--epochs 10]
+
+For each model: trains it with the Trainer (float32, no XLA) on the bundled taxi data as gzip TFRecords
+(shards 0-2 train, shard 3 eval), then runs the pipeline's own export step (`export_model`, as the
+ModelExport component does): float32, float16, dynamic-range int8 and full int8 (calibrated on 300 training
+examples), each scored in the TFLite interpreter over the eval shard. Prints each variant's file size,
+median single-example invoke() latency (one thread, 1,000 examples) and AUC, and the ratios to float32.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import importlib
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from components.model_export.executor import export_model  # noqa: E402
+from components.trainer.train import TrainingJob, train  # noqa: E402
+from pipeline.config import load_config  # noqa: E402
+from pipeline.data import write_taxi_span  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["models.taxi", "models.taxi_wide"])
+    parser.add_argument("--epochs", type=int, default=10)
+    args = parser.parse_args()
+
+    work = tempfile.mkdtemp(prefix="bench-tflite-")
+    span_dir, rows = write_taxi_span(work, span=1)
+    shards = sorted(glob.glob(os.path.join(span_dir, "*.gz")))
+    train_files, eval_files = shards[:3], shards[3:]
+    print(f"{rows} taxi rows in {span_dir}: 3 shards train, 1 shard eval", flush=True)
+    settings = dataclasses.asdict(load_config(export={"latency_examples": 1000}).export)
+    for model_name in args.models:
+        output = os.path.join(work, model_name)
+        train_settings = dataclasses.asdict(load_config(train={
+            "model": model_name, "epochs": args.epochs, "precision": "float32", "xla": "off"}).train)
+        serving = os.path.join(output, "model", "Format-Serving")
+        train(TrainingJob(settings=train_settings, train_files=train_files, eval_files=eval_files,
+                          serving_model_dir=serving, run_dir=os.path.join(output, "run"),
+                          checkpoint_dir=os.path.join(output, "ckpt")))
+        report = export_model(serving, importlib.import_module(model_name), train_files, eval_files,
+                              os.path.join(output, "export"), settings)
+        variants = report["variants"]
+        float32 = variants["float32"]
+        print(f"\n{model_name}: SavedModel AUC {report['savedmodel']['auc']:.4f} on {report['eval_examples']} eval "
+              f"examples")
+        print(f"{'variant':<14}{'size (bytes)':>14}{'vs float32':>12}{'median µs':>11}{'vs float32':>12}"
+              f"{'AUC':>9}{'AUC drop':>10}  verdict")
+        for variant, result in variants.items():
+            verdict = "recommended" if result["recommended"] else "accepted" if result["accepted"] else "rejected"
+            print(f"{variant:<14}{result['size_bytes']:>14,}{result['size_bytes'] / float32['size_bytes']:>11.2f}x"
+                  f"{result['median_latency_us']:>11.1f}"
+                  f"{result['median_latency_us'] / float32['median_latency_us']:>11.2f}x"
+                  f"{result['auc']:>9.4f}{result['auc_drop']:>10.4f}  {verdict}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
