@@ -53,13 +53,14 @@ def main() -> None:
         print(f"\n{model_name}: SavedModel AUC {report['savedmodel']['auc']:.4f} on {report['eval_examples']} eval "
               f"examples")
         print(f"{'variant':<14}{'size (bytes)':>14}{'vs float32':>12}{'median µs':>11}{'vs float32':>12}"
-              f"{'AUC':>9}{'AUC drop':>10}  verdict")
+              f"{'AUC':>9}{'AUC drop':>10}{'diff mean':>10}{'diff max':>10}  verdict")
         for variant, result in variants.items():
             verdict = "recommended" if result["recommended"] else "accepted" if result["accepted"] else "rejected"
             print(f"{variant:<14}{result['size_bytes']:>14,}{result['size_bytes'] / float32['size_bytes']:>11.2f}x"
                   f"{result['median_latency_us']:>11.1f}"
                   f"{result['median_latency_us'] / float32['median_latency_us']:>11.2f}x"
-                  f"{result['auc']:>9.4f}{result['auc_drop']:>10.4f}  {verdict}", flush=True)
+                  f"{result['auc']:>9.4f}{result['auc_drop']:>10.4f}{result['mean_abs_diff']:>10.4f}"
+                  f"{result['max_abs_diff']:>10.4f}  {verdict}", flush=True)
 
 
 if __name__ == "__main__":

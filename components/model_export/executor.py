@@ -88,13 +88,18 @@ def export_model(serving_model_dir: str, model_module, train_files: list[str], e
                 "size_bytes": len(flatbuffer),
                 "median_latency_us": 1e6 * interpreter.median_latency_seconds(eval_split["model_ready"],
                                                                               settings["latency_examples"]),
-                "max_abs_diff": float(np.abs(probabilities - eval_split["probabilities"]).max()),
+                **_differences(probabilities, eval_split["probabilities"]),
                 "file": os.path.relpath(path, output_dir),
             }
     judged = judge_variants(results, reference["auc"], settings["max_tflite_auc_drop"])
     return {"exported": True, "eval_examples": len(eval_split["labels"]), "savedmodel": reference,
             "max_tflite_auc_drop": settings["max_tflite_auc_drop"], "variants": judged,
             "recommended": recommended_variant(judged)}
+
+
+def _differences(probabilities: np.ndarray, reference: np.ndarray) -> dict[str, float]:
+    difference = np.abs(probabilities - reference)
+    return {"max_abs_diff": float(difference.max()), "mean_abs_diff": float(difference.mean())}
 
 
 def _split_files(examples: types.Artifact, split: str) -> list[str]:
@@ -151,7 +156,7 @@ def render_markdown(report: dict) -> str:
              f"SavedModel on {report['eval_examples']} eval examples: AUC {reference['auc']:.4f}, "
              f"accuracy {reference['binary_accuracy']:.4f}.", "",
              "| variant | AUC | AUC drop | accuracy | size (bytes) | size vs float32 | median latency (µs) | "
-             "latency vs float32 | max output diff | verdict |",
+             "latency vs float32 | output diff mean / max | verdict |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for variant, result in variants.items():
         size_ratio = f"{result['size_bytes'] / float32['size_bytes']:.2f}x" if float32 else "n/a"
@@ -160,6 +165,6 @@ def render_markdown(report: dict) -> str:
             "rejected: " + "; ".join(result["reasons"]))
         lines.append(f"| {variant} | {result['auc']:.4f} | {result['auc_drop']:.4f} | {result['binary_accuracy']:.4f} "
                      f"| {result['size_bytes']:,} | {size_ratio} | {result['median_latency_us']:.1f} | {latency_ratio} "
-                     f"| {result['max_abs_diff']:.2g} | {verdict} |")
+                     f"| {result['mean_abs_diff']:.2g} / {result['max_abs_diff']:.2g} | {verdict} |")
     lines += ["", f"Recommended for devices: {report['recommended'] or 'none (every variant was rejected)'}.", ""]
     return "\n".join(lines)

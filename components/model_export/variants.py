@@ -10,12 +10,15 @@ from __future__ import annotations
 
 TFLITE_VARIANTS = ("float32", "float16", "dynamic_int8", "full_int8")
 
-# Largest |probability - SavedModel probability| over the eval split that still counts as the same model.
-OUTPUT_TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "dynamic_int8": 0.05, "full_int8": 0.1}
+# Largest mean |probability - SavedModel probability| over the eval split that still counts as the same
+# model: catches a broken conversion (wrong inputs, ignored options), not quantization noise. Measured on the
+# taxi models: float16 1e-5, dynamic int8 5e-4 to 9e-4, full int8 4e-3 to 7e-3 (whose single worst example,
+# in a 1024-wide network, was 0.27 off with the AUC unchanged, so the maximum is no criterion).
+OUTPUT_TOLERANCE = {"float32": 1e-5, "float16": 1e-3, "dynamic_int8": 0.01, "full_int8": 0.03}
 
 
 def judge_variants(results: dict[str, dict], reference_auc: float, max_auc_drop: float) -> dict[str, dict]:
-    """Input: variant -> {"auc", "size_bytes", "max_abs_diff", ...}, the SavedModel's AUC, the allowed drop.
+    """Input: variant -> {"auc", "size_bytes", "mean_abs_diff", ...}, the SavedModel's AUC, the allowed drop.
 
     Output: the same dicts with "auc_drop", "accepted", "reasons" (why a variant was rejected) and
     "recommended" (True for the smallest accepted file, False for the rest).
@@ -27,8 +30,8 @@ def judge_variants(results: dict[str, dict], reference_auc: float, max_auc_drop:
         if auc_drop > max_auc_drop:
             reasons.append(f"AUC {result['auc']:.4f} is {auc_drop:.4f} below the SavedModel's {reference_auc:.4f} "
                            f"(tolerance {max_auc_drop})")
-        if result["max_abs_diff"] > OUTPUT_TOLERANCE[variant]:
-            reasons.append(f"outputs differ from the SavedModel's by up to {result['max_abs_diff']:.4g} "
+        if result["mean_abs_diff"] > OUTPUT_TOLERANCE[variant]:
+            reasons.append(f"outputs differ from the SavedModel's by {result['mean_abs_diff']:.4g} on average "
                            f"(tolerance {OUTPUT_TOLERANCE[variant]})")
         judged[variant] = {**result, "auc_drop": auc_drop, "output_tolerance": OUTPUT_TOLERANCE[variant],
                            "accepted": not reasons, "reasons": reasons, "recommended": False}

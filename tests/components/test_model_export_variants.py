@@ -3,7 +3,7 @@ from components.model_export.variants import OUTPUT_TOLERANCE, judge_variants, r
 
 
 def _result(auc, size, diff=0.0):
-    return {"auc": auc, "size_bytes": size, "max_abs_diff": diff}
+    return {"auc": auc, "size_bytes": size, "mean_abs_diff": diff}
 
 
 def test_smallest_accepted_variant_is_recommended():
