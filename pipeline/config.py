@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from components.model_export.tflite import TFLITE_VARIANTS
+from components.model_export.variants import TFLITE_VARIANTS
 from components.trainer.device import POLICIES, STRATEGIES
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
