@@ -1,4 +1,4 @@
-"""`python -m pipeline run|demo|prepare-data`: the pipeline's command line. Quiet unless --verbose."""
+"""`python -m pipeline run|demo|prepare-data|doctor`: the pipeline's command line. Quiet unless --verbose."""
 from __future__ import annotations
 
 import argparse
@@ -25,10 +25,18 @@ def main(argv: list[str] | None = None) -> int:
     data.add_argument("--rows", type=int, default=None, help="only the first N rows (default: all)")
     data.add_argument("--verbose", action="store_true")
 
+    doctor = commands.add_parser("doctor", help="check this machine against the config: GPUs, TPUs, bf16, XLA, "
+                                                "strategy and precision, writable output; exit 1 on a problem")
+    doctor.add_argument("--config", help="YAML file of config overrides (see pipeline/config.py)")
+    doctor.add_argument("--output", help="output directory to check (overrides output_dir)")
+    doctor.add_argument("--verbose", action="store_true")
+
     args = parser.parse_args(argv)
     quiet_logs(args.verbose)
     if args.command == "prepare-data":
         return prepare_data(args)
+    if args.command == "doctor":
+        return run_doctor(args)
     return run_pipeline(args, write_demo_data=args.command == "demo")
 
 
@@ -53,6 +61,23 @@ def write_bundled_span(data_root: str, span: int = 1, max_rows: int | None = Non
     from pipeline.data import write_taxi_span
     span_dir, rows = write_taxi_span(data_root, span=span, max_rows=max_rows)
     print(f"wrote {rows} tf.Examples (bundled Chicago-taxi sample) to {span_dir}")
+
+
+def run_doctor(args) -> int:
+    from pipeline.config import ConfigError, load_config
+    try:
+        config = load_config(args.config, output_dir=args.output)
+    except (ConfigError, OSError) as error:
+        print(f"config error: {error}", file=sys.stderr)
+        return 2
+    from pipeline.doctor import diagnose
+    lines, findings = diagnose(config)
+    print("\n".join(lines))
+    for finding in findings:
+        print(f"{finding.severity.upper()}: {finding.key}: {finding.message}")
+    errors = [finding for finding in findings if finding.severity == "error"]
+    print(f"doctor: {len(errors)} error(s), {len(findings) - len(errors)} warning(s)")
+    return 1 if errors else 0
 
 
 def run_pipeline(args, write_demo_data: bool = False) -> int:

@@ -5,19 +5,15 @@ converter folds the shape arithmetic away, and XNNPACK takes the whole graph.
 """
 from __future__ import annotations
 
-import contextlib
-import os
 import statistics
-import sys
-import tempfile
 import time
 
 import keras
 import numpy as np
 import tensorflow as tf
-from absl import logging
 
 from components.model_export.variants import TFLITE_VARIANTS
+from components.native_stderr import native_stderr_to_log
 
 AUC_THRESHOLDS = 10_000  # as many as TFMA's AUC uses
 
@@ -51,39 +47,15 @@ def convert(saved_model_dir: str, variant: str, representative: dict[str, np.nda
         converter.representative_dataset = lambda: (
             {name: values[i:i + 1] for name, values in representative.items()} for i in range(rows))
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    with _native_stderr_to_log(f"TFLite converter ({variant})"):
+    with native_stderr_to_log(f"TFLite converter ({variant})"):
         return converter.convert()
-
-
-@contextlib.contextmanager
-def _native_stderr_to_log(label: str):
-    """TFLite's C++ code writes notices straight to file descriptor 2 ("Ignored output_format", "Created
-    TensorFlow Lite XNNPACK delegate"); they go to the INFO log instead (shown with --verbose), and on
-    failure into the raised error's notes."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            yield
-        except Exception as error:
-            captured.seek(0)
-            error.add_note(captured.read().decode(errors="replace")[-5000:])
-            raise
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            captured.seek(0)
-            text = captured.read().decode(errors="replace").strip()
-            if text:
-                logging.info("%s: %s", label, text)
 
 
 class SingleExampleInterpreter:
     """The TFLite interpreter over one converted model, fed one example at a time as a device would."""
 
     def __init__(self, flatbuffer: bytes):
-        with _native_stderr_to_log("TFLite interpreter"):
+        with native_stderr_to_log("TFLite interpreter"):
             self._interpreter = tf.lite.Interpreter(model_content=flatbuffer, num_threads=1)
             self._interpreter.allocate_tensors()
         runner = self._interpreter.get_signature_runner()
