@@ -1,4 +1,4 @@
-"""`python -m pipeline run|demo|prepare-data|doctor`: the pipeline's command line. Quiet unless --verbose."""
+"""`python -m pipeline run|demo|prepare-data|doctor|compile`: the pipeline's command line. Quiet unless --verbose."""
 from __future__ import annotations
 
 import argparse
@@ -31,8 +31,20 @@ def main(argv: list[str] | None = None) -> int:
     doctor.add_argument("--output", help="output directory to check (overrides output_dir)")
     doctor.add_argument("--verbose", action="store_true")
 
+    compile_ = commands.add_parser("compile", help="compile the pipeline for Kubeflow Pipelines v2 / Vertex AI")
+    compile_.add_argument("--target", choices=["kubeflow"], default="kubeflow")
+    compile_.add_argument("--image", required=True, help="the step image (see Dockerfile)")
+    compile_.add_argument("--pipeline-root", required=True, help="artifact root URI, e.g. gs://bucket/taxi")
+    compile_.add_argument("--output", required=True, help="pipeline spec JSON to write")
+    compile_.add_argument("--config", help="YAML file of config overrides (see pipeline/config.py)")
+    compile_.add_argument("--data", help="data root as the steps see it (URI or absolute path)")
+    compile_.add_argument("--serving-dir", help="push directory as the pusher's pod sees it (absolute path)")
+    compile_.add_argument("--verbose", action="store_true")
+
     args = parser.parse_args(argv)
     quiet_logs(args.verbose)
+    if args.command == "compile":
+        return run_compile(args)
     if args.command == "prepare-data":
         return prepare_data(args)
     if args.command == "doctor":
@@ -61,6 +73,24 @@ def write_bundled_span(data_root: str, span: int = 1, max_rows: int | None = Non
     from pipeline.data import write_taxi_span
     span_dir, rows = write_taxi_span(data_root, span=span, max_rows=max_rows)
     print(f"wrote {rows} tf.Examples (bundled Chicago-taxi sample) to {span_dir}")
+
+
+def run_compile(args) -> int:
+    from pipeline.config import ConfigError, load_config
+    try:
+        config = load_config(args.config, data_root=args.data, serving_dir=args.serving_dir)
+    except (ConfigError, OSError) as error:
+        print(f"config error: {error}", file=sys.stderr)
+        return 2
+    from pipeline.kubeflow_runner import CompileError, compile_kubeflow
+    try:
+        job = compile_kubeflow(config, image=args.image, pipeline_root=args.pipeline_root, output_file=args.output)
+    except CompileError as error:
+        print(f"compile error: {error}", file=sys.stderr)
+        return 2
+    tasks = job["pipelineSpec"]["root"]["dag"]["tasks"]
+    print(f"wrote {args.output}: {len(tasks)} tasks for Kubeflow Pipelines v2, image {args.image}")
+    return 0
 
 
 def run_doctor(args) -> int:

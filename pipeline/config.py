@@ -1,6 +1,6 @@
 """The pipeline's one typed config: every default lives here. Load overrides from YAML with `load_config`.
 
-YAML mirrors the dataclasses: top-level keys plus the sections `ingest`, `train`, `evaluate`, `export`.
+YAML mirrors the dataclasses: top-level keys plus the sections `ingest`, `train`, `evaluate`, `export`, `resources`.
 Unknown keys, wrong types and impossible values raise ConfigError naming the key.
 """
 from __future__ import annotations
@@ -70,6 +70,24 @@ class ExportConfig:
 
 
 @dataclass
+class StepResources:
+    cpu: float = 2.0  # vCPUs, requested and limited
+    memory_gb: float = 8.0  # GB, requested and limited
+    accelerator: str = ""  # e.g. NVIDIA_TESLA_T4 (Vertex AI) or nvidia.com/gpu (Kubeflow); "" = none
+    accelerator_count: int = 0
+
+
+@dataclass
+class ResourcesConfig:
+    """Per-step resources in the Kubeflow compile (the local runner uses this machine as it is)."""
+    data: StepResources = field(default_factory=StepResources)  # ingest, statistics, validation, push
+    training: StepResources = field(default_factory=lambda: StepResources(  # both Trainers
+        cpu=8.0, memory_gb=32.0, accelerator="NVIDIA_TESLA_T4", accelerator_count=1))
+    evaluation: StepResources = field(default_factory=lambda: StepResources(  # TFMA and the TFLite ladder
+        cpu=4.0, memory_gb=16.0))
+
+
+@dataclass
 class PipelineConfig:
     pipeline_name: str = "taxi-accel"
     data_root: str = "data/taxi"  # TFRecord files, or span-N/ folders of them (latest span is read)
@@ -82,6 +100,7 @@ class PipelineConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
 
     @property
     def pipeline_root(self) -> str:
@@ -124,6 +143,10 @@ _RULES = {
     "export.max_tflite_auc_drop": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
     "export.representative_examples": (lambda v: v >= 1, "must be at least 1"),
     "export.latency_examples": (lambda v: v >= 1, "must be at least 1"),
+    **{f"resources.{step}.{key}": rule for step in ("data", "training", "evaluation") for key, rule in {
+        "cpu": (lambda v: v > 0, "must be positive"),
+        "memory_gb": (lambda v: v > 0, "must be positive"),
+        "accelerator_count": (lambda v: v >= 0, "must not be negative")}.items()},
 }
 
 
@@ -139,7 +162,10 @@ def load_config(path: str | None = None, **overrides: typing.Any) -> PipelineCon
     return _build(PipelineConfig, raw, prefix="")
 
 
-def _build(cls, raw: dict, prefix: str):
+def _build(cls, raw: dict, prefix: str, base=None):
+    """Input: a dataclass, its raw YAML mapping, the key prefix, and the instance whose values the mapping
+    overrides (the class defaults when None). Output: the checked instance."""
+    base = cls() if base is None else base
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(raw) - known)
@@ -152,13 +178,13 @@ def _build(cls, raw: dict, prefix: str):
         if dataclasses.is_dataclass(hint):
             if not isinstance(value, dict):
                 raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__}")
-            values[name] = _build(hint, value, prefix=key + ".")
+            values[name] = _build(hint, value, prefix=key + ".", base=getattr(base, name))
             continue
         values[name] = _check_type(key, value, hint)
         rule = _RULES.get(key)
         if rule and not rule[0](values[name]):
             raise ConfigError(f"{key}: {rule[1]}, got {value!r}")
-    return cls(**values)
+    return dataclasses.replace(base, **values)
 
 
 def _check_type(key: str, value, hint):

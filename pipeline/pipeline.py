@@ -29,17 +29,23 @@ TRAINER_RUN_FN = "components.trainer.run_fn.run_fn"
 FP32_BASELINE_TRAINER = "Fp32BaselineTrainer"
 
 
-def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
-    """Input: a checked PipelineConfig. Output: the TFX pipeline (no runner attached)."""
+def create_pipeline(config: PipelineConfig, pipeline_root: str | None = None,
+                    fingerprint_data: bool = True) -> tfx.dsl.Pipeline:
+    """Input: a checked PipelineConfig; optionally a pipeline root other than the config's (a URI when
+    compiling for Kubeflow) and whether to fingerprint the input files now (off when the files are read
+    only at run time elsewhere). Output: the TFX pipeline (no runner attached)."""
+    pipeline_root = pipeline_root or config.pipeline_root
     ingest = TFRecordIngest(input_base=config.data_root, eval_fraction=config.ingest.eval_fraction,
-                            input_fingerprint=fingerprint_input(config.data_root))
+                            input_fingerprint=fingerprint_input(config.data_root) if fingerprint_data else "")
     statistics_gen = tfx.components.StatisticsGen(examples=ingest.outputs["examples"])
     schema_gen = tfx.components.ImportSchemaGen(schema_file=config.schema_path)
     example_validator = tfx.components.ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"])
     validation_gate = ValidationGate(anomalies=example_validator.outputs["anomalies"])
-    trainer = _trainer(config, ingest, schema_gen, "Trainer")
-    baseline_trainer = _trainer(config, ingest, schema_gen, FP32_BASELINE_TRAINER, precision="float32", xla="off")
+    checkpoint_root = os.path.join(_absolute(pipeline_root), "checkpoints")
+    trainer = _trainer(config, ingest, schema_gen, "Trainer", checkpoint_root)
+    baseline_trainer = _trainer(config, ingest, schema_gen, FP32_BASELINE_TRAINER, checkpoint_root,
+                                precision="float32", xla="off")
     for node in (trainer, baseline_trainer):
         node.add_upstream_node(validation_gate)  # blocking anomalies stop the run before any training
     latest_blessed = tfx.dsl.Resolver(
@@ -62,10 +68,10 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
         model_module=config.train.model,
         settings=json.dumps(dataclasses.asdict(config.export)))
     pusher = AtomicPusher(exported_model=export.outputs["exported_model"], blessing=evaluator.outputs["blessing"],
-                          push_dir=os.path.abspath(config.push_dir))
+                          push_dir=_absolute(config.push_dir))
     return tfx.dsl.Pipeline(
         pipeline_name=config.pipeline_name,
-        pipeline_root=config.pipeline_root,
+        pipeline_root=pipeline_root,
         components=[ingest, statistics_gen, schema_gen, example_validator, validation_gate, trainer, baseline_trainer,
                     latest_blessed, evaluator, export, pusher],
         enable_cache=config.enable_cache,
@@ -74,16 +80,23 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
         beam_pipeline_args=config.beam_pipeline_args)
 
 
-def _trainer(config: PipelineConfig, ingest, schema_gen, node_id: str, **train_overrides) -> tfx.components.Trainer:
+def _absolute(path: str) -> str:
+    """A local path made absolute; a URI (gs://, s3://...) as it is."""
+    return path if "://" in path else os.path.abspath(path)
+
+
+def _trainer(config: PipelineConfig, ingest, schema_gen, node_id: str, checkpoint_root: str,
+             **train_overrides) -> tfx.components.Trainer:
     """The GPU-aware Trainer as node `node_id`, with `train_overrides` applied to the train config."""
     return tfx.components.Trainer(
         run_fn=TRAINER_RUN_FN,
         examples=ingest.outputs["examples"],
         schema=schema_gen.outputs["schema"],
-        custom_config=trainer_custom_config(config, node_id, **train_overrides)).with_id(node_id)
+        custom_config=trainer_custom_config(config, os.path.join(checkpoint_root, node_id),
+                                            **train_overrides)).with_id(node_id)
 
 
-def trainer_custom_config(config: PipelineConfig, node_id: str, **train_overrides) -> dict:
+def trainer_custom_config(config: PipelineConfig, checkpoint_dir: str, **train_overrides) -> dict:
     """The Trainer's settings, where interrupted trainings keep checkpoints, and a digest of the trainer and
     model code so that code changes bust the cache."""
     code = hashlib.sha256()
@@ -94,4 +107,4 @@ def trainer_custom_config(config: PipelineConfig, node_id: str, **train_override
                 with open(os.path.join(folder, name), "rb") as handle:
                     code.update(name.encode() + handle.read())
     return {**dataclasses.asdict(config.train), **train_overrides, "code_fingerprint": code.hexdigest()[:16],
-            "checkpoint_root": os.path.join(os.path.abspath(config.pipeline_root), "checkpoints", node_id)}
+            "checkpoint_root": checkpoint_dir}

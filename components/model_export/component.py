@@ -16,7 +16,7 @@ from components.model_export import executor
 
 class ExportedModel(types.Artifact):
     """saved_model/ (serving), tflite/<variant>.tflite (devices) and the export report."""
-    TYPE_NAME = "ExportedModel"
+    TYPE_NAME = "accel_tfx.ExportedModel"  # <namespace>.<Name>: the form KFP v2 schema titles need
 
 
 class ModelExportSpec(ComponentSpec):

@@ -14,7 +14,7 @@ from components.validation_gate import executor
 
 class ValidationReport(types.Artifact):
     """validation_report.json: per split, the anomalies found and whether each one blocks the run."""
-    TYPE_NAME = "ValidationReport"
+    TYPE_NAME = "accel_tfx.ValidationReport"  # <namespace>.<Name>: the form KFP v2 schema titles need
 
 
 class ValidationGateSpec(ComponentSpec):

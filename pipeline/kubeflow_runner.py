@@ -1,0 +1,92 @@
+"""Compiles create_pipeline(config) for Kubeflow Pipelines v2 (and Vertex AI Pipelines) with per-step resources.
+
+Every container step gets CPU and memory (requests = limits) from the config's `resources` section by role:
+both Trainers take `resources.training` (with its accelerator), the PrecisionEvaluator and ModelExport take
+`resources.evaluation`, every other step `resources.data`. Resources are set on each component before the
+compile (TFX's `platform_config`) and checked in the compiled spec afterwards, so a step that lost them
+(tfx#6146) fails the compile instead of running unconstrained.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from google.protobuf import json_format
+from kfp.pipeline_spec import pipeline_spec_pb2
+from tfx import v1 as tfx
+from tfx.dsl.components.base import base_component
+
+from pipeline.config import PROJECT_ROOT, PipelineConfig, StepResources
+from pipeline.pipeline import FP32_BASELINE_TRAINER, create_pipeline
+
+ResourceSpec = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec.ResourceSpec
+STEP_ROLES = {"Trainer": "training", FP32_BASELINE_TRAINER: "training",
+              "PrecisionEvaluator": "evaluation", "ModelExport": "evaluation"}  # any other step: "data"
+INGEST_STEP = "TFRecordIngest"
+IMAGE_PROJECT_ROOT = "/pipeline"  # where the Dockerfile puts the project
+
+
+class CompileError(RuntimeError):
+    """The compiled spec is missing something it must carry; the message names the step."""
+
+
+def resource_spec(resources: StepResources) -> ResourceSpec:
+    """Input: one step's resources. Output: KFP's ResourceSpec, in both the numeric fields (Vertex AI, older
+    KFP backends) and the string fields (KFP 2.x backends)."""
+    spec = ResourceSpec(cpu_limit=resources.cpu, memory_limit=resources.memory_gb,
+                        cpu_request=resources.cpu, memory_request=resources.memory_gb,
+                        resource_cpu_limit=f"{resources.cpu:g}", resource_memory_limit=f"{resources.memory_gb:g}G",
+                        resource_cpu_request=f"{resources.cpu:g}",
+                        resource_memory_request=f"{resources.memory_gb:g}G")
+    if resources.accelerator and resources.accelerator_count:
+        spec.accelerator.type = spec.accelerator.resource_type = resources.accelerator
+        spec.accelerator.count = resources.accelerator_count
+        spec.accelerator.resource_count = str(resources.accelerator_count)
+    return spec
+
+
+def compile_kubeflow(config: PipelineConfig, image: str, pipeline_root: str, output_file: str,
+                     image_project_root: str = IMAGE_PROJECT_ROOT) -> dict:
+    """Input: the config, the step image, the pipeline root URI (gs://... on Vertex AI), where to write the
+    spec, and where the project sits inside the image. Output: the compiled pipeline job (JSON dict), also
+    written to `output_file`. Raises CompileError for paths that would mean nothing inside a step's pod."""
+    for key in ("data_root", "serving_dir"):
+        value = getattr(config, key)
+        if not value or not (value.startswith("/") or "://" in value):
+            raise CompileError(f"{key}: {value!r} must be a URI or an absolute path as the steps' pods see it "
+                               f"(set it in the config file or with --data / --serving-dir)")
+    if config.schema_path.startswith(PROJECT_ROOT + os.sep):  # the bundled schema, at its place in the image
+        config = dataclasses.replace(config, schema_path=os.path.join(
+            image_project_root, os.path.relpath(config.schema_path, PROJECT_ROOT)))
+    pipeline = create_pipeline(config, pipeline_root=pipeline_root, fingerprint_data=False)
+    for node in pipeline.components:
+        if isinstance(node, base_component.BaseComponent):
+            node.with_platform_config(resource_spec(getattr(config.resources, STEP_ROLES.get(node.id, "data"))))
+    os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
+    runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
+        config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(default_image=image),
+        output_filename=output_file)
+    job = runner.run(pipeline, write_out=False)
+    # The input files are fingerprinted only when a run starts, so ingestion is never answered from the cache.
+    job["pipelineSpec"]["root"]["dag"]["tasks"][INGEST_STEP]["cachingOptions"] = {"enableCache": False}
+    check_resources(job, config)
+    with open(output_file, "w") as handle:
+        json.dump(job, handle, indent=2, sort_keys=True)
+    return job
+
+
+def check_resources(job: dict, config: PipelineConfig) -> None:
+    """Raises CompileError naming every container step whose compiled resources differ from the config's."""
+    spec = job["pipelineSpec"]
+    executors = spec["deploymentSpec"]["executors"]
+    wrong = []
+    for name, task in spec["root"]["dag"]["tasks"].items():
+        executor = executors[spec["components"][task["componentRef"]["name"]]["executorLabel"]]
+        if "container" not in executor:
+            continue  # resolvers run in the orchestrator, not in a pod
+        expected = json_format.MessageToDict(resource_spec(getattr(config.resources, STEP_ROLES.get(name, "data"))))
+        if executor["container"].get("resources") != expected:
+            wrong.append(f"{name}: {executor['container'].get('resources')} (expected {expected})")
+    if wrong:
+        raise CompileError("steps without their resources in the compiled spec: " + "; ".join(wrong))

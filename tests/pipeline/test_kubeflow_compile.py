@@ -1,0 +1,97 @@
+"""The Kubeflow Pipelines v2 compile: the exact spec we would hand a KFP or Vertex AI backend."""
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+from google.protobuf import json_format
+from kfp.pipeline_spec import pipeline_spec_pb2
+
+from pipeline.config import load_config
+from pipeline.kubeflow_runner import CompileError, check_resources, compile_kubeflow
+from pipeline.pipeline import create_pipeline
+
+RESOLVER = "latest_blessed_model_resolver"
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    output = tmp_path_factory.mktemp("kfp") / "taxi.json"
+    config = load_config(data_root="gs://bucket/taxi", serving_dir="/mnt/serving", resources={
+        "data": {"cpu": 3, "memory_gb": 6}, "training": {"accelerator_count": 2}})
+    job = compile_kubeflow(config, image="gcr.io/project/taxi-accel:1.0", pipeline_root="gs://bucket/root",
+                           output_file=str(output))
+    return config, output, job
+
+
+def _tasks(job):
+    return job["pipelineSpec"]["root"]["dag"]["tasks"]
+
+
+def _container(job, task):
+    spec = job["pipelineSpec"]
+    label = spec["components"][_tasks(job)[task]["componentRef"]["name"]]["executorLabel"]
+    return spec["deploymentSpec"]["executors"][label].get("container")
+
+
+def test_the_written_file_parses_as_a_kfp_pipeline_job(compiled):
+    _, output, job = compiled
+    parsed = json_format.Parse(output.read_text(), pipeline_spec_pb2.PipelineJob())
+    spec = json_format.ParseDict(job["pipelineSpec"], pipeline_spec_pb2.PipelineSpec())
+    assert parsed.pipeline_spec["pipelineInfo"]["name"] == spec.pipeline_info.name == "taxi-accel"
+    assert parsed.runtime_config.gcs_output_directory == "gs://bucket/root"
+
+
+def test_tasks_and_dependencies_match_the_local_dag(compiled):
+    config, _, job = compiled
+    local = {node.id: {upstream.id for upstream in node.upstream_nodes}
+             for node in create_pipeline(config, fingerprint_data=False).components if node.id != RESOLVER}
+    remote = {name: {dep.split("-model-")[0] for dep in task.get("dependentTasks", [])}
+              for name, task in _tasks(job).items() if not name.startswith(RESOLVER)}
+    assert remote == local
+    assert {"Trainer", "Fp32BaselineTrainer", "PrecisionEvaluator", "ModelExport", "AtomicPusher"} <= set(remote)
+
+
+def test_every_container_step_carries_its_resources(compiled):
+    _, _, job = compiled
+    containers = {name: _container(job, name) for name in _tasks(job)}
+    steps = {name: c["resources"] for name, c in containers.items() if c is not None}
+    assert len(steps) == 10 and "TFRecordIngest" in steps  # every step but the two resolver halves
+    for trainer in ("Trainer", "Fp32BaselineTrainer"):
+        assert steps[trainer]["cpuLimit"] == 8 and steps[trainer]["memoryLimit"] == 32
+        assert steps[trainer]["accelerator"] == {"type": "NVIDIA_TESLA_T4", "count": "2",
+                                                 "resourceType": "NVIDIA_TESLA_T4", "resourceCount": "2"}
+    for step in ("PrecisionEvaluator", "ModelExport"):
+        assert steps[step]["resourceCpuLimit"] == "4" and steps[step]["resourceMemoryLimit"] == "16G"
+    for step in ("TFRecordIngest", "StatisticsGen", "ExampleValidator", "ValidationGate", "AtomicPusher"):
+        assert (steps[step]["cpuLimit"], steps[step]["memoryLimit"], steps[step]["resourceMemoryRequest"]) == (
+            3, 6, "6G") and "accelerator" not in steps[step]
+    assert {c["image"] for c in containers.values() if c} == {"gcr.io/project/taxi-accel:1.0"}
+
+
+def test_ingestion_always_runs_and_paths_are_the_pods(compiled):
+    _, _, job = compiled
+    tasks = _tasks(job)
+    assert tasks["TFRecordIngest"]["cachingOptions"] == {"enableCache": False}
+    assert tasks["Trainer"]["cachingOptions"] == {"enableCache": True}
+    parameters = tasks["ImportSchemaGen"]["inputs"]["parameters"]
+    assert parameters["schema_file"]["runtimeValue"]["constantValue"]["stringValue"] == \
+        "/pipeline/schemas/taxi/schema.pbtxt"  # the bundled schema at its place in the image
+    assert "gs://bucket/root/checkpoints/Trainer" in json.dumps(tasks["Trainer"])
+
+
+def test_a_step_that_lost_its_resources_fails_the_check(compiled):
+    config, _, job = compiled
+    broken = copy.deepcopy(job)
+    del _container(broken, "TFRecordIngest")["resources"]
+    with pytest.raises(CompileError, match="TFRecordIngest: None"):
+        check_resources(broken, config)
+
+
+def test_compile_refuses_paths_that_mean_nothing_in_a_pod(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "pipeline", "compile", "--image", "img", "--pipeline-root",
+                             "gs://b/r", "--output", str(tmp_path / "p.json"), "--serving-dir", "/srv"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "data_root: 'data/taxi' must be a URI or an absolute path" in result.stderr
+    assert not (tmp_path / "p.json").exists()
