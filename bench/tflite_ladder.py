@@ -5,8 +5,9 @@
 For each model: trains it with the Trainer (float32, no XLA) on the bundled taxi data as gzip TFRecords
 (shards 0-2 train, shard 3 eval), then runs the pipeline's own export step (`export_model`, as the
 ModelExport component does): float32, float16, dynamic-range int8 and full int8 (calibrated on 300 training
-examples), each scored in the TFLite interpreter over the eval shard. Prints each variant's file size,
-median single-example invoke() latency (one thread, 1,000 examples) and AUC, and the ratios to float32.
+examples), each scored in the TFLite interpreter over the eval shard. Prints each variant's file size and
+weight bytes, median single-example invoke() latency (one thread, 1,000 examples) and AUC, and the ratios
+to float32.
 """
 from __future__ import annotations
 
@@ -52,11 +53,13 @@ def main() -> None:
         float32 = variants["float32"]
         print(f"\n{model_name}: SavedModel AUC {report['savedmodel']['auc']:.4f} on {report['eval_examples']} eval "
               f"examples")
-        print(f"{'variant':<14}{'size (bytes)':>14}{'vs float32':>12}{'median µs':>11}{'vs float32':>12}"
+        print(f"{'variant':<14}{'size (bytes)':>14}{'vs float32':>12}{'weights':>12}{'vs float32':>12}"
+              f"{'median µs':>11}{'vs float32':>12}"
               f"{'AUC':>9}{'AUC drop':>10}{'diff mean':>10}{'diff max':>10}  verdict")
         for variant, result in variants.items():
             verdict = "recommended" if result["recommended"] else "accepted" if result["accepted"] else "rejected"
             print(f"{variant:<14}{result['size_bytes']:>14,}{result['size_bytes'] / float32['size_bytes']:>11.2f}x"
+                  f"{result['weight_bytes']:>12,}{result['weight_bytes'] / float32['weight_bytes']:>11.2f}x"
                   f"{result['median_latency_us']:>11.1f}"
                   f"{result['median_latency_us'] / float32['median_latency_us']:>11.2f}x"
                   f"{result['auc']:>9.4f}{result['auc_drop']:>10.4f}{result['mean_abs_diff']:>10.4f}"

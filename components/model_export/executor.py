@@ -86,6 +86,7 @@ def export_model(serving_model_dir: str, model_module, train_files: list[str], e
             results[variant] = {
                 **tflite.score(eval_split["labels"], probabilities),
                 "size_bytes": len(flatbuffer),
+                "weight_bytes": tflite.constant_bytes(flatbuffer),
                 "median_latency_us": 1e6 * interpreter.median_latency_seconds(eval_split["model_ready"],
                                                                               settings["latency_examples"]),
                 **_differences(probabilities, eval_split["probabilities"]),
@@ -155,16 +156,17 @@ def render_markdown(report: dict) -> str:
     lines = ["# Export", "",
              f"SavedModel on {report['eval_examples']} eval examples: AUC {reference['auc']:.4f}, "
              f"accuracy {reference['binary_accuracy']:.4f}.", "",
-             "| variant | AUC | AUC drop | accuracy | size (bytes) | size vs float32 | median latency (µs) | "
+             "| variant | AUC | AUC drop | accuracy | size (bytes) | size vs float32 | weights vs float32 | median latency (µs) | "
              "latency vs float32 | output diff mean / max | verdict |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for variant, result in variants.items():
         size_ratio = f"{result['size_bytes'] / float32['size_bytes']:.2f}x" if float32 else "n/a"
+        weight_ratio = f"{result['weight_bytes'] / float32['weight_bytes']:.2f}x" if float32 else "n/a"
         latency_ratio = f"{result['median_latency_us'] / float32['median_latency_us']:.2f}x" if float32 else "n/a"
         verdict = "recommended" if result["recommended"] else "accepted" if result["accepted"] else (
             "rejected: " + "; ".join(result["reasons"]))
         lines.append(f"| {variant} | {result['auc']:.4f} | {result['auc_drop']:.4f} | {result['binary_accuracy']:.4f} "
-                     f"| {result['size_bytes']:,} | {size_ratio} | {result['median_latency_us']:.1f} | {latency_ratio} "
+                     f"| {result['size_bytes']:,} | {size_ratio} | {weight_ratio} | {result['median_latency_us']:.1f} | {latency_ratio} "
                      f"| {result['mean_abs_diff']:.2g} / {result['max_abs_diff']:.2g} | {verdict} |")
     lines += ["", f"Recommended for devices: {report['recommended'] or 'none (every variant was rejected)'}.", ""]
     return "\n".join(lines)

@@ -51,6 +51,14 @@ def convert(saved_model_dir: str, variant: str, representative: dict[str, np.nda
         return converter.convert()
 
 
+def constant_bytes(flatbuffer: bytes) -> int:
+    """Bytes in the model's constant buffers (weights, biases, embedding tables): what quantization shrinks.
+    The rest of a .tflite file is graph structure (tensors, names, operators, signatures)."""
+    from tensorflow.lite.tools import flatbuffer_utils
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(flatbuffer))
+    return sum(len(buffer.data) for buffer in model.buffers if buffer.data is not None)
+
+
 class SingleExampleInterpreter:
     """The TFLite interpreter over one converted model, fed one example at a time as a device would."""
 

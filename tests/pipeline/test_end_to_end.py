@@ -161,6 +161,11 @@ def test_tflite_variants_match_the_savedmodel_and_the_recommended_one_is_pushed(
         assert result["accepted"] == (result["auc_drop"] <= 0.01 and result["mean_abs_diff"] <= OUTPUT_TOLERANCE[variant])
     sizes = {variant: result["size_bytes"] for variant, result in report["variants"].items()}
     assert sizes["full_int8"] < 0.5 * sizes["float32"] and sizes["float16"] < sizes["float32"]
+    # Each converter option took effect (none accepted and ignored): weights halve in float16, quarter in int8.
+    weights = {variant: result["weight_bytes"] for variant, result in report["variants"].items()}
+    assert weights["float16"] <= 0.55 * weights["float32"]
+    assert weights["full_int8"] <= 0.3 * weights["float32"]
+    assert weights["dynamic_int8"] <= 0.4 * weights["float32"]  # tensors under 1,024 values stay float there
     recommended = report["recommended"]
     assert recommended == min((v for v, r in report["variants"].items() if r["accepted"]), key=sizes.get)
     # The pushed version: the SavedModel at its root, the recommended TFLite file beside it.
