@@ -1,5 +1,4 @@
 """Atomic versioned publishing on a real filesystem: whole versions or nothing, previous versions untouched."""
-import hashlib
 import os
 import shutil
 import subprocess
@@ -8,16 +7,6 @@ import sys
 import pytest
 
 from components.atomic_pusher.publish import STAGING_PREFIX, publish, versions
-
-
-def _tree_digest(root):
-    digest = hashlib.sha256()
-    for folder, dirs, names in sorted(os.walk(root)):
-        dirs.sort()
-        for name in sorted(names):
-            path = os.path.join(folder, name)
-            digest.update(os.path.relpath(path, root).encode() + open(path, "rb").read())
-    return digest.hexdigest()
 
 
 @pytest.fixture
@@ -30,21 +19,21 @@ def model_files(tmp_path):
     return {"": str(saved_model), "model.tflite": str(tmp_path / "model.tflite")}
 
 
-def test_publish_writes_a_new_numbered_version_with_every_file(model_files, tmp_path):
+def test_publish_writes_a_new_numbered_version_with_every_file(model_files, tmp_path, tree_digest):
     push_dir = tmp_path / "serving"
     first = publish(model_files, str(push_dir))
     second = publish(model_files, str(push_dir))
     assert versions(str(push_dir)) == [int(os.path.basename(first)), int(os.path.basename(second))]
     assert int(os.path.basename(second)) > int(os.path.basename(first))
     assert sorted(os.listdir(second)) == ["model.tflite", "saved_model.pb", "variables"]
-    assert _tree_digest(second) == _tree_digest(first)
+    assert tree_digest(second) == tree_digest(first)
     assert not [name for name in os.listdir(push_dir) if name.startswith(STAGING_PREFIX)]
 
 
-def test_a_push_that_fails_midway_leaves_the_previous_version_exactly_as_it_was(model_files, tmp_path):
+def test_a_push_that_fails_midway_leaves_the_previous_version_exactly_as_it_was(model_files, tmp_path, tree_digest):
     push_dir = tmp_path / "serving"
     previous = publish(model_files, str(push_dir))
-    before = _tree_digest(push_dir)
+    before = tree_digest(push_dir)
     copied = []
 
     def copy_then_fail(source, target):
@@ -57,7 +46,7 @@ def test_a_push_that_fails_midway_leaves_the_previous_version_exactly_as_it_was(
         publish(model_files, str(push_dir), copy=copy_then_fail)
     assert copied  # the failure happened after part of the new version was written
     assert os.listdir(push_dir) == [os.path.basename(previous)]
-    assert _tree_digest(push_dir) == before
+    assert tree_digest(push_dir) == before
 
 
 def test_staging_left_by_a_killed_push_is_invisible_and_cleaned_up(model_files, tmp_path):

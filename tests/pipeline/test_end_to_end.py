@@ -3,7 +3,6 @@
 Tests run in file order: a first run that blesses and pushes, an unchanged re-run, then a span with
 shuffled labels whose models must not be blessed or pushed.
 """
-import hashlib
 import json
 import os
 import shutil
@@ -60,16 +59,6 @@ def _newest_mlmd_artifact(config, type_name):
     from tfx.orchestration import metadata
     store = metadata_store.MetadataStore(metadata.sqlite_metadata_connection_config(config.metadata_path))
     return max(store.get_artifacts_by_type(type_name), key=lambda artifact: artifact.id)
-
-
-def _tree_digest(root):
-    digest = hashlib.sha256()
-    for folder, dirs, names in sorted(os.walk(root)):
-        dirs.sort()
-        for name in sorted(names):
-            path = os.path.join(folder, name)
-            digest.update(os.path.relpath(path, root).encode() + open(path, "rb").read())
-    return digest.hexdigest()
 
 
 def test_every_component_runs_and_the_blessed_model_is_pushed(first_run):
@@ -210,10 +199,10 @@ def test_unchanged_rerun_reuses_training_and_publishes_no_duplicate(first_run):
     assert os.listdir(config.push_dir) == [os.path.basename(first.pushed_to)]
 
 
-def test_a_degraded_candidate_is_not_blessed_and_the_pushed_version_is_untouched(first_run, data_root):
+def test_a_degraded_candidate_is_not_blessed_and_the_pushed_version_is_untouched(first_run, data_root, tree_digest):
     config, first = first_run
     _write_label_shuffled_span(os.path.join(data_root, "span-1"), os.path.join(data_root, "span-2"))
-    before = _tree_digest(config.push_dir)
+    before = tree_digest(config.push_dir)
     summary = run_local(config)
     assert summary.blessed is False and summary.pushed_to is None
     report = summary.evaluation
@@ -224,7 +213,7 @@ def test_a_degraded_candidate_is_not_blessed_and_the_pushed_version_is_untouched
     assert os.path.exists(os.path.join(blessing_dir, "NOT_BLESSED"))
     assert _report(config, "ModelExport", "exported_model", "export_report.json")["exported"] is False
     assert os.listdir(config.push_dir) == [os.path.basename(first.pushed_to)]
-    assert _tree_digest(config.push_dir) == before
+    assert tree_digest(config.push_dir) == before
     assert "candidate not blessed" in summary.render() and "nothing pushed" in summary.render()
 
 
