@@ -72,7 +72,7 @@ def test_every_component_runs_and_the_blessed_model_is_pushed(first_run):
     assert summary.blessed is True
     assert summary.pushed_to and os.path.dirname(summary.pushed_to) == os.path.abspath(config.push_dir)
     assert tf.saved_model.contains_saved_model(summary.pushed_to)
-    assert "evaluation: candidate blessed" in summary.render()
+    assert "evaluation: candidate " in summary.render() and "blessed: yes" in summary.render()
 
 
 def test_training_reports_record_device_choices_and_the_fp32_baseline(first_run):
@@ -104,21 +104,33 @@ def test_precision_report_agrees_with_the_blessing(first_run):
     report = _report(config, "PrecisionEvaluator", "evaluation", "precision_report.json")
     with open(os.path.join(blessing_dir, "precision_report.json")) as handle:
         assert json.load(handle) == report
-    assert report["blessed"] is True and report["chosen_model"] == "candidate"
+    # Which model is blessed depends on the numerics the Trainer measured faster here: float32 matches the
+    # baseline; a bf16 candidate trained 3 epochs on 2,000 rows has landed 0.006 AUC below it (a fallback).
+    chosen = report["chosen_model"]
+    assert report["blessed"] is True and chosen in ("candidate", "fp32_baseline")
     assert os.path.exists(os.path.join(blessing_dir, "BLESSED"))
     assert not os.path.exists(os.path.join(blessing_dir, "NOT_BLESSED"))
     assert report["models"]["candidate"]["uri"] == _newest_output(config, "Trainer", "model")
     assert report["models"]["fp32_baseline"]["uri"] == _newest_output(config, "Fp32BaselineTrainer", "model")
-    # The standard ModelBlessing in MLMD says the same, and names the candidate (TFX's resolver reads this).
+    # The standard ModelBlessing in MLMD says the same, and names the blessed model (TFX's resolver reads this).
     blessing = _newest_mlmd_artifact(config, "ModelBlessing")
     assert blessing.uri == blessing_dir and blessing.custom_properties["blessed"].int_value == 1
-    assert blessing.custom_properties["current_model_id"].int_value == report["models"]["candidate"]["id"]
-    gates = {(c["gate"], c["metric"]): c for c in report["checks"]}
-    assert set(gates) == {("min_auc", "auc"), ("fp32_parity", "auc"), ("fp32_parity", "binary_accuracy")}
-    parity = gates[("fp32_parity", "auc")]
+    assert blessing.custom_properties["current_model_id"].int_value == report["models"][chosen]["id"]
+    checks = {(c["gate"], c["model"], c["metric"]): c for c in report["checks"]}
+    candidate_gates = {("min_auc", "candidate", "auc"), ("fp32_parity", "candidate", "auc"),
+                       ("fp32_parity", "candidate", "binary_accuracy")}
     overall = report["metrics"]["overall"]
-    assert parity["value"] == overall["candidate"]["auc"] and parity["reference"] == overall["fp32_baseline"]["auc"]
-    assert parity["passed"] == (parity["delta"] >= -0.005)
+    for metric, tolerance in (("auc", 0.005), ("binary_accuracy", 0.005)):
+        parity = checks[("fp32_parity", "candidate", metric)]
+        assert (parity["value"], parity["reference"]) == (overall["candidate"][metric], overall["fp32_baseline"][metric])
+        assert parity["passed"] == (parity["delta"] >= -tolerance)
+    if chosen == "candidate":
+        assert set(checks) == candidate_gates and all(c["passed"] for c in checks.values())
+    else:  # the fallback: the candidate failed parity, the baseline passed its own gate
+        assert set(checks) == candidate_gates | {("min_auc", "fp32_baseline", "auc")}
+        assert not all(checks[gate]["passed"] for gate in candidate_gates if gate[0] == "fp32_parity")
+        assert checks[("min_auc", "fp32_baseline", "auc")]["passed"]
+        assert "FP32 baseline blessed instead" in report["summary"]
     # Per-slice metrics for both models; the slices partition the eval split.
     slices = {name: per_model for name, per_model in report["metrics"].items() if name.startswith("payment_type=")}
     assert {"payment_type=Cash", "payment_type=Credit Card"} <= set(slices)
