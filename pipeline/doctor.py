@@ -15,7 +15,8 @@ import tempfile
 from dataclasses import dataclass
 
 from components.native_stderr import native_stderr_to_log
-from components.trainer.device import DeviceDescription, choose_precision, choose_strategy
+from components.trainer.device import (DeviceDescription, choose_precision, choose_strategy, config_override,
+                                       xla_candidates)
 from pipeline.config import PipelineConfig
 
 
@@ -112,15 +113,13 @@ def diagnose(config: PipelineConfig) -> tuple[list[str], list[Finding]]:
     lines.append(f"TPU cores: {device.tpu_cores or 'none'}")
     lines.append(f"CPU bfloat16 (avx512_bf16/amx_bf16): {'yes' if device.cpu_bf16 else 'no'}")
     lines.append(f"workers in TF_CONFIG: {device.num_workers}")
-    override = lambda value: None if value == "auto" else value  # noqa: E731
-    strategy = choose_strategy(device, override(config.train.strategy))
+    strategy = choose_strategy(device, config_override(config.train.strategy))
     lines.append(f"strategy: {strategy.value} ({strategy.reason})")
-    xla_candidates = ([True, False] if device.gpus or device.tpu_cores or device.cpu_bf16 else [False]) \
-        if config.train.xla == "auto" else [config.train.xla == "on"]
-    for xla in xla_candidates:
-        precision = choose_precision(device, xla=xla, override=override(config.train.precision))
-        lines.append(f"precision with XLA {'on' if xla else 'off'}: {precision.value} ({precision.reason})")
-    if len(xla_candidates) == 2:
+    candidates = xla_candidates(device, config.train.xla)
+    for xla in candidates:
+        precision = choose_precision(device, xla=xla == "on", override=config_override(config.train.precision))
+        lines.append(f"precision with XLA {xla}: {precision.value} ({precision.reason})")
+    if len(candidates) == 2:
         lines.append("xla: auto: the Trainer times both on in-memory batches and keeps the faster")
     lines.append(f"XLA: {'available' if xla_ok else 'NOT available'} ({xla_detail})")
     findings = check_config_against_devices(config, device, xla_ok) + check_writable(config)

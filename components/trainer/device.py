@@ -74,6 +74,20 @@ def choose_precision(device: DeviceDescription, xla: bool, override: str | None 
     return Decision("float32", "no accelerator and no native bfloat16 on this CPU")
 
 
+def config_override(value: str) -> str | None:
+    """A strategy/precision config value as an override of the automatic choice: None for "auto"."""
+    return None if value == "auto" else value
+
+
+def xla_candidates(device: DeviceDescription, wanted: str) -> list[str]:
+    """Input: a device description and the `xla` setting (auto | on | off). Output: the XLA settings to try,
+    in order: with `auto`, ["on", "off"] (both are timed) where XLA may gain (an accelerator or a bf16 CPU),
+    else ["off"]; otherwise the setting itself."""
+    if wanted != "auto":
+        return [wanted]
+    return ["on", "off"] if device.gpus or device.tpu_cores or device.cpu_bf16 else ["off"]
+
+
 def workers_from_tf_config(tf_config: str | None) -> int:
     """Input: the TF_CONFIG environment value (JSON) or None. Output: chief + worker count (1 when unset)."""
     if not tf_config:

@@ -23,7 +23,7 @@ from absl import logging
 
 from components.trainer import callbacks as training_callbacks
 from components.trainer.device import (Decision, DeviceDescription, choose_precision, choose_strategy,
-                                       describe_devices)
+                                       config_override, describe_devices, xla_candidates)
 from components.trainer.distribution import configure_gpus, is_chief, make_strategy, worker_task
 from components.trainer.export import export_serving_model, float32_copy
 from components.trainer.input_pipeline import count_records, fits_in_memory, make_dataset
@@ -94,7 +94,7 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
     started = time.monotonic()
     device = describe_devices()
     configure_gpus(settings["gpu_memory_growth"], settings["gpu_memory_limit_mb"])
-    strategy_choice = choose_strategy(device, _override(settings["strategy"]))
+    strategy_choice = choose_strategy(device, config_override(settings["strategy"]))
     strategy = make_strategy(strategy_choice.value, device)
     replicas = strategy.num_replicas_in_sync
     logging.info("Training on %s: strategy %s (%s), %d replica(s)", device, strategy_choice.value,
@@ -213,10 +213,6 @@ def _work_around_keras_multi_worker_fit(model: keras.Model) -> None:
     model.get_metrics_result = metrics_result
 
 
-def _override(value: str) -> str | None:
-    return None if value == "auto" else value
-
-
 def _build_for_device(model_module, preprocessing, device: DeviceDescription, settings: dict, plan: dict,
                       probe_batch, memory_batches, multi_worker: bool):
     """Builds and compiles the model for this device; call inside the strategy's scope.
@@ -228,12 +224,11 @@ def _build_for_device(model_module, preprocessing, device: DeviceDescription, se
     Output: (compiled model, precision Decision, XLA Decision, in-memory examples/s or 0.0 when not timed).
     """
     wanted = settings["xla"]
-    may_gain = bool(device.gpus or device.tpu_cores or device.cpu_bf16)
-    candidates = ["on", "off"] if wanted == "auto" and may_gain else ["off"] if wanted == "auto" else [wanted]
+    candidates = xla_candidates(device, wanted)
     measure = bool(settings["input_probe_steps"])
     built, failure = [], ""
     for xla in candidates:
-        precision = choose_precision(device, xla=xla == "on", override=_override(settings["precision"]))
+        precision = choose_precision(device, xla=xla == "on", override=config_override(settings["precision"]))
         model = _build_and_compile(model_module, preprocessing, settings, plan, precision.value, xla == "on",
                                    multi_worker)
         if xla == "on":
