@@ -15,6 +15,7 @@ from absl import logging
 from tfx import types
 from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
+from tfx.utils import path_utils
 
 from components.model_export import tflite
 from components.model_export.variants import judge_variants, recommended_variant
@@ -46,7 +47,7 @@ class Executor(base_executor.BaseExecutor):
         model = chosen_model(blessing, input_dict["model"] + input_dict["baseline_model"])
         examples = artifact_utils.get_single_instance(input_dict["examples"])
         report = export_model(
-            serving_model_dir=os.path.join(model.uri, "Format-Serving"),
+            serving_model_dir=path_utils.serving_model_path(model.uri),
             model_module=importlib.import_module(exec_properties["model_module"]),
             train_files=_split_files(examples, "train"), eval_files=_split_files(examples, "eval"),
             output_dir=exported.uri, settings=settings)

@@ -12,7 +12,7 @@ from tfx import types
 from tfx.components.util import tfxio_utils
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
-from tfx.utils import io_utils
+from tfx.utils import io_utils, path_utils
 
 from components.precision_evaluator import gates
 from components.precision_evaluator.blessing import write_blessing
@@ -56,7 +56,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
     def _run_tfma(self, examples: list[types.Artifact], models: dict[str, types.Artifact],
                   eval_config: tfma.EvalConfig, output_uri: str) -> None:
         shared_models = [tfma.default_eval_shared_model(
-            eval_saved_model_path=os.path.join(model.uri, "Format-Serving"), model_name=name, eval_config=eval_config)
+            eval_saved_model_path=path_utils.serving_model_path(model.uri), model_name=name, eval_config=eval_config)
             for name, model in sorted(models.items())]
         tfxio_factory = tfxio_utils.get_tfxio_factory_from_artifact(
             examples=examples, telemetry_descriptors=["PrecisionEvaluator"],
