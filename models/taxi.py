@@ -110,6 +110,7 @@ def build_model(preprocessing: keras.Model, hidden_units: tuple[int, ...] = (128
     return keras.Model(inputs, probability, name="taxi_wide_deep")
 
 
+@keras.saving.register_keras_serializable(package="models.taxi")  # saved with the preprocessing (warm start)
 class ClippedLog1p(keras.layers.Layer):
     """log(1 + max(x, 0)) as float32: tames the long tails of fares, distances and durations."""
 

@@ -1,4 +1,4 @@
-"""`python -m pipeline run|demo|prepare-data|doctor|compile`: the pipeline's command line. Quiet unless --verbose."""
+"""`python -m pipeline run|demo|prepare-data|status|doctor|compile`: the pipeline's command line. Quiet unless --verbose."""
 from __future__ import annotations
 
 import argparse
@@ -22,7 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     data = commands.add_parser("prepare-data", help="write the bundled Chicago-taxi CSV as TFRecord spans")
     data.add_argument("--data", default="data/taxi", help="data root to write span-N/ into")
     data.add_argument("--span", type=int, default=1)
-    data.add_argument("--rows", type=int, default=None, help="only the first N rows (default: all)")
+    data.add_argument("--first-row", type=int, default=0, help="start at this CSV row (0-based)")
+    data.add_argument("--rows", type=int, default=None, help="at most N rows (default: all)")
     data.add_argument("--verbose", action="store_true")
 
     doctor = commands.add_parser("doctor", help="check this machine against the config: GPUs, TPUs, bf16, XLA, "
@@ -30,6 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     doctor.add_argument("--config", help="YAML file of config overrides (see pipeline/config.py)")
     doctor.add_argument("--output", help="output directory to check (overrides output_dir)")
     doctor.add_argument("--verbose", action="store_true")
+
+    status = commands.add_parser("status", help="list past runs from MLMD: spans, outcome, AUCs, blessing, "
+                                                "pushed version, duration")
+    status.add_argument("--config", help="YAML file of config overrides (see pipeline/config.py)")
+    status.add_argument("--output", help="output directory whose MLMD to read (overrides output_dir)")
+    status.add_argument("--verbose", action="store_true")
 
     compile_ = commands.add_parser("compile", help="compile the pipeline for Kubeflow Pipelines v2 / Vertex AI")
     compile_.add_argument("--target", choices=["kubeflow"], default="kubeflow")
@@ -49,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         return prepare_data(args)
     if args.command == "doctor":
         return run_doctor(args)
+    if args.command == "status":
+        return run_status(args)
     return run_pipeline(args, write_demo_data=args.command == "demo")
 
 
@@ -65,13 +74,13 @@ def quiet_logs(verbose: bool) -> None:
 
 
 def prepare_data(args) -> int:
-    write_bundled_span(args.data, span=args.span, max_rows=args.rows)
+    write_bundled_span(args.data, span=args.span, max_rows=args.rows, first_row=args.first_row)
     return 0
 
 
-def write_bundled_span(data_root: str, span: int = 1, max_rows: int | None = None) -> None:
+def write_bundled_span(data_root: str, span: int = 1, max_rows: int | None = None, first_row: int = 0) -> None:
     from pipeline.data import write_taxi_span
-    span_dir, rows = write_taxi_span(data_root, span=span, max_rows=max_rows)
+    span_dir, rows = write_taxi_span(data_root, span=span, max_rows=max_rows, first_row=first_row)
     print(f"wrote {rows} tf.Examples (bundled Chicago-taxi sample) to {span_dir}")
 
 
@@ -108,6 +117,18 @@ def run_doctor(args) -> int:
     errors = [finding for finding in findings if finding.severity == "error"]
     print(f"doctor: {len(errors)} error(s), {len(findings) - len(errors)} warning(s)")
     return 1 if errors else 0
+
+
+def run_status(args) -> int:
+    from pipeline.config import ConfigError, load_config
+    try:
+        config = load_config(args.config, output_dir=args.output)
+    except (ConfigError, OSError) as error:
+        print(f"config error: {error}", file=sys.stderr)
+        return 2
+    from pipeline.status import list_runs, render_runs
+    print(render_runs(list_runs(config)))
+    return 0
 
 
 def run_pipeline(args, write_demo_data: bool = False) -> int:

@@ -25,6 +25,7 @@ class ConfigError(ValueError):
 @dataclass
 class IngestConfig:
     eval_fraction: float = 1 / 3  # share of records hashed into the eval split (TFX's default 2:1)
+    span_window: int = 1  # how many of the latest span-N folders one run reads together (1 = the latest)
 
 
 @dataclass
@@ -48,6 +49,7 @@ class TrainConfig:
     profile_from_step: int = 10  # TensorBoard profiler trace window start...
     profile_steps: int = 0  # ...and length in steps; 0 = no trace
     seed: int = 0  # weights init and shuffle order
+    warm_start: bool = True  # start from the latest blessed model (its preprocessing and weights) when there is one
 
 
 @dataclass
@@ -85,12 +87,19 @@ class ResourcesConfig:
         cpu=8.0, memory_gb=32.0, accelerator="NVIDIA_TESLA_T4", accelerator_count=1))
     evaluation: StepResources = field(default_factory=lambda: StepResources(  # TFMA and the TFLite ladder
         cpu=4.0, memory_gb=16.0))
+    # Multi-worker training (Kubeflow compile only): >1 runs each Trainer as a Vertex AI CustomJob of this many
+    # replicas (a chief and workers, each with `training`'s accelerators on `training_machine_type`); Vertex
+    # sets TF_CONFIG on each, and the Trainer picks MultiWorkerMirroredStrategy from it.
+    training_workers: int = 1
+    training_machine_type: str = "n1-standard-8"
+    vertex_project: str = ""  # required when training_workers > 1
+    vertex_region: str = "us-central1"
 
 
 @dataclass
 class PipelineConfig:
     pipeline_name: str = "taxi-accel"
-    data_root: str = "data/taxi"  # TFRecord files, or span-N/ folders of them (latest span is read)
+    data_root: str = "data/taxi"  # TFRecord files, or span-N/ folders of them (see ingest.span_window)
     output_dir: str = "output"  # pipeline root, MLMD (SQLite) and the serving directory live here
     serving_dir: str = ""  # where blessed models are pushed; default <output_dir>/serving
     schema_path: str = os.path.join(PROJECT_ROOT, "schemas", "taxi", "schema.pbtxt")
@@ -117,6 +126,7 @@ class PipelineConfig:
 
 _RULES = {
     "ingest.eval_fraction": (lambda v: 0 < v < 1, "must be between 0 and 1 (exclusive)"),
+    "ingest.span_window": (lambda v: v >= 1, "must be at least 1"),
     "train.batch_size": (lambda v: v > 0, "must be positive"),
     "train.epochs": (lambda v: v > 0, "must be positive"),
     "train.learning_rate": (lambda v: v > 0, "must be positive"),
@@ -143,6 +153,7 @@ _RULES = {
     "export.max_tflite_auc_drop": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
     "export.representative_examples": (lambda v: v >= 1, "must be at least 1"),
     "export.latency_examples": (lambda v: v >= 1, "must be at least 1"),
+    "resources.training_workers": (lambda v: v >= 1, "must be at least 1"),
     **{f"resources.{step}.{key}": rule for step in ("data", "training", "evaluation") for key, rule in {
         "cpu": (lambda v: v > 0, "must be positive"),
         "memory_gb": (lambda v: v > 0, "must be positive"),

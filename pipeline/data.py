@@ -46,8 +46,9 @@ def row_to_example(row: dict[str, str]) -> tf.train.Example:
 
 
 def write_taxi_span(data_root: str, span: int = 1, csv_path: str | None = None, num_shards: int = 4,
-                    max_rows: int | None = None, gzip: bool = True) -> tuple[str, int]:
-    """Input: a data root and span number. Output: (span directory, rows written).
+                    max_rows: int | None = None, gzip: bool = True, first_row: int = 0) -> tuple[str, int]:
+    """Input: a data root and span number; which CSV rows (`first_row`, at most `max_rows`). Output: (span
+    directory, rows written).
 
     Writes `<data_root>/span-<span>/data-0000i-of-0000n.tfrecord[.gz]`, rows dealt round-robin to shards.
     """
@@ -60,7 +61,9 @@ def write_taxi_span(data_root: str, span: int = 1, csv_path: str | None = None, 
     writers = [tf.io.TFRecordWriter(temp, options=options) for temp in temp_paths]
     rows = 0
     with open(csv_path or bundled_taxi_csv(), newline="") as handle:
-        for row in csv.DictReader(handle):
+        for row_number, row in enumerate(csv.DictReader(handle)):
+            if row_number < first_row:
+                continue
             if max_rows is not None and rows >= max_rows:
                 break
             writers[rows % num_shards].write(row_to_example(row).SerializeToString())

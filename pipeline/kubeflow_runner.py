@@ -2,7 +2,8 @@
 
 Every container step gets CPU and memory (requests = limits) from the config's `resources` section by role:
 both Trainers take `resources.training` (with its accelerator), the PrecisionEvaluator and ModelExport take
-`resources.evaluation`, every other step `resources.data`. Resources are set on each component before the
+`resources.evaluation`, every other step `resources.data`. With `resources.training_workers` > 1 each
+Trainer runs as a Vertex AI CustomJob of that many replicas (see vertex_training_config). Resources are set on each component before the
 compile (TFX's `platform_config`) and checked in the compiled spec afterwards, so a step that lost them
 (tfx#6146) fails the compile instead of running unconstrained.
 """
@@ -14,7 +15,7 @@ import os
 
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
-from tfx import v1 as tfx
+from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 from tfx.dsl.components.base import base_component
 
 from pipeline.config import PROJECT_ROOT, PipelineConfig, StepResources
@@ -46,6 +47,37 @@ def resource_spec(resources: StepResources) -> ResourceSpec:
     return spec
 
 
+def step_role(step: str, config: PipelineConfig) -> str:
+    """The resources section a step takes. A trainer that launches a multi-replica Vertex AI CustomJob only
+    waits for it: its own pod gets `data` resources, the job's replicas get the training ones."""
+    role = STEP_ROLES.get(step, "data")
+    return "data" if role == "training" and config.resources.training_workers > 1 else role
+
+
+def vertex_training_config(config: PipelineConfig, image: str) -> dict | None:
+    """Input: the config and the step image. Output: TFX's Vertex AI Trainer custom_config keys for a CustomJob
+    of `resources.training_workers` replicas (pool 0: the chief; pool 1: the other workers, all running the
+    Trainer's run_fn in `image`, Vertex setting TF_CONFIG on each), or None when training runs in one pod."""
+    resources = config.resources
+    if resources.training_workers <= 1:
+        return None
+    if not resources.vertex_project:
+        raise CompileError(f"resources.training_workers is {resources.training_workers}: set "
+                           f"resources.vertex_project (multi-worker training runs as a Vertex AI CustomJob)")
+    from tfx.extensions.google_cloud_ai_platform import constants as vertex
+    from tfx.extensions.google_cloud_ai_platform.trainer import executor as vertex_trainer
+
+    machine = {"machine_type": resources.training_machine_type}
+    if resources.training.accelerator and resources.training.accelerator_count:
+        machine.update(accelerator_type=resources.training.accelerator,
+                       accelerator_count=resources.training.accelerator_count)
+    pools = [{"machine_spec": machine, "replica_count": count, "container_spec": {"image_uri": image}}
+             for count in (1, resources.training_workers - 1)]
+    return {vertex.ENABLE_VERTEX_KEY: True, vertex.VERTEX_REGION_KEY: resources.vertex_region,
+            vertex_trainer.TRAINING_ARGS_KEY: {"project": resources.vertex_project,
+                                               "job_spec": {"worker_pool_specs": pools}}}
+
+
 def compile_kubeflow(config: PipelineConfig, image: str, pipeline_root: str, output_file: str,
                      image_project_root: str = IMAGE_PROJECT_ROOT) -> dict:
     """Input: the config, the step image, the pipeline root URI (gs://... on Vertex AI), where to write the
@@ -59,13 +91,15 @@ def compile_kubeflow(config: PipelineConfig, image: str, pipeline_root: str, out
     if config.schema_path.startswith(PROJECT_ROOT + os.sep):  # the bundled schema, at its place in the image
         config = dataclasses.replace(config, schema_path=os.path.join(
             image_project_root, os.path.relpath(config.schema_path, PROJECT_ROOT)))
-    pipeline = create_pipeline(config, pipeline_root=pipeline_root, fingerprint_data=False)
+    vertex_training = vertex_training_config(config, image)
+    pipeline = create_pipeline(config, pipeline_root=pipeline_root, fingerprint_data=False,
+                               vertex_training=vertex_training)
     for node in pipeline.components:
         if isinstance(node, base_component.BaseComponent):
-            node.with_platform_config(resource_spec(getattr(config.resources, STEP_ROLES.get(node.id, "data"))))
+            node.with_platform_config(resource_spec(getattr(config.resources, step_role(node.id, config))))
     os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
-    runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
-        config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(default_image=image),
+    runner = kubeflow_v2_dag_runner.KubeflowV2DagRunner(
+        config=kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(default_image=image),
         output_filename=output_file)
     job = runner.run(pipeline, write_out=False)
     # The input files are fingerprinted only when a run starts, so ingestion is never answered from the cache.
@@ -85,7 +119,7 @@ def check_resources(job: dict, config: PipelineConfig) -> None:
         executor = executors[spec["components"][task["componentRef"]["name"]]["executorLabel"]]
         if "container" not in executor:
             continue  # resolvers run in the orchestrator, not in a pod
-        expected = json_format.MessageToDict(resource_spec(getattr(config.resources, STEP_ROLES.get(name, "data"))))
+        expected = json_format.MessageToDict(resource_spec(getattr(config.resources, step_role(name, config))))
         if executor["container"].get("resources") != expected:
             wrong.append(f"{name}: {executor['container'].get('resources')} (expected {expected})")
     if wrong:

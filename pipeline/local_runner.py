@@ -13,10 +13,11 @@ import time
 from dataclasses import dataclass, field
 
 from components.model_export.executor import REPORT_FILE as EXPORT_REPORT
-from components.precision_evaluator.executor import REPORT_FILE as PRECISION_REPORT
 from components.precision_evaluator.gates import CANDIDATE, OVERALL, format_number
+from components.precision_evaluator.gates import REPORT_FILE as PRECISION_REPORT
 from components.trainer.train import REPORT_FILE as TRAINING_REPORT
 from pipeline.config import PipelineConfig
+from pipeline.status import output_artifact
 
 
 @dataclass
@@ -170,9 +171,4 @@ def _latest_output(store, pipeline_name: str, node_id: str, output_key: str):
     executions = store.get_executions_by_context(context.id)
     if not executions:
         return None
-    newest = max(executions, key=lambda execution: execution.id)
-    for event in store.get_events_by_execution_ids([newest.id]):
-        if event.type in (event.OUTPUT, event.DECLARED_OUTPUT) and any(
-                step.key == output_key for step in event.path.steps if step.HasField("key")):
-            return store.get_artifacts_by_id([event.artifact_id])[0]
-    return None
+    return output_artifact(store, max(executions, key=lambda execution: execution.id), output_key)

@@ -1,7 +1,9 @@
 """create_pipeline(config) -> tfx Pipeline: wiring only, shared by the local and Kubeflow runners.
 
-TFRecordIngest -> StatisticsGen -> ImportSchemaGen (curated schema) -> ExampleValidator -> ValidationGate
-  -> Trainer (automatic strategy, precision, XLA)  +  Fp32BaselineTrainer (same model, float32, no XLA)
+TFRecordIngest (latest span, or the last N) -> StatisticsGen -> ImportSchemaGen (curated schema) -> ExampleValidator
+  -> ValidationGate (blocking anomalies; drift from the last accepted span's statistics)
+  -> Trainer (automatic strategy, precision, XLA)  +  Fp32BaselineTrainer (same model, float32, no XLA),
+     both warm-started from the latest blessed model
   -> PrecisionEvaluator (candidate vs FP32 baseline vs latest blessed model; blessing + report)
   -> ModelExport (blessed model: SavedModel + TFLite ladder, each re-evaluated)
   -> AtomicPusher (new version folder, only when blessed)
@@ -15,44 +17,61 @@ import inspect
 import json
 import os
 
-from tfx import v1 as tfx
+# Direct imports, not the `tfx.v1` umbrella: it also loads every other TFX component and the Google Cloud
+# extensions, about 5 s of start-up that a cached re-run would mostly spend importing.
+from tfx.components.example_validator.component import ExampleValidator
+from tfx.components.schema_gen.import_schema_gen.component import ImportSchemaGen
+from tfx.components.statistics_gen.component import StatisticsGen
+from tfx.components.trainer.component import Trainer
+from tfx.dsl.components.common.resolver import Resolver
+from tfx.dsl.input_resolution.strategies.latest_artifact_strategy import LatestArtifactStrategy
+from tfx.dsl.input_resolution.strategies.latest_blessed_model_strategy import LatestBlessedModelStrategy
+from tfx.orchestration import metadata, pipeline as tfx_pipeline
+from tfx.types import Channel, standard_artifacts
 
 from components.atomic_pusher.component import AtomicPusher
 from components.model_export.component import ModelExport
 from components.precision_evaluator.component import PrecisionEvaluator
 from components.tfrecord_ingest.component import TFRecordIngest
 from components.tfrecord_ingest.records import fingerprint_input
-from components.validation_gate.component import ValidationGate
+from components.validation_gate.component import ValidationGate, ValidationReport
 from pipeline.config import PipelineConfig
+from pipeline.resolvers import LatestBlessedModelFromOtherData, LatestFromOtherData
 
 TRAINER_RUN_FN = "components.trainer.run_fn.run_fn"
 FP32_BASELINE_TRAINER = "Fp32BaselineTrainer"
 
 
 def create_pipeline(config: PipelineConfig, pipeline_root: str | None = None,
-                    fingerprint_data: bool = True) -> tfx.dsl.Pipeline:
+                    fingerprint_data: bool = True, vertex_training: dict | None = None) -> tfx_pipeline.Pipeline:
     """Input: a checked PipelineConfig; optionally a pipeline root other than the config's (a URI when
-    compiling for Kubeflow) and whether to fingerprint the input files now (off when the files are read
-    only at run time elsewhere). Output: the TFX pipeline (no runner attached)."""
+    compiling for Kubeflow), whether to fingerprint the input files now (off when the files are read
+    only at run time elsewhere), and Vertex AI training settings (TFX's Vertex Trainer custom_config keys)
+    to run both trainers as multi-replica CustomJobs. Output: the TFX pipeline (no runner attached)."""
     pipeline_root = pipeline_root or config.pipeline_root
+    data_fingerprint = fingerprint_input(config.data_root, config.ingest.span_window) if fingerprint_data else ""
     ingest = TFRecordIngest(input_base=config.data_root, eval_fraction=config.ingest.eval_fraction,
-                            input_fingerprint=fingerprint_input(config.data_root) if fingerprint_data else "")
-    statistics_gen = tfx.components.StatisticsGen(examples=ingest.outputs["examples"])
-    schema_gen = tfx.components.ImportSchemaGen(schema_file=config.schema_path)
-    example_validator = tfx.components.ExampleValidator(
+                            span_window=config.ingest.span_window, input_fingerprint=data_fingerprint)
+    statistics_gen = StatisticsGen(examples=ingest.outputs["examples"])
+    schema_gen = ImportSchemaGen(schema_file=config.schema_path)
+    example_validator = ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"])
-    validation_gate = ValidationGate(anomalies=example_validator.outputs["anomalies"])
+    previous_validation = _resolver("previous_validation_resolver", data_fingerprint,
+                                    previous_report=Channel(type=ValidationReport))
+    validation_gate = ValidationGate(
+        anomalies=example_validator.outputs["anomalies"], statistics=statistics_gen.outputs["statistics"],
+        schema=schema_gen.outputs["schema"], examples=ingest.outputs["examples"],
+        previous_report=previous_validation.outputs["previous_report"])
+    latest_blessed = _resolver("latest_blessed_model_resolver", data_fingerprint, blessed_model=True,
+                               model=Channel(type=standard_artifacts.Model),
+                               model_blessing=Channel(type=standard_artifacts.ModelBlessing))
+    base_model = latest_blessed.outputs["model"] if config.train.warm_start else None
     checkpoint_root = os.path.join(_absolute(pipeline_root), "checkpoints")
-    trainer = _trainer(config, ingest, schema_gen, "Trainer", checkpoint_root)
-    baseline_trainer = _trainer(config, ingest, schema_gen, FP32_BASELINE_TRAINER, checkpoint_root,
-                                precision="float32", xla="off")
+    trainer = _trainer(config, ingest, schema_gen, base_model, "Trainer", checkpoint_root, vertex_training)
+    baseline_trainer = _trainer(config, ingest, schema_gen, base_model, FP32_BASELINE_TRAINER, checkpoint_root,
+                                vertex_training, precision="float32", xla="off")
     for node in (trainer, baseline_trainer):
-        node.add_upstream_node(validation_gate)  # blocking anomalies stop the run before any training
-    latest_blessed = tfx.dsl.Resolver(
-        strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
-        model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
-        model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
-    ).with_id("latest_blessed_model_resolver")
+        node.add_upstream_node(validation_gate)  # blocking anomalies and drift stop the run before any training
     model_module = importlib.import_module(config.train.model)
     evaluator = PrecisionEvaluator(
         examples=ingest.outputs["examples"],
@@ -69,13 +88,13 @@ def create_pipeline(config: PipelineConfig, pipeline_root: str | None = None,
         settings=json.dumps(dataclasses.asdict(config.export)))
     pusher = AtomicPusher(exported_model=export.outputs["exported_model"], blessing=evaluator.outputs["blessing"],
                           push_dir=_absolute(config.push_dir))
-    return tfx.dsl.Pipeline(
+    return tfx_pipeline.Pipeline(
         pipeline_name=config.pipeline_name,
         pipeline_root=pipeline_root,
-        components=[ingest, statistics_gen, schema_gen, example_validator, validation_gate, trainer, baseline_trainer,
-                    latest_blessed, evaluator, export, pusher],
+        components=[ingest, statistics_gen, schema_gen, example_validator, previous_validation, validation_gate,
+                    latest_blessed, trainer, baseline_trainer, evaluator, export, pusher],
         enable_cache=config.enable_cache,
-        metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
+        metadata_connection_config=metadata.sqlite_metadata_connection_config(
             config.metadata_path),
         beam_pipeline_args=config.beam_pipeline_args)
 
@@ -85,15 +104,35 @@ def _absolute(path: str) -> str:
     return path if "://" in path else os.path.abspath(path)
 
 
-def _trainer(config: PipelineConfig, ingest, schema_gen, node_id: str, checkpoint_root: str,
-             **train_overrides) -> tfx.components.Trainer:
-    """The GPU-aware Trainer as node `node_id`, with `train_overrides` applied to the train config."""
-    return tfx.components.Trainer(
+def _resolver(node_id: str, data_fingerprint: str, blessed_model: bool = False, **channels) -> Resolver:
+    """A resolver node over `channels`: the newest artifact (or, with `blessed_model`, the newest blessed
+    model and its blessing) not made from this run's data when its fingerprint is known (local runs; see
+    pipeline/resolvers.py), else TFX's stock strategy (the only kind Kubeflow Pipelines v2 runs)."""
+    if data_fingerprint:
+        strategy = LatestBlessedModelFromOtherData if blessed_model else LatestFromOtherData
+        return Resolver(strategy_class=strategy, config={"input_fingerprint": data_fingerprint},
+                                **channels).with_id(node_id)
+    strategy = (LatestBlessedModelStrategy if blessed_model
+                else LatestArtifactStrategy)
+    return Resolver(strategy_class=strategy, **channels).with_id(node_id)
+
+
+def _trainer(config: PipelineConfig, ingest, schema_gen, base_model, node_id: str, checkpoint_root: str,
+             vertex_training: dict | None, **train_overrides) -> Trainer:
+    """The GPU-aware Trainer as node `node_id`, warm-started from `base_model` (a channel, or None), with
+    `train_overrides` applied to the train config; TFX's Vertex AI Trainer with `vertex_training` merged
+    into its custom_config when given (the same run_fn then runs in every replica of the CustomJob)."""
+    custom_config = trainer_custom_config(config, os.path.join(checkpoint_root, node_id), **train_overrides)
+    trainer_class = Trainer
+    if vertex_training:
+        from tfx.extensions.google_cloud_ai_platform.trainer.component import Trainer as trainer_class
+        custom_config = {**custom_config, **vertex_training}
+    return trainer_class(
         run_fn=TRAINER_RUN_FN,
         examples=ingest.outputs["examples"],
         schema=schema_gen.outputs["schema"],
-        custom_config=trainer_custom_config(config, os.path.join(checkpoint_root, node_id),
-                                            **train_overrides)).with_id(node_id)
+        base_model=base_model,
+        custom_config=custom_config).with_id(node_id)
 
 
 def trainer_custom_config(config: PipelineConfig, checkpoint_dir: str, **train_overrides) -> dict:

@@ -16,9 +16,10 @@ from tfx.utils import io_utils, path_utils
 
 from components.precision_evaluator import gates
 from components.precision_evaluator.blessing import write_blessing
+from components.tfrecord_ingest.executor import FINGERPRINT_PROPERTY, SPANS_PROPERTY
 from components.trainer.export import SERVING_SIGNATURE, TRANSFORM_SIGNATURE
 
-REPORT_FILE = "precision_report.json"
+REPORT_FILE = gates.REPORT_FILE
 REPORT_MARKDOWN = "precision_report.md"
 METRICS = ("ExampleCount", "BinaryCrossEntropy", "BinaryAccuracy", "AUC", "Precision", "Recall")
 
@@ -43,6 +44,11 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         decision = gates.decide(metrics, settings)
         chosen = models[decision.chosen_model] if decision.chosen_model else candidate
         write_blessing(blessing, decision.blessed, chosen, decision.chosen_model, baseline)
+        examples = artifact_utils.get_single_instance(input_dict["examples"])
+        # Which data this blessing was decided on: later runs resolve their production model by it.
+        blessing.set_int_custom_property("span", examples.span)
+        for key in (FINGERPRINT_PROPERTY, SPANS_PROPERTY):
+            blessing.set_string_custom_property(key, examples.get_string_custom_property(key))
         report = {**decision.to_json(), "settings": settings,
                   "models": {name: {"uri": model.uri, "id": model.id} for name, model in models.items()},
                   "metrics": metrics}

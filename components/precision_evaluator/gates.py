@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 
 CANDIDATE, FP32_BASELINE, PRODUCTION = "candidate", "fp32_baseline", "production"
 OVERALL = "overall"
+REPORT_FILE = "precision_report.json"  # the decision, every check and the metrics; beside evaluation and blessing
 AUC, ACCURACY = "auc", "binary_accuracy"
 
 

@@ -1,9 +1,10 @@
 """TFRecordIngest: TFRecord files of tf.Example -> checked, split, counted standard Examples artifact.
 
 Consumes: `input_base`, a directory of TFRecord files (gzip or plain, detected per file), or of
-`span-N/` folders, of which the latest is read.
-Produces: `examples` (standard Examples: Split-train / Split-eval, gzip TFRecord) with custom properties
-`train_examples`, `eval_examples`, `input_files`, `input_dir`, and `ingest_report.json` beside the splits.
+`span-N/` folders, of which the last `span_window` are read together.
+Produces: `examples` (standard Examples: Split-train / Split-eval, gzip TFRecord; `span` = the latest span
+read) with custom properties `train_examples`, `eval_examples`, `input_files`, `input_dir`, `spans`,
+`input_fingerprint`, and `ingest_report.json` beside the splits.
 """
 from tfx import types
 from tfx.dsl.components.base import base_component, executor_spec
@@ -17,6 +18,7 @@ class TFRecordIngestSpec(ComponentSpec):
     PARAMETERS = {
         "input_base": ExecutionParameter(type=str),
         "eval_fraction": ExecutionParameter(type=float),
+        "span_window": ExecutionParameter(type=int),  # how many of the latest spans to read
         # Digest of the input files: new data changes it, so the cache is not reused for new data.
         "input_fingerprint": ExecutionParameter(type=str),
     }
@@ -28,7 +30,8 @@ class TFRecordIngest(base_component.BaseComponent):
     SPEC_CLASS = TFRecordIngestSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
 
-    def __init__(self, input_base: str, eval_fraction: float, input_fingerprint: str):
+    def __init__(self, input_base: str, eval_fraction: float, input_fingerprint: str, span_window: int = 1):
         super().__init__(spec=TFRecordIngestSpec(
             input_base=input_base, eval_fraction=eval_fraction, input_fingerprint=input_fingerprint,
+            span_window=span_window,
             examples=types.Channel(type=standard_artifacts.Examples)))

@@ -135,30 +135,41 @@ def split_of(record: bytes, eval_fraction: float) -> str:
 SPAN_PREFIX = "span-"
 
 
-def resolve_span(data_root: str) -> tuple[int, str]:
-    """Input: a data root. Output: (span number, directory) of its latest `span-N` folder.
+def resolve_spans(data_root: str, window: int = 1) -> list[tuple[int, str]]:
+    """Input: a data root and how many of its latest spans to read. Output: [(span number, directory)] of
+    the last `window` `span-N` folders, oldest first.
 
     A root without span folders is read as a single span 0.
     """
     if not tf.io.gfile.isdir(data_root):
         raise IngestionError(f"{data_root}: input directory does not exist")
+    if window < 1:
+        raise IngestionError(f"{data_root}: span window must be at least 1, got {window}")
     spans = []
     for name in tf.io.gfile.listdir(data_root):
         name = name.rstrip("/")
         number = name[len(SPAN_PREFIX):]
         if name.startswith(SPAN_PREFIX) and number.isdigit():
             spans.append((int(number), os.path.join(data_root, name)))
-    return max(spans) if spans else (0, data_root)
+    return sorted(spans)[-window:] if spans else [(0, data_root)]
 
 
-def fingerprint_input(data_root: str) -> str:
-    """Input: a data root. Output: a digest of the latest span's file names, sizes and mtimes.
+def fingerprint_spans(spans: list[tuple[int, str]]) -> str:
+    """Input: (span, directory) pairs. Output: a digest of the span numbers and their files' names, sizes
+    and mtimes: new or changed data changes it.
 
-    Passed to the component as an execution property so that new or changed data invalidates the cache.
+    The pipeline passes it to ingestion as an execution property (so new data invalidates the cache) and
+    ingestion records it on the Examples it writes (so later runs can tell which models saw which data).
     """
-    span, span_dir = resolve_span(data_root)
-    digest = hashlib.sha256(f"span={span}".encode())
-    for path in list_record_files(span_dir):
-        stat = tf.io.gfile.stat(path)
-        digest.update(f"{os.path.basename(path)}:{stat.length}:{stat.mtime_nsec}".encode())
+    digest = hashlib.sha256()
+    for span, span_dir in spans:
+        digest.update(f"span={span}".encode())
+        for path in list_record_files(span_dir):
+            stat = tf.io.gfile.stat(path)
+            digest.update(f"{os.path.basename(path)}:{stat.length}:{stat.mtime_nsec}".encode())
     return digest.hexdigest()[:16]
+
+
+def fingerprint_input(data_root: str, window: int = 1) -> str:
+    """Input: a data root and span window. Output: the fingerprint of the spans ingestion would read now."""
+    return fingerprint_spans(resolve_spans(data_root, window))

@@ -1,5 +1,5 @@
 """Exports preprocessing + trained model as one SavedModel whose signatures take and return float32, and
-the model alone (model-ready inputs) as a Keras file for TFLite conversion.
+the model alone (model-ready inputs) and the preprocessing as Keras files (TFLite conversion, warm start).
 
 The trained model may compute in float16/bfloat16; its variables are float32. Export rebuilds the model
 under the float32 policy and copies the weights, so the serving graph holds no half-precision op and runs
@@ -18,6 +18,7 @@ TRANSFORM_SIGNATURE = "transform_features"  # serialized tf.Example -> label (TF
 PREPROCESS_SIGNATURE = "preprocess"  # one tensor per raw feature -> model-ready tensors (host side)
 MODEL_READY_DIR = "Format-Keras"  # beside the serving SavedModel: the model alone, model-ready tensors in
 MODEL_READY_FILE = "model_ready.keras"
+PREPROCESSING_FILE = "preprocessing.keras"  # beside it: the fitted preprocessing (a later warm start reuses it)
 
 
 def model_ready_dir(serving_model_dir: str) -> str:
@@ -64,11 +65,13 @@ def export_serving_model(model_module, preprocessing: keras.Model, model: keras.
     archive.add_endpoint(TRANSFORM_SIGNATURE, transform_features, input_signature=example_spec)
     archive.add_endpoint(PREPROCESS_SIGNATURE, preprocess, input_signature=raw_spec)
     archive.write_out(export_dir, verbose=False)
-    _export_model_ready(model, model_ready_dir(export_dir))
+    _export_keras_files(preprocessing, model, model_ready_dir(export_dir))
 
 
-def _export_model_ready(model: keras.Model, export_dir: str) -> None:
+def _export_keras_files(preprocessing: keras.Model, model: keras.Model, export_dir: str) -> None:
     """Saves the model alone (model-ready inputs, no lookup tables, which TFLite's builtin ops cannot run)
-    as a Keras file, so the TFLite export can trace it at the input shape devices use."""
+    as a Keras file, so the TFLite export can trace it at the input shape devices use; and the fitted
+    preprocessing, so a later training can warm-start from this model."""
     os.makedirs(export_dir, exist_ok=True)
     model.save(os.path.join(export_dir, MODEL_READY_FILE))
+    preprocessing.save(os.path.join(export_dir, PREPROCESSING_FILE))

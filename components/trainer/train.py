@@ -27,6 +27,7 @@ from components.trainer.device import (Decision, DeviceDescription, choose_preci
 from components.trainer.distribution import configure_gpus, is_chief, make_strategy, worker_task
 from components.trainer.export import export_serving_model, float32_copy
 from components.trainer.input_pipeline import count_records, fits_in_memory, make_dataset
+from components.trainer.warm_start import apply_warm_start, load_warm_start
 
 ADAPT_SAMPLE_SIZE = 20_000  # rows used to fit the preprocessing layers (vocabularies, normalization)
 REPORT_FILE = "training_report.json"
@@ -41,6 +42,7 @@ class TrainingJob:
     serving_model_dir: str  # the SavedModel goes here (chief only)
     run_dir: str  # TensorBoard logs and the training report
     checkpoint_dir: str  # stable across restarts of the same job: a killed job resumes from it
+    base_model: str | None = None  # serving directory of the model to warm-start from (settings["warm_start"])
 
 
 def checkpoint_dir_for(checkpoint_root: str, train_files: list[str], settings: dict) -> str:
@@ -103,8 +105,9 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
     model_module = importlib.import_module(settings["model"])
     keras.utils.set_random_seed(settings["seed"])
     keras.config.set_dtype_policy("float32")
-    sample = read_sample(job.train_files, model_module.INPUTS, ADAPT_SAMPLE_SIZE)
-    preprocessing = model_module.build_preprocessing(sample)
+    warm = load_warm_start(model_module, job.base_model, settings.get("warm_start", True))
+    preprocessing = warm.preprocessing or model_module.build_preprocessing(
+        read_sample(job.train_files, model_module.INPUTS, ADAPT_SAMPLE_SIZE))
 
     train_examples = count_records(job.train_files)
     if replicas > 1 and settings["steps_per_execution"] > 1:
@@ -126,6 +129,7 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
     with strategy.scope():
         model, precision, xla, memory_rate = _build_for_device(
             model_module, preprocessing, device, settings, plan, probe_batch, memory_batches, multi_worker)
+        apply_warm_start(model, warm)  # a checkpoint of this job, when there is one, still wins (resume)
     logging.info("Precision %s (%s); XLA %s (%s)", precision.value, precision.reason, xla.value, xla.reason)
 
     worker = "%s-%d" % worker_task()
@@ -159,7 +163,7 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
         "xla": xla.value == "on", "xla_reason": xla.reason,
         "train_examples": train_examples, "cached_in_memory": cache, **plan,
         "steps_per_execution": settings["steps_per_execution"],
-        "resumed_from_step": resumed_from_step, "steps_run": meter.steps,
+        "warm_start": warm.to_json(), "resumed_from_step": resumed_from_step, "steps_run": meter.steps,
         "examples_per_second": meter.examples_per_second, "step_seconds": meter.step_seconds,
         "in_memory_examples_per_second": memory_rate,
         "input_wait_fraction": _input_wait(meter.examples_per_second, memory_rate),

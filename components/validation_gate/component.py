@@ -1,8 +1,14 @@
-"""ValidationGate: ExampleAnomalies -> ValidationReport, or a failed run on blocking anomalies.
+"""ValidationGate: schema anomalies and span-to-span drift -> ValidationReport, or a failed run.
 
-Consumes: `anomalies` (ExampleValidator's output, one SchemaDiff.pb per split).
-Produces: `report` (ValidationReport) holding validation_report.json; custom property `blocking`.
-Fails the run (so nothing downstream, training included, runs) when any anomaly has ERROR severity.
+Consumes: `anomalies` (ExampleValidator's output, one SchemaDiff.pb per split), `statistics` (this run's
+ExampleStatistics), `schema` (the curated schema with its drift comparators), `examples` (only for its span
+and fingerprint properties), and optionally `previous_report`: the last ValidationReport that passed, whose
+copy of its span's statistics is the drift reference.
+Produces: `report` (ValidationReport) holding validation_report.json and a copy of this span's statistics
+(`statistics/Split-*/FeatureStats.pb`); custom properties `blocking`, `span`, `spans`, `input_fingerprint`.
+Fails the run (so nothing downstream, training included, runs) when any anomaly has ERROR severity or any
+feature drifted past its comparator's threshold; the failed run publishes no report, so the next run still
+compares against the last accepted span.
 """
 from tfx import types
 from tfx.dsl.components.base import base_component, executor_spec
@@ -13,13 +19,19 @@ from components.validation_gate import executor
 
 
 class ValidationReport(types.Artifact):
-    """validation_report.json: per split, the anomalies found and whether each one blocks the run."""
+    """validation_report.json: per split, the anomalies and drift found and whether each one blocks the run."""
     TYPE_NAME = "accel_tfx.ValidationReport"  # <namespace>.<Name>: the form KFP v2 schema titles need
 
 
 class ValidationGateSpec(ComponentSpec):
     PARAMETERS = {}
-    INPUTS = {"anomalies": ChannelParameter(type=standard_artifacts.ExampleAnomalies)}
+    INPUTS = {
+        "anomalies": ChannelParameter(type=standard_artifacts.ExampleAnomalies),
+        "statistics": ChannelParameter(type=standard_artifacts.ExampleStatistics),
+        "schema": ChannelParameter(type=standard_artifacts.Schema),
+        "examples": ChannelParameter(type=standard_artifacts.Examples),
+        "previous_report": ChannelParameter(type=ValidationReport, optional=True),
+    }
     OUTPUTS = {"report": ChannelParameter(type=ValidationReport)}
 
 
@@ -27,5 +39,8 @@ class ValidationGate(base_component.BaseComponent):
     SPEC_CLASS = ValidationGateSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
 
-    def __init__(self, anomalies: types.BaseChannel):
-        super().__init__(spec=ValidationGateSpec(anomalies=anomalies, report=types.Channel(type=ValidationReport)))
+    def __init__(self, anomalies: types.BaseChannel, statistics: types.BaseChannel, schema: types.BaseChannel,
+                 examples: types.BaseChannel, previous_report: types.BaseChannel | None = None):
+        super().__init__(spec=ValidationGateSpec(
+            anomalies=anomalies, statistics=statistics, schema=schema, examples=examples,
+            previous_report=previous_report, report=types.Channel(type=ValidationReport)))

@@ -1,4 +1,4 @@
-"""ValidationGate executor: stops the run when ExampleValidator found blocking (ERROR) anomalies."""
+"""ValidationGate executor: stops the run on blocking schema anomalies or on drift from the previous span."""
 from __future__ import annotations
 
 import json
@@ -6,34 +6,55 @@ import os
 from typing import Any
 
 import tensorflow as tf
+import tensorflow_data_validation as tfdv
 from tensorflow_metadata.proto.v0 import anomalies_pb2
 from tfx import types
 from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
+from components.tfrecord_ingest.executor import FINGERPRINT_PROPERTY, SPANS_PROPERTY
+from components.validation_gate import drift
+
 ANOMALIES_FILE = "SchemaDiff.pb"  # what ExampleValidator writes in each split folder
+STATISTICS_FILE = "FeatureStats.pb"  # what StatisticsGen writes in each split folder
+STATISTICS_COPY_DIR = "statistics"  # in the report: this span's statistics, the next run's drift reference
 REPORT_FILE = "validation_report.json"
 
 
 class BlockingAnomaliesError(RuntimeError):
-    """The data breaks the curated schema; the message names each split and feature."""
+    """The data breaks the curated schema or drifted; the message names each split and feature."""
 
 
 class Executor(base_executor.BaseExecutor):
-    """Do(): reads each split's anomalies, writes validation_report.json, raises if any is blocking."""
+    """Do(): reads each split's anomalies, measures drift against the previous accepted span, writes
+    validation_report.json, raises if anything blocks."""
 
     def Do(self, input_dict: dict[str, list[types.Artifact]], output_dict: dict[str, list[types.Artifact]],
            exec_properties: dict[str, Any]) -> None:
         anomalies = artifact_utils.get_single_instance(input_dict["anomalies"])
+        statistics = artifact_utils.get_single_instance(input_dict["statistics"])
+        examples = artifact_utils.get_single_instance(input_dict["examples"])
+        schema = io_utils.SchemaReader().read(io_utils.get_only_uri_in_dir(
+            artifact_utils.get_single_uri(input_dict["schema"])))
+        previous = (input_dict.get("previous_report") or [None])[-1]
         report_artifact = artifact_utils.get_single_instance(output_dict["report"])
+
         splits = artifact_utils.decode_split_names(anomalies.split_names)
         report = summarize({split: anomalies_pb2.Anomalies.FromString(io_utils.read_bytes_file(
             os.path.join(anomalies.uri, f"Split-{split}", ANOMALIES_FILE))) for split in splits})
-        tf.io.gfile.makedirs(report_artifact.uri)
+        report["span"] = examples.span
+        if previous is not None:
+            report["drift"] = _drift_against(previous, statistics, schema)
+            report["blocking"] |= any(measured["drifted"] for features in report["drift"]["splits"].values()
+                                      for measured in features.values())
+        _copy_statistics(statistics, os.path.join(report_artifact.uri, STATISTICS_COPY_DIR))
         with tf.io.gfile.GFile(os.path.join(report_artifact.uri, REPORT_FILE), "w") as handle:
             json.dump(report, handle, indent=2)
         report_artifact.set_int_custom_property("blocking", int(report["blocking"]))
+        report_artifact.set_int_custom_property("span", examples.span)
+        for key in (FINGERPRINT_PROPERTY, SPANS_PROPERTY):
+            report_artifact.set_string_custom_property(key, examples.get_string_custom_property(key))
         if report["blocking"]:
             raise BlockingAnomaliesError(describe(report))
 
@@ -57,8 +78,35 @@ def summarize(per_split: dict[str, anomalies_pb2.Anomalies]) -> dict:
 
 
 def describe(report: dict) -> str:
+    """The error a blocked run ends with: every blocking anomaly and every drifted feature, by split."""
     lines = [f"  {split}: {feature}: {info['short']} ({info['description']})"
              for split, features in report["splits"].items()
              for feature, info in features.items() if info["blocking"]]
-    return ("blocking data anomalies against the curated schema; training did not start:\n"
+    drift_report = report.get("drift") or {"splits": {}}
+    lines += [drift.describe_drift(split, feature, measured, drift_report.get("previous_span"))
+              for split, features in drift_report["splits"].items()
+              for feature, measured in features.items() if measured["drifted"]]
+    return ("the data breaks the curated schema or drifted from the previous span; training did not start:\n"
             + "\n".join(lines))
+
+
+def _drift_against(previous: types.Artifact, statistics: types.Artifact, schema) -> dict:
+    """Drift of each split of `statistics` from the same split of the previous accepted span."""
+    result = {"previous_span": previous.get_int_custom_property("span"),
+              "previous_spans": previous.get_string_custom_property(SPANS_PROPERTY), "splits": {}}
+    for split in artifact_utils.decode_split_names(statistics.split_names):
+        previous_path = os.path.join(previous.uri, STATISTICS_COPY_DIR, f"Split-{split}", STATISTICS_FILE)
+        if not tf.io.gfile.exists(previous_path):
+            continue
+        result["splits"][split] = drift.measure_drift(
+            tfdv.load_stats_binary(os.path.join(statistics.uri, f"Split-{split}", STATISTICS_FILE)),
+            tfdv.load_stats_binary(previous_path), schema)
+    return result
+
+
+def _copy_statistics(statistics: types.Artifact, destination: str) -> None:
+    for split in artifact_utils.decode_split_names(statistics.split_names):
+        split_dir = os.path.join(destination, f"Split-{split}")
+        tf.io.gfile.makedirs(split_dir)
+        tf.io.gfile.copy(os.path.join(statistics.uri, f"Split-{split}", STATISTICS_FILE),
+                         os.path.join(split_dir, STATISTICS_FILE), overwrite=True)

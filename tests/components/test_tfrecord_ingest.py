@@ -42,7 +42,7 @@ def test_plain_and_gzip_files_are_detected_read_and_split_without_loss(tmp_path)
     assert records.detect_compression(plain) == ""
     assert records.detect_compression(zipped) == "GZIP"
 
-    report = executor.ingest(str(data), str(tmp_path / "out"), eval_fraction=0.25)
+    report = executor.ingest([str(data)], str(tmp_path / "out"), eval_fraction=0.25)
 
     train, evaluation = _read_split(str(tmp_path / "out"), "train"), _read_split(str(tmp_path / "out"), "eval")
     assert report["counts"] == {"train": len(train), "eval": len(evaluation)}
@@ -55,11 +55,11 @@ def test_split_is_deterministic_and_follows_the_record_bytes(tmp_path):
     data = tmp_path / "in"
     data.mkdir()
     _write(data / "a.tfrecord", _examples(0, 200))
-    executor.ingest(str(data), str(tmp_path / "first"), 0.3)
+    executor.ingest([str(data)], str(tmp_path / "first"), 0.3)
     # Same records in another file order and compression: each record lands in the same split.
     (data / "a.tfrecord").unlink()
     _write(data / "z.tfrecord.gz", list(reversed(_examples(0, 200))), gzip_it=True)
-    executor.ingest(str(data), str(tmp_path / "second"), 0.3)
+    executor.ingest([str(data)], str(tmp_path / "second"), 0.3)
     for split in ("train", "eval"):
         assert sorted(_read_split(str(tmp_path / "first"), split)) == sorted(_read_split(str(tmp_path / "second"), split))
 
@@ -75,7 +75,7 @@ def test_corrupt_record_names_file_and_index(tmp_path):
     raw[offset] ^= 0xFF
     open(path, "wb").write(bytes(raw))
     with pytest.raises(records.IngestionError, match=r"a\.tfrecord: record 3: unreadable"):
-        executor.ingest(str(data), str(tmp_path / "out"), 0.3)
+        executor.ingest([str(data)], str(tmp_path / "out"), 0.3)
 
 
 def test_truncated_gzip_file_names_file_and_index(tmp_path):
@@ -85,7 +85,7 @@ def test_truncated_gzip_file_names_file_and_index(tmp_path):
     plain = gzip.decompress(open(path, "rb").read())
     open(path, "wb").write(gzip.compress(plain[: len(plain) - 7]))  # last record cut short
     with pytest.raises(records.IngestionError, match=r"a\.tfrecord\.gz: record 49: unreadable"):
-        executor.ingest(str(data), str(tmp_path / "out"), 0.3)
+        executor.ingest([str(data)], str(tmp_path / "out"), 0.3)
 
 
 def test_record_that_is_not_a_tf_example_is_named(tmp_path):
@@ -97,7 +97,7 @@ def test_record_that_is_not_a_tf_example_is_named(tmp_path):
     good = _examples(0, 5)
     _write(data / "mixed.tfrecord", good[:2] + [sequence.SerializeToString(), b"\xff\xfe not a proto"] + good[2:])
     with pytest.raises(records.IngestionError) as raised:
-        executor.ingest(str(data), str(tmp_path / "out"), 0.3)
+        executor.ingest([str(data)], str(tmp_path / "out"), 0.3)
     message = str(raised.value)
     assert "mixed.tfrecord: record 2: not a tf.Example" in message
     assert "mixed.tfrecord: record 3: not a tf.Example" in message
@@ -107,14 +107,14 @@ def test_record_that_is_not_a_tf_example_is_named(tmp_path):
 def test_empty_directory_missing_directory_and_empty_file_are_errors(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(records.IngestionError, match="no TFRecord files"):
-        executor.ingest(str(tmp_path / "empty"), str(tmp_path / "out"), 0.3)
+        executor.ingest([str(tmp_path / "empty")], str(tmp_path / "out"), 0.3)
     with pytest.raises(records.IngestionError, match="does not exist"):
-        executor.ingest(str(tmp_path / "nowhere"), str(tmp_path / "out"), 0.3)
+        executor.ingest([str(tmp_path / "nowhere")], str(tmp_path / "out"), 0.3)
     (tmp_path / "with_empty").mkdir()
     _write(tmp_path / "with_empty" / "good.tfrecord", _examples(0, 20))
     (tmp_path / "with_empty" / "zero.tfrecord").write_bytes(b"")
     with pytest.raises(records.IngestionError, match=r"zero\.tfrecord: record 0: empty file"):
-        executor.ingest(str(tmp_path / "with_empty"), str(tmp_path / "out"), 0.3)
+        executor.ingest([str(tmp_path / "with_empty")], str(tmp_path / "out"), 0.3)
 
 
 def test_executor_writes_standard_examples_artifact_with_counts(tmp_path):
@@ -136,6 +136,28 @@ def test_executor_writes_standard_examples_artifact_with_counts(tmp_path):
     assert len(_read_split(examples.uri, "train")) == train
     report = json.load(open(os.path.join(examples.uri, executor.REPORT_FILE)))
     assert report["counts"] == {"train": train, "eval": evaluation} and report["span"] == 2
+    assert examples.get_string_custom_property(executor.FINGERPRINT_PROPERTY) == records.fingerprint_input(str(root))
+
+
+def test_rolling_window_reads_the_last_spans_together(tmp_path):
+    root = tmp_path / "root"
+    for span, rows in ((1, 50), (2, 70), (3, 90), (10, 110)):  # span 10 sorts after 3 by number, not by name
+        (root / f"span-{span}").mkdir(parents=True)
+        _write(root / f"span-{span}" / "part.tfrecord", _examples(span * 1000, rows))
+    (root / "span-x").mkdir()  # not a span folder: ignored
+    examples = standard_artifacts.Examples()
+    examples.uri = str(tmp_path / "artifact")
+
+    executor.Executor().Do({}, {"examples": [examples]}, {"input_base": str(root), "eval_fraction": 0.3,
+                                                          "input_fingerprint": "x", "span_window": 3})
+
+    report = json.load(open(os.path.join(examples.uri, executor.REPORT_FILE)))
+    assert report["spans"] == [2, 3, 10] and examples.span == 10
+    assert sum(report["counts"].values()) == 70 + 90 + 110
+    assert sorted(report["files"]) == ["span-10/part.tfrecord", "span-2/part.tfrecord", "span-3/part.tfrecord"]
+    assert examples.get_string_custom_property(executor.SPANS_PROPERTY) == "2,3,10"
+    assert (examples.get_string_custom_property(executor.FINGERPRINT_PROPERTY)
+            == records.fingerprint_input(str(root), window=3) != records.fingerprint_input(str(root), window=1))
 
 
 def test_fingerprint_changes_when_the_data_changes(tmp_path):
@@ -144,7 +166,11 @@ def test_fingerprint_changes_when_the_data_changes(tmp_path):
     first = records.fingerprint_input(str(tmp_path))
     assert records.fingerprint_input(str(tmp_path)) == first
     _write(tmp_path / "span-1" / "b.tfrecord", _examples(5, 5))
-    assert records.fingerprint_input(str(tmp_path)) != first
+    second = records.fingerprint_input(str(tmp_path))
+    assert second != first
+    (tmp_path / "span-2").mkdir()
+    _write(tmp_path / "span-2" / "a.tfrecord", _examples(0, 5))
+    assert records.fingerprint_input(str(tmp_path)) != second  # a new span is new data
 
 
 def test_many_bad_records_are_all_counted_but_only_the_first_listed(tmp_path):
@@ -152,7 +178,7 @@ def test_many_bad_records_are_all_counted_but_only_the_first_listed(tmp_path):
     data.mkdir()
     _write(data / "junk.tfrecord", [b"\xff\xff junk %d" % i for i in range(100)])
     with pytest.raises(records.IngestionError) as raised:
-        executor.ingest(str(data), str(tmp_path / "out"), 0.3)
+        executor.ingest([str(data)], str(tmp_path / "out"), 0.3)
     message = str(raised.value)
     assert message.startswith("100 bad record(s)")
     assert "junk.tfrecord: record 19:" in message and "junk.tfrecord: record 20:" not in message

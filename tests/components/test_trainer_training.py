@@ -31,9 +31,10 @@ def _settings(**overrides):
     return dataclasses.asdict(load_config(train={"epochs": 3, "batch_size": 64, "input_probe_steps": 20, **overrides}).train)
 
 
-def _train_here(files, output, **overrides):
+def _train_here(files, output, base_model=None, **overrides):
     return train(TrainingJob(settings=_settings(**overrides), serving_model_dir=str(output / "serving"),
-                             run_dir=str(output / "run"), checkpoint_dir=str(output / "checkpoints"), **files))
+                             run_dir=str(output / "run"), checkpoint_dir=str(output / "checkpoints"),
+                             base_model=base_model, **files))
 
 
 def _start_job(files, output, env=None, **spec):
@@ -186,6 +187,28 @@ def test_diverging_training_stops_with_the_step_named(files, tmp_path):
     with pytest.raises(TrainingDivergedError, match=r"at step \d+"):
         _train_here(files, tmp_path, learning_rate=1e38, xla="off", warmup_steps=0)
     assert not (tmp_path / "serving").exists()
+
+
+def test_warm_start_continues_from_the_base_model_and_skips_a_base_that_does_not_fit(files, tmp_path):
+    from components.trainer.warm_start import load_warm_start
+    import models.taxi
+    import models.taxi_wide
+    base = _train_here(files, tmp_path / "base", xla="off", epochs=2)
+    assert base["warm_start"] == {"base_model": "", "applied": False, "reason": "no blessed model yet"}
+    base_dir = str(tmp_path / "base" / "serving")
+
+    warm = _train_here(files, tmp_path / "warm", base_model=base_dir, xla="off", epochs=1)
+    cold = _train_here(files, tmp_path / "cold", xla="off", epochs=1)
+    assert warm["warm_start"] == {"base_model": base_dir, "applied": True, "reason": ""}
+    # Same data, same single pass: starting from trained weights, the first pass ends far lower.
+    assert warm["history"]["loss"][0] < 0.9 * cold["history"]["loss"][0]
+    off = load_warm_start(models.taxi, base_dir, enabled=False)
+    assert off.weights is None and off.preprocessing is None and "off in the config" in off.reason
+
+    wider = load_warm_start(models.taxi_wide, base_dir, enabled=True)  # other model code: weights do not fit
+    assert wider.weights is None and wider.preprocessing is None and "do not fit" in wider.reason
+    missing = load_warm_start(models.taxi_wide, str(tmp_path / "nowhere" / "Format-Serving"), enabled=True)
+    assert missing.weights is None and "cannot be loaded" in missing.reason
 
 
 def test_training_plan_scales_batch_and_learning_rate_and_rounds_intervals():

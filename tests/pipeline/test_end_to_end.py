@@ -1,7 +1,8 @@
 """The real TFX DAG (LocalDagRunner, SQLite MLMD, Beam DirectRunner) on a 3,000-row slice of the taxi data.
 
-Tests run in file order: a first run that blesses and pushes, an unchanged re-run, then a span with
-shuffled labels whose models must not be blessed or pushed.
+Tests run in file order, as production retraining would: a first run on span 1 that blesses and pushes;
+span 2, trained warm-started from that model and evaluated against it; an unchanged re-run served from the
+cache; a shifted span 3 stopped by the drift gate; a span 4 with shuffled labels that must not be blessed.
 """
 import json
 import os
@@ -16,8 +17,12 @@ import tensorflow as tf
 from components.atomic_pusher.executor import PUSH_INFO_FILE, TFLITE_FILE
 from components.model_export.variants import OUTPUT_TOLERANCE, TFLITE_VARIANTS
 from components.trainer.device import cpu_has_bf16
+from components.validation_gate.executor import BlockingAnomaliesError
+from pipeline.cli import main as cli_main
 from pipeline.config import load_config
+from pipeline.data import write_taxi_span
 from pipeline.local_runner import run_local
+from pipeline.status import list_runs
 
 pytestmark = pytest.mark.e2e
 
@@ -196,25 +201,73 @@ def test_pushed_savedmodel_scores_raw_examples(first_run):
     assert (positives[:, None] > negatives[None, :]).mean() > 0.8
 
 
-def test_unchanged_rerun_reuses_training_and_publishes_no_duplicate(first_run):
+def test_next_span_trains_warm_started_and_is_evaluated_against_the_blessed_model(first_run, data_root):
     config, first = first_run
+    blessed = first.evaluation["models"][first.evaluation["chosen_model"]]
+    write_taxi_span(data_root, span=2, max_rows=3000, first_row=3000, num_shards=2)
+
     summary = run_local(config)
+
     statuses = {s.name: s.status for s in summary.steps}
-    for name in ("TFRecordIngest", "StatisticsGen", "ImportSchemaGen", "ExampleValidator", "Trainer",
-                 "Fp32BaselineTrainer"):
-        assert statuses[name] == "cached", (name, statuses)
-    # The evaluator reruns: its production input is now the first run's blessed model.
-    assert statuses["PrecisionEvaluator"] == "ran" and summary.blessed is True
+    assert statuses["ImportSchemaGen"] == "cached" and statuses["TFRecordIngest"] == "ran", statuses
+    ingest = _report(config, "TFRecordIngest", "examples", "ingest_report.json")
+    assert ingest["spans"] == [2] and sum(ingest["counts"].values()) == 3000
+    validation = _report(config, "ValidationGate", "report", "validation_report.json")
+    assert validation["blocking"] is False and validation["drift"]["previous_span"] == 1
+    measured = validation["drift"]["splits"]["train"]
+    assert {"fare", "trip_miles", "payment_type", "company"} <= set(measured)
+    assert not any(feature["drifted"] for feature in measured.values())
+    for node in ("Trainer", "Fp32BaselineTrainer"):  # both start from the first run's blessed model
+        warm = _report(config, node, "model_run", "training_report.json")["warm_start"]
+        assert warm["applied"] is True and warm["base_model"].startswith(blessed["uri"] + os.sep), (node, warm)
+    assert summary.evaluation["models"]["production"]["id"] == blessed["id"]
     assert any(check["gate"] == "vs_production" for check in summary.evaluation["checks"])
-    # The same model is already the newest version: nothing new is published.
-    assert summary.pushed_to == first.pushed_to
-    assert os.listdir(config.push_dir) == [os.path.basename(first.pushed_to)]
+    assert summary.blessed == (summary.pushed_to is not None)
+
+
+def test_unchanged_rerun_is_served_from_the_cache_and_publishes_nothing(first_run, tree_digest, capsys):
+    config, first = first_run
+    before = tree_digest(config.push_dir)
+
+    summary = run_local(config)
+
+    assert [s.status for s in summary.steps if not s.name.endswith("_resolver")] == ["cached"] * 10, summary.steps
+    assert tree_digest(config.push_dir) == before
+    runs = list_runs(config)
+    assert [run.spans for run in runs] == ["1", "2", "2"]
+    assert runs[-1].outcome == "cached" and (runs[-1].ran, runs[-1].cached) == (0, 10)
+    assert runs[0].outcome == "complete" and runs[0].blessing in ("candidate", "fp32_baseline")
+    assert runs[0].pushed_version == os.path.basename(first.pushed_to)
+    assert runs[1].auc["production"] is not None and runs[0].auc.get("production") is None
+    assert cli_main(["status", "--output", config.output_dir]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert len(table) == 4 and "cached" in table[-1] and os.path.basename(first.pushed_to) in table[1]
+
+
+def test_shifted_span_is_stopped_by_the_drift_gate_before_training(first_run, data_root, tree_digest):
+    config, _ = first_run
+    _write_shifted_span(os.path.join(data_root, "span-2"), os.path.join(data_root, "span-3"))
+    models_before = _count_outputs(config, "Trainer", "model")
+    before = tree_digest(config.push_dir)
+
+    with pytest.raises(BlockingAnomaliesError, match="drifted") as raised:
+        run_local(config)
+
+    message = str(raised.value)
+    for feature in ("fare", "trip_miles", "payment_type"):
+        assert f"train: {feature}: drift" in message and "vs span 2" in message, message
+    assert "company: drift" not in message  # left as it was: not reported
+    assert _count_outputs(config, "Trainer", "model") == models_before
+    assert tree_digest(config.push_dir) == before
+    assert list_runs(config)[-1].outcome == "failed at ValidationGate"
 
 
 def test_a_degraded_candidate_is_not_blessed_and_the_pushed_version_is_untouched(first_run, data_root, tree_digest):
     config, first = first_run
-    _write_label_shuffled_span(os.path.join(data_root, "span-1"), os.path.join(data_root, "span-2"))
+    # A copy of the accepted span 2 with its labels shuffled: no drift to stop it, meaningless to learn.
+    _write_label_shuffled_span(os.path.join(data_root, "span-2"), os.path.join(data_root, "span-4"))
     before = tree_digest(config.push_dir)
+    versions = sorted(os.listdir(config.push_dir))
     summary = run_local(config)
     assert summary.blessed is False and summary.pushed_to is None
     report = summary.evaluation
@@ -224,23 +277,46 @@ def test_a_degraded_candidate_is_not_blessed_and_the_pushed_version_is_untouched
     blessing_dir = _newest_output(config, "PrecisionEvaluator", "blessing")
     assert os.path.exists(os.path.join(blessing_dir, "NOT_BLESSED"))
     assert _report(config, "ModelExport", "exported_model", "export_report.json")["exported"] is False
-    assert os.listdir(config.push_dir) == [os.path.basename(first.pushed_to)]
+    assert sorted(os.listdir(config.push_dir)) == versions
     assert tree_digest(config.push_dir) == before
     assert "candidate not blessed" in summary.render() and "nothing pushed" in summary.render()
 
 
+def _count_outputs(config, node, key):
+    return len(tf.io.gfile.glob(os.path.join(config.pipeline_root, node, key, "*")))
+
+
+def _read_span(span_dir):
+    files = sorted(tf.io.gfile.glob(os.path.join(span_dir, "*.gz")))
+    return [tf.train.Example.FromString(r) for r in tf.data.TFRecordDataset(
+        files, compression_type="GZIP").as_numpy_iterator()]
+
+
+def _write_span(records, target_span, name):
+    os.makedirs(target_span)
+    with tf.io.TFRecordWriter(os.path.join(target_span, name), options="GZIP") as writer:
+        for record in records:
+            writer.write(record.SerializeToString())
+
+
+def _write_shifted_span(source_span, target_span):
+    """Copies a span with fares and distances tripled (plus 5) and every payment made in cash."""
+    records = _read_span(source_span)
+    for record in records:
+        for name in ("fare", "trip_miles"):
+            values = record.features.feature[name].float_list.value
+            values[:] = [3 * value + 5 for value in values]
+        record.features.feature["payment_type"].bytes_list.value[:] = [b"Cash"]
+    _write_span(records, target_span, "shifted.tfrecord.gz")
+
+
 def _write_label_shuffled_span(source_span, target_span):
     """Copies a span with the `tips` values permuted across records: same features, meaningless labels."""
-    os.makedirs(target_span)
-    files = sorted(tf.io.gfile.glob(os.path.join(source_span, "*.gz")))
-    records = [tf.train.Example.FromString(r) for r in tf.data.TFRecordDataset(
-        files, compression_type="GZIP").as_numpy_iterator()]
+    records = _read_span(source_span)
     tips = [list(r.features.feature["tips"].float_list.value) for r in records]
     for record, index in zip(records, np.random.default_rng(0).permutation(len(records))):
         record.features.feature["tips"].float_list.value[:] = tips[index]
-    with tf.io.TFRecordWriter(os.path.join(target_span, "shuffled.tfrecord.gz"), options="GZIP") as writer:
-        for record in records:
-            writer.write(record.SerializeToString())
+    _write_span(records, target_span, "shuffled.tfrecord.gz")
 
 
 def test_cli_exits_nonzero_and_names_the_bad_record(tmp_path):

@@ -1,0 +1,68 @@
+"""Warm start: continue from a previously blessed model instead of from random weights.
+
+The base model's fitted preprocessing (vocabularies, normalization, bins) is reused as it is, so its
+weights keep meaning what they meant, and its float32 weights are copied into the freshly built model.
+A base that cannot be read, or whose weights do not fit the model the current code builds (the model code
+changed), is reported and skipped: training then starts from scratch on preprocessing fitted to the data.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import keras
+import numpy as np
+from absl import logging
+
+from components.trainer.export import MODEL_READY_FILE, PREPROCESSING_FILE, model_ready_dir
+
+
+@dataclasses.dataclass
+class WarmStart:
+    base_model: str  # serving directory of the base model; "" when there is none
+    preprocessing: keras.Model | None = None  # the base's fitted preprocessing; None: fit it to the data
+    weights: list[np.ndarray] | None = None  # the base's float32 weights; None: random initialization
+    reason: str = ""  # why the warm start was skipped ("" when it applies)
+
+    def to_json(self) -> dict:
+        return {"base_model": self.base_model, "applied": self.weights is not None, "reason": self.reason}
+
+
+def load_warm_start(model_module, base_serving_dir: str | None, enabled: bool) -> WarmStart:
+    """Input: the model module, the base model's serving directory (TFX's fn_args.base_model; None when no
+    model is blessed yet) and the config switch. Output: what to start from, or why not."""
+    if not enabled:
+        return WarmStart(base_serving_dir or "", reason="warm start is off in the config")
+    if not base_serving_dir:
+        return WarmStart("", reason="no blessed model yet")
+    folder = model_ready_dir(base_serving_dir)
+    try:
+        preprocessing = keras.models.load_model(os.path.join(folder, PREPROCESSING_FILE))
+        weights = keras.models.load_model(os.path.join(folder, MODEL_READY_FILE)).get_weights()
+    except (OSError, ValueError, TypeError) as error:
+        return _skipped(base_serving_dir, f"the base model in {folder} cannot be loaded ({error})")
+    expected = [weight.shape for weight in _float32_model(model_module, preprocessing).get_weights()]
+    if expected != [weight.shape for weight in weights]:
+        return _skipped(base_serving_dir, "the base model's weights do not fit the model this code builds")
+    return WarmStart(base_serving_dir, preprocessing, weights)
+
+
+def apply_warm_start(model: keras.Model, warm: WarmStart) -> None:
+    """Copies the base weights into `model` (built from `warm.preprocessing`; any precision policy)."""
+    if warm.weights is not None:
+        model.set_weights(warm.weights)
+        logging.info("Warm start from %s", warm.base_model)
+
+
+def _float32_model(model_module, preprocessing: keras.Model) -> keras.Model:
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("float32")
+    try:
+        return model_module.build_model(preprocessing)
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def _skipped(base_model: str, reason: str) -> WarmStart:
+    logging.warning("Warm start skipped, training from scratch: %s", reason)
+    return WarmStart(base_model, reason=reason + "; trained from scratch")

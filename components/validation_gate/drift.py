@@ -1,0 +1,35 @@
+"""Drift between two spans' statistics, measured by TFDV with the comparators in the curated schema.
+
+Pure functions over TFDV protos (no TFX): testable with statistics generated on the spot.
+"""
+from __future__ import annotations
+
+import tensorflow_data_validation as tfdv
+from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
+
+MEASURE_NAMES = {"L_INFTY": "L-infinity distance", "JENSEN_SHANNON_DIVERGENCE": "Jensen-Shannon divergence",
+                 "NORMALIZED_ABSOLUTE_DIFFERENCE": "normalized absolute difference"}
+
+
+def measure_drift(current: statistics_pb2.DatasetFeatureStatisticsList,
+                  previous: statistics_pb2.DatasetFeatureStatisticsList, schema: schema_pb2.Schema) -> dict:
+    """Input: this span's and the previous span's statistics (one split each) and the schema with its
+    drift comparators. Output: feature -> {measure, value, threshold, drifted}, for every feature that has
+    a comparator; `drifted` when the value is above the threshold."""
+    anomalies = tfdv.validate_statistics(current, schema, previous_statistics=previous)
+    measured = {}
+    for info in anomalies.drift_skew_info:
+        for measurement in info.drift_measurements:
+            measure = anomalies_pb2.DriftSkewInfo.Measurement.Type.Name(measurement.type)
+            measured[".".join(info.path.step)] = {
+                "measure": measure, "value": round(measurement.value, 6), "threshold": measurement.threshold,
+                "drifted": measurement.value > measurement.threshold}
+    return dict(sorted(measured.items()))
+
+
+def describe_drift(split: str, feature: str, measured: dict, previous_span: int | None) -> str:
+    """One line of the error a drift-blocked run ends with."""
+    name = MEASURE_NAMES.get(measured["measure"], measured["measure"])
+    against = f" vs span {previous_span}" if previous_span is not None else ""
+    return (f"  {split}: {feature}: drift {name} {measured['value']:.3f} > threshold "
+            f"{measured['threshold']:.3f}{against}")
