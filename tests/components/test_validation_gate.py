@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_data_validation as tfdv
 
+from components.validation_gate import drift
 from components.validation_gate import executor as gate
 from pipeline.config import load_config
 from pipeline.data import bundled_taxi_csv, row_to_example
@@ -20,13 +21,38 @@ def _rows(count):
         return [next(reader) for _ in range(count)]
 
 
-def _validate(tmp_path, examples):
-    path = str(tmp_path / "data.tfrecord")
+def _statistics(tmp_path, examples, name="data"):
+    path = str(tmp_path / f"{name}.tfrecord")
     with tf.io.TFRecordWriter(path) as writer:
         for example in examples:
             writer.write(example.SerializeToString())
-    stats = tfdv.generate_statistics_from_tfrecord(path)
-    return tfdv.validate_statistics(stats, tfdv.load_schema_text(SCHEMA))
+    return tfdv.generate_statistics_from_tfrecord(path)
+
+
+def _validate(tmp_path, examples):
+    return tfdv.validate_statistics(_statistics(tmp_path, examples), tfdv.load_schema_text(SCHEMA))
+
+
+def test_drift_is_measured_with_the_schema_comparators_and_only_a_shift_crosses_them(tmp_path):
+    rows = _rows(4000)
+    previous = _statistics(tmp_path, [row_to_example(row) for row in rows[:2000]], "previous")
+    natural = _statistics(tmp_path, [row_to_example(row) for row in rows[2000:]], "natural")
+    shifted_examples = [row_to_example(row) for row in rows[2000:]]
+    for example in shifted_examples:
+        fare = example.features.feature["fare"].float_list.value
+        fare[:] = [3 * value + 5 for value in fare]
+    shifted = _statistics(tmp_path, shifted_examples, "shifted")
+    schema = tfdv.load_schema_text(SCHEMA)
+
+    measured = drift.measure_drift(natural, previous, schema)
+    assert measured["fare"]["measure"] == "JENSEN_SHANNON_DIVERGENCE"
+    assert measured["payment_type"]["measure"] == "L_INFTY"
+    assert not any(feature["drifted"] for feature in measured.values()), measured
+    moved = drift.measure_drift(shifted, previous, schema)
+    assert [name for name, feature in moved.items() if feature["drifted"]] == ["fare"]
+    assert moved["fare"]["value"] > moved["fare"]["threshold"] == 0.3
+    line = drift.describe_drift("train", "fare", moved["fare"], previous_span=4)
+    assert "train: fare: drift Jensen-Shannon divergence" in line and "> threshold 0.300 vs span 4" in line
 
 
 def test_clean_taxi_rows_pass_and_broken_ones_block_naming_each_feature(tmp_path):
