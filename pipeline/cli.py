@@ -84,12 +84,19 @@ def write_bundled_span(data_root: str, span: int = 1, max_rows: int | None = Non
     print(f"wrote {rows} tf.Examples (bundled Chicago-taxi sample) to {span_dir}")
 
 
-def run_compile(args) -> int:
+def load_checked_config(args, **overrides):
+    """The config from `--config` with the command line's overrides, or None after printing why not."""
     from pipeline.config import ConfigError, load_config
     try:
-        config = load_config(args.config, data_root=args.data, serving_dir=args.serving_dir)
+        return load_config(args.config, **overrides)
     except (ConfigError, OSError) as error:
         print(f"config error: {error}", file=sys.stderr)
+        return None
+
+
+def run_compile(args) -> int:
+    config = load_checked_config(args, data_root=args.data, serving_dir=args.serving_dir)
+    if config is None:
         return 2
     from pipeline.kubeflow_runner import CompileError, compile_kubeflow
     try:
@@ -103,11 +110,8 @@ def run_compile(args) -> int:
 
 
 def run_doctor(args) -> int:
-    from pipeline.config import ConfigError, load_config
-    try:
-        config = load_config(args.config, output_dir=args.output)
-    except (ConfigError, OSError) as error:
-        print(f"config error: {error}", file=sys.stderr)
+    config = load_checked_config(args, output_dir=args.output)
+    if config is None:
         return 2
     from pipeline.doctor import diagnose
     lines, findings = diagnose(config)
@@ -120,11 +124,8 @@ def run_doctor(args) -> int:
 
 
 def run_status(args) -> int:
-    from pipeline.config import ConfigError, load_config
-    try:
-        config = load_config(args.config, output_dir=args.output)
-    except (ConfigError, OSError) as error:
-        print(f"config error: {error}", file=sys.stderr)
+    config = load_checked_config(args, output_dir=args.output)
+    if config is None:
         return 2
     from pipeline.status import list_runs, render_runs
     print(render_runs(list_runs(config)))
@@ -132,11 +133,8 @@ def run_status(args) -> int:
 
 
 def run_pipeline(args, write_demo_data: bool = False) -> int:
-    from pipeline.config import ConfigError, load_config
-    try:
-        config = load_config(args.config, data_root=args.data, output_dir=args.output)
-    except (ConfigError, OSError) as error:
-        print(f"config error: {error}", file=sys.stderr)
+    config = load_checked_config(args, data_root=args.data, output_dir=args.output)
+    if config is None:
         return 2
     if write_demo_data and not os.path.isdir(os.path.join(config.data_root, "span-1")):
         write_bundled_span(config.data_root)
