@@ -17,6 +17,7 @@ from components.precision_evaluator.gates import CANDIDATE, OVERALL, format_numb
 from components.precision_evaluator.gates import REPORT_FILE as PRECISION_REPORT
 from components.trainer.train import REPORT_FILE as TRAINING_REPORT
 from pipeline.config import PipelineConfig
+from pipeline.run_guard import exclusive_run, recover_interrupted_runs
 from pipeline.status import output_artifact
 
 
@@ -103,13 +104,20 @@ class ProgressReporter(logging.Handler):
 
 
 def run_local(config: PipelineConfig, verbose: bool = False) -> RunSummary:
-    """Input: a config. Output: the run's summary. Raises whatever the failing component raised."""
+    """Input: a config. Output: the run's summary. Raises whatever the failing component raised, or
+    RunLockedError when another run is using the output directory."""
+    with exclusive_run(config.output_dir):
+        for line in recover_interrupted_runs(config):
+            print(f"recovered: {line}", flush=True)
+        return _run_locked(config, verbose)
+
+
+def _run_locked(config: PipelineConfig, verbose: bool) -> RunSummary:
     from absl import logging as absl_logging
     from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
     from pipeline.pipeline import create_pipeline
 
-    os.makedirs(config.output_dir, exist_ok=True)
     absl_logger = absl_logging.get_absl_logger()
     absl_logging.set_verbosity(absl_logging.INFO)  # sets the flag too, so a later flag parse keeps INFO
     absl_logger.propagate = verbose  # quiet: TFX's INFO chatter reaches only the reporter

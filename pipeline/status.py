@@ -19,7 +19,8 @@ class RunRecord:
     run_id: str
     started: float  # seconds since the epoch
     seconds: float
-    outcome: str  # "complete", "cached" (every step reused), "failed at <node>", "running or killed at <node>"
+    outcome: str  # "complete", "cached" (every step reused), "failed at <node>", "running or killed at <node>",
+    # "killed at <node>" (a later run found it dead and cleaned it up)
     spans: str = ""
     ran: int = 0  # steps executed
     cached: int = 0  # steps reused from the cache
@@ -60,8 +61,11 @@ def list_runs(config: PipelineConfig) -> list[RunRecord]:
                            cached=sum(e.last_known_state == state.CACHED for e in steps.values()))
         failed = [name for name, e in steps.items() if e.last_known_state == state.FAILED]
         unfinished = [name for name, e in steps.items() if e.last_known_state in (state.NEW, state.RUNNING)]
+        killed = [name for name, e in steps.items() if e.last_known_state == state.CANCELED]
         if failed:
             record.outcome = "failed at " + ", ".join(failed)
+        elif killed:
+            record.outcome = "killed at " + ", ".join(killed)
         elif unfinished:
             record.outcome = "running or killed at " + ", ".join(unfinished)
         elif record.cached and not record.ran:

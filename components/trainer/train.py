@@ -31,7 +31,8 @@ from components.trainer.warm_start import apply_warm_start, load_warm_start
 
 ADAPT_SAMPLE_SIZE = 20_000  # rows used to fit the preprocessing layers (vocabularies, normalization)
 REPORT_FILE = "training_report.json"
-BACKUP_METADATA = "training_metadata.json"  # written by keras.callbacks.BackupAndRestore
+BACKUP_METADATA = "training_metadata.json"  # written by keras.callbacks.BackupAndRestore...
+BACKUP_WEIGHTS = "latest.weights.h5"  # ...with these weights; "<name>.bkp" holds the previous checkpoint
 
 
 @dataclasses.dataclass
@@ -136,6 +137,7 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
     checkpoint_dir = job.checkpoint_dir
     if multi_worker:  # each worker keeps its own copy of the (identical) training state
         checkpoint_dir = os.path.join(checkpoint_dir, worker)
+    repair_checkpoint(checkpoint_dir)
     resumed_from_step = _checkpointed_interval(checkpoint_dir) * plan["steps_per_interval"]
     meter = training_callbacks.ThroughputMeter(plan["global_batch"])
     loss_scale = training_callbacks.LossScaleRecorder()
@@ -332,6 +334,39 @@ def _input_wait(real_rate: float, memory_rate: float) -> float | None:
     if not real_rate or not memory_rate:
         return None
     return max(0.0, 1.0 - real_rate / memory_rate)
+
+
+def repair_checkpoint(checkpoint_dir: str) -> str:
+    """Makes a checkpoint that a kill interrupted mid-write loadable again. Output: what was done.
+
+    The weights are written first, then the metadata, each after copying the previous pair to `.bkp`.
+    Unreadable weights are replaced by the previous checkpoint; with no previous one the checkpoint is
+    dropped and training starts from step 0 (Keras would otherwise fail on every restart).
+    """
+    weights = os.path.join(checkpoint_dir, BACKUP_WEIGHTS)
+    if not tf.io.gfile.exists(weights) or _readable_weights(weights):
+        return "intact"
+    previous = weights + ".bkp"
+    if tf.io.gfile.exists(previous) and _readable_weights(previous):
+        tf.io.gfile.copy(previous, weights, overwrite=True)
+        metadata = os.path.join(checkpoint_dir, BACKUP_METADATA)
+        if tf.io.gfile.exists(metadata + ".bkp"):
+            tf.io.gfile.copy(metadata + ".bkp", metadata, overwrite=True)
+        logging.warning("Checkpoint weights in %s were cut off by a kill; resuming from the previous checkpoint",
+                        checkpoint_dir)
+        return "restored previous"
+    tf.io.gfile.rmtree(checkpoint_dir)
+    logging.warning("The only checkpoint in %s was cut off by a kill; training starts from step 0", checkpoint_dir)
+    return "dropped"
+
+
+def _readable_weights(path: str) -> bool:
+    import h5py
+    try:
+        with h5py.File(path, "r"):
+            return True
+    except OSError:
+        return False
 
 
 def _checkpointed_interval(checkpoint_dir: str) -> int:

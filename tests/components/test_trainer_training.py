@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 
+import keras
 import pytest
 import tensorflow as tf
 
@@ -244,3 +245,30 @@ def test_chief_is_the_chief_task_or_worker_zero():
 def test_config_rejects_unknown_training_choices(key, value):
     with pytest.raises(ConfigError, match=f"train.{key}"):
         load_config(train={key: value})
+
+
+def test_a_checkpoint_cut_off_by_a_kill_is_repaired_from_the_previous_one_or_dropped(tmp_path):
+    from components.trainer.train import BACKUP_METADATA, BACKUP_WEIGHTS, _checkpointed_interval, repair_checkpoint
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    weights = checkpoint / BACKUP_WEIGHTS
+    model.save_weights(str(weights))
+    whole = weights.read_bytes()
+    assert repair_checkpoint(str(checkpoint)) == "intact"
+
+    # Killed while writing interval 3's weights: interval 2's pair sits in .bkp.
+    (checkpoint / f"{BACKUP_WEIGHTS}.bkp").write_bytes(whole)
+    (checkpoint / f"{BACKUP_METADATA}.bkp").write_text('{"epoch": 2, "batch": 0}')
+    (checkpoint / BACKUP_METADATA).write_text('{"epoch": 2, "batch": 0}')
+    weights.write_bytes(whole[:96])
+    assert repair_checkpoint(str(checkpoint)) == "restored previous"
+    assert weights.read_bytes() == whole and _checkpointed_interval(str(checkpoint)) == 2
+    model.load_weights(str(weights))
+
+    # Killed while writing the very first checkpoint: nothing to fall back on, so it is dropped.
+    for name in (f"{BACKUP_WEIGHTS}.bkp", f"{BACKUP_METADATA}.bkp", BACKUP_METADATA):
+        (checkpoint / name).unlink()
+    weights.write_bytes(whole[:96])
+    assert repair_checkpoint(str(checkpoint)) == "dropped"
+    assert not checkpoint.exists() and _checkpointed_interval(str(checkpoint)) == 0
