@@ -140,13 +140,32 @@ def run_pipeline(args, write_demo_data: bool = False) -> int:
         write_bundled_span(config.data_root)
     from components.tfrecord_ingest.records import IngestionError
     from pipeline.local_runner import run_local
+    from pipeline.run_guard import LOCKED_EXIT_CODE, RunLockedError
     try:
         summary = run_local(config, verbose=args.verbose)
+    except RunLockedError as error:  # another run owns the directory: touch nothing, not even the report
+        print(f"run refused: {error}", file=sys.stderr)
+        return LOCKED_EXIT_CODE
     except IngestionError as error:
         print(f"ingestion error: {error}", file=sys.stderr)
+        write_report(config, f"ingestion error: {error}")
         return 1
     except Exception as error:  # a component failed: say which error, exit non-zero
         print(f"pipeline failed: {type(error).__name__}: {error}", file=sys.stderr)
+        write_report(config, f"{type(error).__name__}: {error}")
         return 1
     print(summary.render())
+    write_report(config, None)
     return 0
+
+
+def write_report(config, error: str | None) -> None:
+    """Writes the HTML run report and says where; a report that cannot be written never changes the exit code."""
+    from pipeline.run_report import write_run_report
+    try:
+        path = write_run_report(config, error)
+    except Exception as report_error:  # noqa: BLE001 - the run's own outcome matters more than its report
+        print(f"run report not written: {type(report_error).__name__}: {report_error}", file=sys.stderr)
+        return
+    if path:
+        print(f"run report: {os.path.abspath(path)}", file=sys.stderr if error else sys.stdout)

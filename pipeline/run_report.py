@@ -1,0 +1,436 @@
+"""The HTML run report: one self-contained page per local run, written into the output directory.
+
+`write_run_report(config, error)` reads the newest run from MLMD and the reports its steps wrote, and
+writes `<output_dir>/run_report.html` (the latest run) plus a copy in `<output_dir>/reports/`. The page
+holds the steps, the data statistics per split (tables and matplotlib plots of TFDV's statistics), the
+anomalies and drift, the training curves, the candidate vs FP32 baseline (and production) metrics per
+slice, the gates and the blessing, the TFLite ladder and where the model was pushed. Plots are PNG
+images inside the page, so the file opens anywhere with no network.
+"""
+from __future__ import annotations
+
+import base64
+import datetime
+import html
+import io
+import json
+import os
+import shutil
+
+from components.model_export.executor import REPORT_FILE as EXPORT_REPORT
+from components.precision_evaluator.gates import REPORT_FILE as PRECISION_REPORT
+from components.tfrecord_ingest.executor import SPANS_PROPERTY
+from components.trainer.train import REPORT_FILE as TRAINING_REPORT
+from components.validation_gate.executor import ANOMALIES_FILE, REPORT_FILE as VALIDATION_REPORT, STATISTICS_FILE
+from pipeline.config import PipelineConfig
+from pipeline.status import output_artifact
+
+REPORT_FILE = "run_report.html"
+REPORTS_DIR = "reports"
+TRAINERS = ("Trainer", "Fp32BaselineTrainer")
+STATE_NAMES = {1: "new", 2: "running", 3: "ran", 4: "failed", 5: "cached", 6: "killed"}
+
+
+def write_run_report(config: PipelineConfig, error: str | None = None) -> str | None:
+    """Input: the config and the run's error message (None when it succeeded). Output: the page's path,
+    or None when MLMD records no run yet."""
+    facts = collect_run(config)
+    if facts is None:
+        return None
+    facts["error"] = error
+    page = render_html(facts)
+    os.makedirs(os.path.join(config.output_dir, REPORTS_DIR), exist_ok=True)
+    path = os.path.join(config.output_dir, REPORT_FILE)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(page)
+    shutil.copyfile(path, os.path.join(config.output_dir, REPORTS_DIR, f"{_safe(facts['run_id'])}.html"))
+    return path
+
+
+def collect_run(config: PipelineConfig) -> dict | None:
+    """Input: the config. Output: what the newest run's steps produced, as plain data (None: no run)."""
+    if not os.path.exists(config.metadata_path):
+        return None
+    from ml_metadata.metadata_store import metadata_store
+    from tfx.orchestration import metadata
+
+    store = metadata_store.MetadataStore(metadata.sqlite_metadata_connection_config(config.metadata_path))
+    pipeline = store.get_context_by_type_and_name("pipeline", config.pipeline_name)
+    if pipeline is None:
+        return None
+    in_pipeline = {execution.id for execution in store.get_executions_by_context(pipeline.id)}
+    runs = [(run, [e for e in store.get_executions_by_context(run.id) if e.id in in_pipeline])
+            for run in store.get_contexts_by_type("pipeline_run")]
+    runs = [(run, executions) for run, executions in runs if executions]
+    if not runs:
+        return None
+    run, executions = max(runs, key=lambda item: min(e.create_time_since_epoch for e in item[1]))
+    node_type = store.get_context_type("node").id
+    nodes = {}
+    for execution in sorted(executions, key=lambda e: e.id):
+        names = [c.name.split(".", 1)[-1] for c in store.get_contexts_by_execution(execution.id)
+                 if c.type_id == node_type]
+        nodes[names[0] if names else str(execution.id)] = execution
+    started = min(e.create_time_since_epoch for e in executions) / 1000
+    facts = {
+        "pipeline": config.pipeline_name, "run_id": run.name, "data_root": config.data_root,
+        "started": datetime.datetime.fromtimestamp(started, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "seconds": max(e.last_update_time_since_epoch for e in executions) / 1000 - started,
+        "steps": [(name, STATE_NAMES.get(e.last_known_state, "?"),
+                   (e.last_update_time_since_epoch - e.create_time_since_epoch) / 1000)
+                  for name, e in nodes.items() if not name.endswith("_resolver")],
+    }
+    examples = output_artifact(store, nodes.get("TFRecordIngest"), "examples")
+    if examples is not None:
+        props = examples.custom_properties
+        facts["spans"] = props[SPANS_PROPERTY].string_value if SPANS_PROPERTY in props else ""
+        facts["counts"] = {key[: -len("_examples")]: value.int_value for key, value in props.items()
+                           if key.endswith("_examples")}
+    statistics = output_artifact(store, nodes.get("StatisticsGen"), "statistics")
+    if statistics is not None:
+        facts["statistics"] = _read_statistics(statistics)
+    anomalies = output_artifact(store, nodes.get("ExampleValidator"), "anomalies")
+    if anomalies is not None:
+        facts["anomalies"] = _read_anomalies(anomalies)
+    gate = output_artifact(store, nodes.get("ValidationGate"), "report")
+    facts["validation"] = _read_json(gate and os.path.join(gate.uri, VALIDATION_REPORT))
+    facts["training"] = {node: _read_json(_uri_file(output_artifact(store, nodes.get(node), "model_run"),
+                                                    TRAINING_REPORT)) for node in TRAINERS}
+    facts["evaluation"] = _read_json(_uri_file(output_artifact(store, nodes.get("PrecisionEvaluator"), "evaluation"),
+                                               PRECISION_REPORT))
+    facts["export"] = _read_json(_uri_file(output_artifact(store, nodes.get("ModelExport"), "exported_model"),
+                                           EXPORT_REPORT))
+    pushed = output_artifact(store, nodes.get("AtomicPusher"), "pushed_model")
+    facts["pushed_to"] = None
+    if pushed is not None and pushed.custom_properties["pushed"].int_value == 1:
+        facts["pushed_to"] = pushed.custom_properties["pushed_destination"].string_value
+    return facts
+
+
+def _uri_file(artifact, name: str) -> str | None:
+    return artifact and os.path.join(artifact.uri, name)
+
+
+def _read_json(path: str | None) -> dict:
+    if not path or not os.path.exists(path):
+        return {}
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def _read_statistics(artifact) -> dict:
+    """split -> the DatasetFeatureStatistics proto of that split."""
+    import tensorflow_data_validation as tfdv
+    from tfx.types import artifact_utils
+
+    result = {}
+    for split in artifact_utils.decode_split_names(artifact.properties["split_names"].string_value):
+        path = os.path.join(artifact.uri, f"Split-{split}", STATISTICS_FILE)
+        if os.path.exists(path):
+            datasets = tfdv.load_stats_binary(path).datasets
+            if datasets:
+                result[split] = datasets[0]
+    return result
+
+
+def _read_anomalies(artifact) -> dict:
+    """split -> [(feature, severity, short description, description)]."""
+    from tensorflow_metadata.proto.v0 import anomalies_pb2
+    from tfx.types import artifact_utils
+
+    result = {}
+    for split in artifact_utils.decode_split_names(artifact.properties["split_names"].string_value):
+        path = os.path.join(artifact.uri, f"Split-{split}", ANOMALIES_FILE)
+        if not os.path.exists(path):
+            continue
+        with open(path, "rb") as handle:
+            anomalies = anomalies_pb2.Anomalies.FromString(handle.read())
+        rows = [(name, anomalies_pb2.AnomalyInfo.Severity.Name(info.severity), info.short_description,
+                 info.description) for name, info in sorted(anomalies.anomaly_info.items())]
+        rows += [("<dataset>", "ERROR", reason.short_description, reason.description)
+                 for reason in anomalies.dataset_anomaly_info.reason]
+        result[split] = rows
+    return result
+
+
+# ----------------------------------------------------------------------------------------------- rendering
+
+def render_html(facts: dict) -> str:
+    """Input: collect_run's facts plus "error". Output: the whole page."""
+    error = facts.get("error")
+    outcome = f"FAILED: {error}" if error else "completed"
+    sections = [
+        f"<h1>Run report: {_e(facts['pipeline'])}</h1>",
+        _table(["run", "started", "duration", "spans", "data", "outcome", "pushed to"],
+               [[facts["run_id"], facts["started"], f"{facts['seconds']:.1f} s", facts.get("spans", "-"),
+                 facts["data_root"], outcome, facts["pushed_to"] or "nothing pushed"]], css="summary"),
+        "<h2>Steps</h2>",
+        _table(["step", "outcome", "seconds"], [[name, state, f"{seconds:.1f}"] for name, state, seconds in facts["steps"]]),
+        _data_section(facts),
+        _validation_section(facts),
+        _training_section(facts["training"]),
+        _evaluation_section(facts["evaluation"]),
+        _export_section(facts["export"], facts["pushed_to"]),
+    ]
+    return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+            f"<title>{_e(facts['pipeline'])} run {_e(facts['run_id'])}</title><style>{_CSS}</style></head>"
+            f"<body{' class=failed' if error else ''}>\n" + "\n".join(sections) + "\n</body></html>\n")
+
+
+def _data_section(facts: dict) -> str:
+    parts = ["<h2>Data</h2>"]
+    if facts.get("counts"):
+        parts.append(_table(["split", "examples"], [[split, f"{count:,}"] for split, count in sorted(facts["counts"].items())]))
+    statistics = facts.get("statistics") or {}
+    if not statistics:
+        return "\n".join(parts + ["<p>No statistics: the run stopped before StatisticsGen.</p>"])
+    for split, dataset in statistics.items():
+        rows = []
+        for feature in dataset.features:
+            name = ".".join(feature.path.step) or feature.name
+            if feature.HasField("num_stats"):
+                stats = feature.num_stats
+                common = stats.common_stats
+                rows.append([name, "numeric", f"{common.num_non_missing:,}", f"{common.num_missing:,}",
+                             _n(stats.mean), _n(stats.std_dev), _n(stats.min), _n(stats.median), _n(stats.max), ""])
+            elif feature.HasField("string_stats"):
+                stats = feature.string_stats
+                common = stats.common_stats
+                top = ", ".join(f"{value.value} ({value.frequency:,.0f})" for value in stats.top_values[:3])
+                rows.append([name, f"string, {stats.unique} unique", f"{common.num_non_missing:,}",
+                             f"{common.num_missing:,}", "", "", "", "", "", top])
+        parts.append(f"<h3>Split {_e(split)}: {dataset.num_examples:,} examples</h3>")
+        parts.append(_table(["feature", "type", "present", "missing", "mean", "std", "min", "median", "max",
+                             "top values"], rows))
+    parts.append(_image(_histogram_figure(statistics), "numeric feature histograms per split (TFDV statistics)"))
+    parts.append(_image(_top_values_figure(statistics), "most frequent values of string features per split"))
+    return "\n".join(parts)
+
+
+def _validation_section(facts: dict) -> str:
+    parts = ["<h2>Anomalies and drift</h2>"]
+    anomalies = facts.get("anomalies")
+    if anomalies is None:
+        parts.append("<p>Not validated: the run stopped before ExampleValidator.</p>")
+    else:
+        rows = [[split, *row] for split, split_rows in anomalies.items() for row in split_rows]
+        parts.append(_table(["split", "feature", "severity", "anomaly", "description"], rows, css="anomalies")
+                     if rows else "<p class=ok>No schema anomalies in any split.</p>")
+    drift = (facts.get("validation") or {}).get("drift")
+    if drift:
+        parts.append(f"<h3>Drift against span {drift.get('previous_span')}</h3>")
+        parts.append(_table(["split", "feature", "measure", "value", "threshold", "drifted"],
+                            [[split, name, measured["measure"], _n(measured["value"]), _n(measured["threshold"]),
+                              "DRIFTED" if measured["drifted"] else "no"]
+                             for split, features in drift["splits"].items() for name, measured in features.items()]))
+    elif facts.get("validation"):
+        parts.append("<p>No drift check: there is no earlier accepted span to compare with.</p>")
+    if any(name == "ValidationGate" and state == "failed" for name, state, _ in facts["steps"]):
+        parts.append(f"<p class=bad>The ValidationGate stopped the run before training:</p><pre>{_e(facts.get('error') or '')}</pre>")
+    return "\n".join(parts)
+
+
+def _training_section(training: dict) -> str:
+    parts = ["<h2>Training</h2>"]
+    reports = {node: report for node, report in training.items() if report}
+    if not reports:
+        return "\n".join(parts + ["<p>No training in this run.</p>"])
+    rows = []
+    for node, report in reports.items():
+        wait = report.get("input_wait_fraction")
+        warm = report.get("warm_start") or {}
+        rows.append([node, f"{report['strategy']} x{report['replicas']}", report["precision"],
+                     "on" if report["xla"] else "off", f"{report['examples_per_second']:,.0f}",
+                     "n/a" if wait is None else f"{100 * wait:.1f}%", str(report.get("resumed_from_step", 0)),
+                     "yes" if warm.get("applied") else "no", _n(report["final_metrics"].get("val_auc"))])
+    parts.append(_table(["trainer", "strategy", "precision", "XLA", "examples/s", "input wait", "resumed from step",
+                         "warm start", "val AUC"], rows))
+    parts.append(_image(_training_figure(reports), "training curves per checkpoint interval"))
+    return "\n".join(parts)
+
+
+def _evaluation_section(evaluation: dict) -> str:
+    parts = ["<h2>Evaluation: candidate vs FP32 baseline</h2>"]
+    if not evaluation:
+        return "\n".join(parts + ["<p>Not evaluated in this run.</p>"])
+    roles = [role for role in ("candidate", "fp32_baseline", "production")
+             if any(role in models for models in evaluation["metrics"].values())]
+    rows = []
+    for slice_name, models in evaluation["metrics"].items():
+        count = next((m.get("example_count") for m in models.values() if m.get("example_count") is not None), None)
+        row = [slice_name, "-" if count is None else f"{count:,.0f}"]
+        for metric in ("auc", "binary_accuracy"):
+            row += [_n((models.get(role) or {}).get(metric)) for role in roles]
+        rows.append(row)
+    header = ["slice", "examples"] + [f"{metric} {role}" for metric in ("AUC", "accuracy") for role in roles]
+    parts.append(_table(header, rows, css="slices"))
+    parts.append("<h3>Gates</h3>")
+    parts.append(_table(["gate", "model", "metric", "value", "reference", "delta", "tolerance", "passed"],
+                        [[c["gate"], c["model"], c["metric"], _n(c["value"]), _n(c["reference"]), _n(c["delta"]),
+                          str(c["tolerance"]), "pass" if c["passed"] else "FAIL"] for c in evaluation["checks"]]))
+    verdict = "ok" if evaluation.get("blessed") else "bad"
+    parts.append(f"<p class={verdict} id=blessing>Blessing: {_e(evaluation['summary'])}</p>")
+    return "\n".join(parts)
+
+
+def _export_section(export: dict, pushed_to: str | None) -> str:
+    parts = ["<h2>Export: TFLite ladder</h2>"]
+    if not export:
+        parts.append("<p>Nothing exported in this run.</p>")
+    elif not export.get("exported"):
+        parts.append(f"<p>Not exported: {_e(export.get('reason', ''))}.</p>")
+    else:
+        reference = export["savedmodel"]
+        rows = [["SavedModel", "-", "-", _n(reference["auc"]), "-", "-", "reference", ""]]
+        for name, variant in export["variants"].items():
+            rows.append([name, f"{variant['size_bytes']:,}", f"{variant['median_latency_us']:.1f}", _n(variant["auc"]),
+                         _n(variant["auc_drop"]), _n(variant["max_abs_diff"]),
+                         "accepted" if variant["accepted"] else "rejected: " + "; ".join(variant["reasons"]),
+                         "recommended" if variant.get("recommended") else ""])
+        parts.append(_table(["variant", "size (bytes)", "latency (µs/example)", "AUC", "AUC drop", "max |diff|",
+                             "verdict", ""], rows, css="ladder"))
+        parts.append(_image(_ladder_figure(export["variants"]), "TFLite variants: size and latency"))
+    parts.append("<h2>Push</h2>")
+    parts.append(f"<p id=pushed class=ok>Pushed to <code>{_e(pushed_to)}</code></p>" if pushed_to
+                 else "<p id=pushed>Nothing pushed in this run; the serving directory was left as it was.</p>")
+    return "\n".join(parts)
+
+
+# -------------------------------------------------------------------------------------------------- plots
+
+def _histogram_figure(statistics: dict):
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+    numeric = sorted({".".join(f.path.step) for dataset in statistics.values() for f in dataset.features
+                      if f.HasField("num_stats")})
+    if not numeric:
+        return None
+    plt = _pyplot()
+    columns = 4
+    rows = (len(numeric) + columns - 1) // columns
+    figure, axes = plt.subplots(rows, columns, figsize=(4 * columns, 2.6 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, numeric):
+        for split, dataset in statistics.items():
+            feature = next((f for f in dataset.features if ".".join(f.path.step) == name), None)
+            histogram = feature and next((h for h in feature.num_stats.histograms
+                                          if h.type == statistics_pb2.Histogram.STANDARD), None)
+            if histogram and histogram.buckets:
+                total = sum(b.sample_count for b in histogram.buckets) or 1
+                ax.stairs([b.sample_count / total for b in histogram.buckets],
+                          [histogram.buckets[0].low_value] + [b.high_value for b in histogram.buckets], label=split)
+        ax.set_title(name, fontsize=9)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(numeric):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    figure.tight_layout()
+    return figure
+
+
+def _top_values_figure(statistics: dict):
+    strings = sorted({".".join(f.path.step) for dataset in statistics.values() for f in dataset.features
+                      if f.HasField("string_stats")})
+    if not strings:
+        return None
+    plt = _pyplot()
+    figure, axes = plt.subplots(1, len(strings), figsize=(5 * len(strings), 3), squeeze=False)
+    for ax, name in zip(axes.flat, strings):
+        width = 0.8 / len(statistics)
+        for index, (split, dataset) in enumerate(statistics.items()):
+            feature = next((f for f in dataset.features if ".".join(f.path.step) == name), None)
+            if feature is None:
+                continue
+            top = list(feature.string_stats.top_values[:6])
+            total = feature.string_stats.common_stats.num_non_missing or 1
+            ax.barh([i + index * width for i in range(len(top))], [v.frequency / total for v in top], height=width,
+                    label=split)
+            if index == 0:
+                ax.set_yticks(range(len(top)), [v.value[:24] for v in top], fontsize=7)
+        ax.set_title(f"{name} (share of examples)", fontsize=9)
+        ax.invert_yaxis()
+    axes.flat[0].legend(fontsize=7)
+    figure.tight_layout()
+    return figure
+
+
+def _training_figure(reports: dict):
+    plt = _pyplot()
+    metrics = [m for m in ("loss", "auc", "binary_accuracy") if any(m in r["history"] for r in reports.values())]
+    figure, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.2), squeeze=False)
+    for ax, metric in zip(axes.flat, metrics):
+        for node, report in reports.items():
+            values = report["history"].get(metric, [])
+            label = f"{node} ({report['precision']})"
+            ax.plot(range(1, len(values) + 1), values, marker="o", markersize=3, label=label)
+            final = report["history"].get(f"val_{metric}")
+            if final:
+                ax.scatter([len(values)], final[-1:], marker="*", s=80, label=f"{node} validation")
+        ax.set_title(metric, fontsize=9)
+        ax.set_xlabel("checkpoint interval", fontsize=8)
+        ax.legend(fontsize=7)
+    figure.tight_layout()
+    return figure
+
+
+def _ladder_figure(variants: dict):
+    plt = _pyplot()
+    names = list(variants)
+    figure, (size_ax, latency_ax) = plt.subplots(1, 2, figsize=(10, 3))
+    size_ax.bar(names, [variants[n]["size_bytes"] / 1024 for n in names], color="#4477aa")
+    size_ax.set_title("size (KiB)", fontsize=9)
+    latency_ax.bar(names, [variants[n]["median_latency_us"] for n in names], color="#cc6677")
+    latency_ax.set_title("median latency (µs/example)", fontsize=9)
+    for ax in (size_ax, latency_ax):
+        ax.tick_params(labelsize=8)
+    figure.tight_layout()
+    return figure
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _image(figure, caption: str) -> str:
+    if figure is None:
+        return ""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=80)
+    _pyplot().close(figure)
+    encoded = base64.b64encode(buffer.getvalue()).decode()
+    return (f"<figure><img alt='{_e(caption)}' src='data:image/png;base64,{encoded}'>"
+            f"<figcaption>{_e(caption)}</figcaption></figure>")
+
+
+# ---------------------------------------------------------------------------------------------- html bits
+
+def _table(header: list[str], rows: list[list], css: str = "") -> str:
+    head = "".join(f"<th>{_e(cell)}</th>" for cell in header)
+    body = "".join("<tr>" + "".join(f"<td>{_e(cell)}</td>" for cell in row) + "</tr>" for row in rows)
+    return f"<table class='{css}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _e(value) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def _n(value) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+body.failed h1 { color: #a00; }
+table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; }
+th { background: #f0f0f0; }
+.ok { color: #060; } .bad { color: #a00; font-weight: bold; }
+figure { margin: 0.5em 0 1.5em; } img { max-width: 100%; }
+figcaption { font-size: 0.85em; color: #555; }
+pre { background: #f7f7f7; padding: 0.6em; white-space: pre-wrap; }
+"""
