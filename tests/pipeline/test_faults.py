@@ -1,0 +1,323 @@
+"""Bad input and faults against a production output directory that already serves a pushed model.
+
+Every case runs the real command line (`python -m pipeline run`, in process) on the same output directory
+as the production run: it must end with a clear error naming the file, record, feature, step or key at
+fault, a non-zero exit, and the pushed model byte-identical. Tests run in file order; the killed run,
+which may push a new version, comes last.
+"""
+import glob
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+
+from components.tfrecord_ingest.records import split_of
+from components.trainer.train import BACKUP_METADATA
+from pipeline.cli import main as cli_main
+from pipeline.config import load_config
+from pipeline.run_guard import LOCK_FILE, LOCKED_EXIT_CODE
+from pipeline.run_report import REPORT_FILE
+
+pytestmark = pytest.mark.e2e
+
+
+def _span_examples(production) -> list[tf.train.Example]:
+    files = sorted(glob.glob(os.path.join(production.data_root, "span-1", "*.gz")))
+    return [tf.train.Example.FromString(r) for r in
+            tf.data.TFRecordDataset(files, compression_type="GZIP").as_numpy_iterator()]
+
+
+def _write_records(path, records, compression=None):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tf.io.TFRecordWriter(str(path), options=compression) as writer:
+        for record in records:
+            writer.write(record if isinstance(record, bytes) else record.SerializeToString())
+    return str(path)
+
+
+def _run(production, data_root, capsys, config_file=None):
+    """Runs the pipeline command on the production output directory. Output: (exit code, stderr)."""
+    capsys.readouterr()
+    code = cli_main(["run", "--config", config_file or production.config_file, "--data", str(data_root),
+                     "--output", production.config.output_dir])
+    return code, capsys.readouterr().err
+
+
+def _outputs(production, node, key):
+    return len(glob.glob(os.path.join(production.config.pipeline_root, node, key, "*")))
+
+
+@pytest.fixture
+def unchanged_production(production, tree_digest):
+    """Yields the production setup; afterwards asserts the serving directory is byte-identical."""
+    before = tree_digest(production.config.push_dir)
+    yield production
+    assert tree_digest(production.config.push_dir) == before, "the pushed model changed"
+
+
+# ------------------------------------------------------------------------------------------- config faults
+
+@pytest.mark.parametrize("text, key", [
+    ("train: {epochs: 3, epoch: 2}\n", "train.epoch"),  # unknown key
+    ("train: {batch_size: big}\n", "train.batch_size"),  # wrong type
+    ("train: {batch_size: -64}\n", "train.batch_size"),  # impossible value
+    ("evaluate: {max_auc_drop_vs_fp32: 1.5}\n", "evaluate.max_auc_drop_vs_fp32"),  # tolerance above 1
+])
+def test_config_faults_exit_2_naming_the_key(unchanged_production, capsys, tmp_path, text, key):
+    config_file = tmp_path / "bad.yaml"
+    config_file.write_text(text)
+    code, stderr = _run(unchanged_production, unchanged_production.data_root, capsys, str(config_file))
+    assert code == 2
+    assert re.search(rf"^config error: .*\b{re.escape(key)}\b", stderr, re.MULTILINE), stderr
+
+
+# ----------------------------------------------------------------------------------------- TFRecord faults
+
+def _truncated(span, examples):
+    path = _write_records(span / "part.tfrecord.gz", examples[:400], "GZIP")
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[: len(data) // 2])
+    return "part.tfrecord.gz: record "
+
+
+def _flipped_bytes(span, examples):
+    path = _write_records(span / "part.tfrecord", examples[:400])
+    data = bytearray(open(path, "rb").read())
+    # Each record: 8-byte length, 4-byte length CRC, payload, 4-byte payload CRC. Flip a byte in record 100's payload.
+    start = sum(len(example.SerializeToString()) + 16 for example in examples[:100])
+    data[start + 12 + 5] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    return "part.tfrecord: record 100: unreadable"
+
+
+def _not_an_example(span, examples):
+    _write_records(span / "part.tfrecord", examples[:5] + [b"\x08\x96\x01 not an Example"] + examples[5:10])
+    return "part.tfrecord: record 5: not a tf.Example"
+
+
+def _empty_file(span, examples):
+    _write_records(span / "good.tfrecord", examples[:50])
+    open(span / "empty.tfrecord", "wb").close()
+    return "empty.tfrecord"
+
+
+def _empty_directory(span, examples):
+    span.mkdir(parents=True)
+    return "no TFRecord files"
+
+
+def _missing_directory(span, examples):
+    return "does not exist"
+
+
+def _gzip_then_plain_in_one_file(span, examples):
+    """`cat part.gz part.tfrecord > mixed`: a gzip stream followed by plain TFRecord bytes."""
+    zipped = _write_records(span.parent / "a.gz", examples[:30], "GZIP")
+    plain = _write_records(span.parent / "b.tfrecord", examples[30:60])
+    span.mkdir(parents=True)
+    with open(span / "mixed.tfrecord", "wb") as out:
+        out.write(open(zipped, "rb").read() + open(plain, "rb").read())
+    return "mixed.tfrecord: record 30"
+
+
+@pytest.mark.parametrize("make_fault", [_truncated, _flipped_bytes, _not_an_example, _empty_file, _empty_directory,
+                                        _missing_directory, _gzip_then_plain_in_one_file])
+def test_tfrecord_faults_name_the_file_and_record(unchanged_production, capsys, tmp_path, make_fault):
+    data_root = tmp_path / "data"
+    if make_fault is not _missing_directory:
+        data_root.mkdir()
+    expected = make_fault(data_root / "span-2", _span_examples(unchanged_production))
+    examples_before = _outputs(unchanged_production, "TFRecordIngest", "examples")
+
+    code, stderr = _run(unchanged_production, data_root, capsys)
+
+    assert code == 1
+    assert "ingestion error:" in stderr and expected in stderr, stderr
+    assert _outputs(unchanged_production, "TFRecordIngest", "examples") == examples_before
+
+
+def test_gzip_and_plain_files_side_by_side_are_read_without_loss(production, tmp_path):
+    from components.tfrecord_ingest import executor
+    examples = _span_examples(production)[:200]
+    _write_records(tmp_path / "in" / "a.tfrecord", examples[:100])
+    _write_records(tmp_path / "in" / "b.tfrecord", examples[100:], "GZIP")  # no .gz suffix: found by content
+    report = executor.ingest([str(tmp_path / "in")], str(tmp_path / "out"), 0.25)
+    assert report["files"] == {"a.tfrecord": 100, "b.tfrecord": 100}
+    assert sum(report["counts"].values()) == 200
+
+
+# ------------------------------------------------------------------------------------------- schema faults
+
+def _drop(name):
+    def mutate(index, example):
+        del example.features.feature[name]
+    return mutate
+
+
+def _fare_as_text(index, example):
+    fare = example.features.feature["fare"].float_list.value[0]
+    del example.features.feature["fare"]
+    example.features.feature["fare"].bytes_list.value.append(str(fare).encode())
+
+
+def _out_of_domain(index, example):
+    if index % 20 == 0:
+        example.features.feature["payment_type"].bytes_list.value[:] = [b"Bitcoin"]
+        example.features.feature["trip_start_hour"].int64_list.value[:] = [31]
+
+
+def _nan_and_inf(index, example):
+    if index % 25 == 0:
+        example.features.feature["fare"].float_list.value[:] = [float("nan")]
+        example.features.feature["trip_miles"].float_list.value[:] = [float("inf")]
+
+
+@pytest.mark.parametrize("mutate, expected", [
+    (_drop("trip_start_hour"), ["train: trip_start_hour: Column dropped", "eval: trip_start_hour: Column dropped"]),
+    (_fare_as_text, ["train: fare: Unexpected data type"]),
+    (_out_of_domain, ["train: payment_type: Unexpected string values", "train: trip_start_hour: Out-of-range values"]),
+    (_nan_and_inf, ["train: fare: Invalid values", "train: trip_miles: Invalid values"]),
+    (_drop("tips"), ["train: tips: Column dropped"]),  # the label's source column
+], ids=["required_feature_missing", "wrong_type", "out_of_domain", "nan_and_inf", "label_absent"])
+def test_schema_faults_stop_the_run_before_training_naming_each_feature(unchanged_production, capsys, tmp_path,
+                                                                        mutate, expected):
+    examples = _span_examples(unchanged_production)
+    for index, example in enumerate(examples):
+        mutate(index, example)
+    _write_records(tmp_path / "data" / "span-2" / "part.tfrecord.gz", examples, "GZIP")
+    models_before = _outputs(unchanged_production, "Fp32BaselineTrainer", "model")
+
+    code, stderr = _run(unchanged_production, tmp_path / "data", capsys)
+
+    assert code == 1
+    assert "BlockingAnomaliesError" in stderr and "training did not start" in stderr, stderr
+    for line in expected:
+        assert line in stderr, (line, stderr)
+    assert _outputs(unchanged_production, "Fp32BaselineTrainer", "model") == models_before
+    assert _outputs(unchanged_production, "Trainer", "model") == models_before
+    page = open(os.path.join(unchanged_production.config.output_dir, REPORT_FILE)).read()
+    assert "The ValidationGate stopped the run before training" in page
+    for line in expected:  # the report's anomaly table names each feature
+        split, feature, anomaly = line.split(": ")
+        assert f"<td>{split}</td><td>{feature}</td><td>ERROR</td><td>{anomaly}</td>" in page, line
+
+
+def test_empty_eval_split_stops_the_run_before_training(unchanged_production, capsys, tmp_path):
+    examples = [e for e in _span_examples(unchanged_production)
+                if split_of(e.SerializeToString(), unchanged_production.config.ingest.eval_fraction) == "train"]
+    _write_records(tmp_path / "data" / "span-2" / "part.tfrecord.gz", examples, "GZIP")
+    models_before = _outputs(unchanged_production, "Trainer", "model")
+
+    code, stderr = _run(unchanged_production, tmp_path / "data", capsys)
+
+    assert code == 1  # ingestion counts the splits and stops before statistics, validation and training
+    assert "span-2: the eval split is empty (" in stderr, stderr
+    assert _outputs(unchanged_production, "Trainer", "model") == models_before
+
+
+# ----------------------------------------------------------------------------------------- training faults
+
+def test_nan_loss_stops_training_naming_the_step(unchanged_production, capsys, tmp_path):
+    config_file = tmp_path / "diverging.yaml"
+    config_file.write_text(open(unchanged_production.config_file).read() +
+                           "train: {epochs: 3, learning_rate: 1.0e+38, warmup_steps: 0, xla: 'off', "
+                           "precision: mixed_float16}\n")
+    models_before = _outputs(unchanged_production, "Trainer", "model")
+
+    code, stderr = _run(unchanged_production, unchanged_production.data_root, capsys, str(config_file))
+
+    assert code == 1
+    assert "TrainingDivergedError" in stderr and "at step " in stderr and "loss scaling cannot" in stderr, stderr
+    assert _outputs(unchanged_production, "Trainer", "model") == models_before
+
+
+# ---------------------------------------------------- a run killed midway, and a second run started meanwhile
+
+KILLABLE_TRAINING = ("train: {epochs: 20, batch_size: 64, steps_per_execution: 1, input_probe_steps: 0, "
+                     "xla: 'off', precision: float32}\n")
+
+
+@pytest.fixture(scope="module")
+def interrupted(production, tmp_path_factory):
+    """Starts `python -m pipeline run` on the production directory with a longer training. After the baseline
+    trainer's first checkpoint it freezes the run (SIGSTOP), tries a second run, then kills the first (SIGKILL)."""
+    config_file = tmp_path_factory.mktemp("interrupted") / "config.yaml"
+    config_file.write_text("evaluate: {min_auc: 0.8}\nexport: {latency_examples: 50}\n" + KILLABLE_TRAINING)
+    config = load_config(str(config_file), data_root=production.data_root, output_dir=production.config.output_dir)
+    process = subprocess.Popen([sys.executable, "-m", "pipeline", "run", "--config", str(config_file),
+                                "--data", production.data_root, "--output", config.output_dir],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    checkpoints = os.path.join(config.pipeline_root, "checkpoints", "Fp32BaselineTrainer", "*", BACKUP_METADATA)
+    deadline = time.monotonic() + 300
+    while not glob.glob(checkpoints):
+        assert process.poll() is None, "the run ended before its first checkpoint"
+        assert time.monotonic() < deadline, "no checkpoint within 300 s"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGSTOP)  # frozen mid-training, still holding the output directory
+    executions_before = _execution_count(config)
+    second = subprocess.run([sys.executable, "-m", "pipeline", "run", "--config", str(config_file),
+                             "--data", production.data_root, "--output", config.output_dir],
+                            capture_output=True, text=True, timeout=300)
+    executions_meanwhile = _execution_count(config)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert glob.glob(checkpoints), "the killed training left no checkpoint"
+    return {"config_file": str(config_file), "config": config, "pid": process.pid, "second": second,
+            "executions": (executions_before, executions_meanwhile)}
+
+
+def _store(config):
+    from ml_metadata.metadata_store import metadata_store
+    from tfx.orchestration import metadata
+    return metadata_store.MetadataStore(metadata.sqlite_metadata_connection_config(config.metadata_path))
+
+
+def _execution_count(config):
+    return len(_store(config).get_executions())
+
+
+def test_a_second_run_on_the_same_output_is_refused_while_one_runs(interrupted):
+    second = interrupted["second"]
+    assert second.returncode == LOCKED_EXIT_CODE, second.stderr[-2000:]
+    assert f"{LOCK_FILE}: another pipeline run is using" in second.stderr
+    assert f"pid {interrupted['pid']}" in second.stderr  # names the holder
+    before, meanwhile = interrupted["executions"]
+    assert meanwhile == before  # the refused run wrote nothing to MLMD
+
+
+def test_a_killed_run_restarts_resumes_training_and_leaves_no_duplicate_or_orphan(
+        interrupted, production, capsys, tree_digest):
+    from ml_metadata.proto import metadata_store_pb2
+    config = interrupted["config"]
+    state = metadata_store_pb2.Execution.State
+    pushed_before = tree_digest(production.pushed_dir)
+    left_running = [e.id for e in _store(config).get_executions() if e.last_known_state == state.RUNNING]
+    assert len(left_running) == 1  # the baseline trainer the kill interrupted
+    examples_before = _outputs(production, "TFRecordIngest", "examples")
+
+    code, stderr = _run(production, production.data_root, capsys, interrupted["config_file"])
+
+    assert code == 0, stderr
+    store = _store(config)
+    executions = store.get_executions()
+    assert not [e.id for e in executions if e.last_known_state in (state.NEW, state.RUNNING)]
+    assert {e.id: e.last_known_state for e in executions}[left_running[0]] == state.CANCELED
+    # Resumed: the restarted baseline trainer began at its checkpoint.
+    reports = sorted(glob.glob(os.path.join(config.pipeline_root, "Fp32BaselineTrainer", "model_run", "*",
+                                            "training_report.json")), key=os.path.getmtime)
+    assert '"resumed_from_step": 0' not in open(reports[-1]).read()
+    # No duplicate: ingestion and validation were reused from the cache, not run again.
+    assert _outputs(production, "TFRecordIngest", "examples") == examples_before
+    # No orphan: every output folder on disk is an artifact in MLMD, and every artifact's folder exists.
+    uris = {os.path.normpath(a.uri) for a in store.get_artifacts()}
+    folders = {os.path.normpath(p) for p in glob.glob(os.path.join(config.pipeline_root, "*", "*", "*"))
+               if "/.system/" not in p and "/checkpoints/" not in p}
+    assert folders - uris == set(), "output folders no artifact refers to"
+    assert all(os.path.exists(uri) for uri in uris)
+    # The model pushed before is byte-identical (a new version, if any, sits beside it).
+    assert tree_digest(production.pushed_dir) == pushed_before
