@@ -4,6 +4,7 @@ Nothing here depends on TFX, so each piece is testable on its own.
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import os
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from google.protobuf import message as proto_message
 from google.protobuf import unknown_fields
 
 GZIP_MAGIC = b"\x1f\x8b"
+RECORD_FRAMING_BYTES = 16  # per record: 8-byte length, 4-byte length CRC, payload, 4-byte payload CRC
 SPLIT_BUCKETS = 10_000
 
 
@@ -67,11 +69,12 @@ def iter_records(path: str) -> Iterator[tuple[int, bytes]]:
     compression = detect_compression(path)
     dataset = tf.data.TFRecordDataset(path, compression_type=compression, buffer_size=1 << 20)
     iterator = iter(dataset.batch(1024).as_numpy_iterator())
-    index = 0
+    index, consumed = 0, 0
     while True:
         try:
             batch = next(iterator)
         except StopIteration:
+            _check_nothing_left(path, compression, index, consumed)
             return
         except tf.errors.DataLossError as error:
             # The batch that failed starts at `index`; find the exact record with an unbatched pass.
@@ -82,6 +85,28 @@ def iter_records(path: str) -> Iterator[tuple[int, bytes]]:
         for record in batch:
             yield index, record
             index += 1
+            consumed += RECORD_FRAMING_BYTES + len(record)
+
+
+def _check_nothing_left(path: str, compression: str, records_read: int, consumed: int) -> None:
+    """TensorFlow's reader stops quietly at a partial record header at the end of a file (a cut-off copy
+    whose cut fell just after a record). Raises UnreadableRecordError when the file holds more bytes
+    than the complete records read."""
+    try:
+        size = _uncompressed_size(path) if compression else tf.io.gfile.stat(path).length
+    except (OSError, EOFError) as error:  # gzip.BadGzipFile is an OSError
+        raise UnreadableRecordError(BadRecord(path, records_read, f"unreadable ({error})")) from None
+    if size != consumed:
+        raise UnreadableRecordError(BadRecord(
+            path, records_read, f"truncated: {size - consumed} byte(s) after the last complete record"))
+
+
+def _uncompressed_size(path: str) -> int:
+    with tf.io.gfile.GFile(path, "rb") as raw, gzip.GzipFile(fileobj=raw) as handle:
+        size = 0
+        while chunk := handle.read(1 << 20):
+            size += len(chunk)
+        return size
 
 
 def _first_unreadable(path: str, compression: str, start: int) -> int:

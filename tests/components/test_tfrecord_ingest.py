@@ -183,3 +183,16 @@ def test_many_bad_records_are_all_counted_but_only_the_first_listed(tmp_path):
     assert message.startswith("100 bad record(s)")
     assert "junk.tfrecord: record 19:" in message and "junk.tfrecord: record 20:" not in message
     assert "... and 80 more" in message
+
+
+def test_a_cut_just_after_a_record_is_caught_although_tensorflow_reads_on_quietly(tmp_path):
+    """Found by the fuzz test: TFRecordDataset ends without an error at a partial header at the end of a file."""
+    data = tmp_path / "in"
+    data.mkdir()
+    path = _write(data / "a.tfrecord", _examples(0, 20))
+    whole = open(path, "rb").read()
+    cut = sum(len(record) + records.RECORD_FRAMING_BYTES for record in _examples(0, 15)) + 5
+    open(path, "wb").write(whole[:cut])
+    assert sum(1 for _ in tf.data.TFRecordDataset(path)) == 15  # TensorFlow alone: 15 records, no error
+    with pytest.raises(records.IngestionError, match=r"a\.tfrecord: record 15: truncated: 5 byte\(s\) after"):
+        executor.ingest([str(data)], str(tmp_path / "out"), 0.3)
