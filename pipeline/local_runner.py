@@ -4,7 +4,6 @@ Prints one line per component as it starts and ends; returns a RunSummary read b
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -18,7 +17,7 @@ from components.precision_evaluator.gates import REPORT_FILE as PRECISION_REPORT
 from components.trainer.train import REPORT_FILE as TRAINING_REPORT
 from pipeline.config import PipelineConfig
 from pipeline.run_guard import exclusive_run, recover_interrupted_runs
-from pipeline.status import output_artifact
+from pipeline.status import output_artifact, read_json
 
 
 @dataclass
@@ -164,11 +163,7 @@ def summarize_latest_run(config: PipelineConfig) -> RunSummary:
 
 def _read_json(artifact, name: str) -> dict:
     """The JSON file `name` in the artifact's folder, or {} when there is no artifact or no file."""
-    path = artifact and os.path.join(artifact.uri, name)
-    if not path or not os.path.exists(path):
-        return {}
-    with open(path) as handle:
-        return json.load(handle)
+    return read_json(artifact and os.path.join(artifact.uri, name))
 
 
 def _latest_output(store, pipeline_name: str, node_id: str, output_key: str):

@@ -19,6 +19,7 @@ import sys
 from typing import Iterator
 
 from pipeline.config import PipelineConfig
+from pipeline.status import node_ids, open_store
 
 LOCK_FILE = ".run.lock"
 LOCKED_EXIT_CODE = 75  # EX_TEMPFAIL: try again once the other run has finished
@@ -57,24 +58,18 @@ def recover_interrupted_runs(config: PipelineConfig) -> list[str]:
 
     Only call this while holding exclusive_run: then no live run owns a RUNNING execution.
     """
-    if not os.path.exists(config.metadata_path):
-        return []
-    from ml_metadata.metadata_store import metadata_store
-    from ml_metadata.proto import metadata_store_pb2
-    from tfx.orchestration import metadata
-
-    store = metadata_store.MetadataStore(metadata.sqlite_metadata_connection_config(config.metadata_path))
-    pipeline = store.get_context_by_type_and_name("pipeline", config.pipeline_name)
+    store = open_store(config)
+    pipeline = store and store.get_context_by_type_and_name("pipeline", config.pipeline_name)
     if pipeline is None:
         return []
+    from ml_metadata.proto import metadata_store_pb2
+
     state = metadata_store_pb2.Execution.State
-    node_type = store.get_context_type("node").id
     cleaned = []
     for execution in store.get_executions_by_context(pipeline.id):
         if execution.last_known_state not in (state.NEW, state.RUNNING):
             continue
-        nodes = [c.name.split(".", 1)[-1] for c in store.get_contexts_by_execution(execution.id)
-                 if c.type_id == node_type]
+        nodes = node_ids(store, execution)
         removed = []
         for node in nodes:
             removed += _remove_execution_folders(os.path.join(config.pipeline_root, node), execution.id)

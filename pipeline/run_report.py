@@ -13,7 +13,6 @@ import base64
 import datetime
 import html
 import io
-import json
 import os
 import shutil
 
@@ -23,7 +22,7 @@ from components.tfrecord_ingest.executor import SPANS_PROPERTY
 from components.trainer.train import REPORT_FILE as TRAINING_REPORT
 from components.validation_gate.executor import ANOMALIES_FILE, REPORT_FILE as VALIDATION_REPORT, STATISTICS_FILE
 from pipeline.config import PipelineConfig
-from pipeline.status import output_artifact
+from pipeline.status import open_store, output_artifact, read_json, runs_by_node
 
 REPORT_FILE = "run_report.html"
 REPORTS_DIR = "reports"
@@ -49,28 +48,12 @@ def write_run_report(config: PipelineConfig, error: str | None = None) -> str | 
 
 def collect_run(config: PipelineConfig) -> dict | None:
     """Input: the config. Output: what the newest run's steps produced, as plain data (None: no run)."""
-    if not os.path.exists(config.metadata_path):
-        return None
-    from ml_metadata.metadata_store import metadata_store
-    from tfx.orchestration import metadata
-
-    store = metadata_store.MetadataStore(metadata.sqlite_metadata_connection_config(config.metadata_path))
-    pipeline = store.get_context_by_type_and_name("pipeline", config.pipeline_name)
-    if pipeline is None:
-        return None
-    in_pipeline = {execution.id for execution in store.get_executions_by_context(pipeline.id)}
-    runs = [(run, [e for e in store.get_executions_by_context(run.id) if e.id in in_pipeline])
-            for run in store.get_contexts_by_type("pipeline_run")]
-    runs = [(run, executions) for run, executions in runs if executions]
+    store = open_store(config)
+    runs = runs_by_node(store, config.pipeline_name) if store is not None else []
     if not runs:
         return None
-    run, executions = max(runs, key=lambda item: min(e.create_time_since_epoch for e in item[1]))
-    node_type = store.get_context_type("node").id
-    nodes = {}
-    for execution in sorted(executions, key=lambda e: e.id):
-        names = [c.name.split(".", 1)[-1] for c in store.get_contexts_by_execution(execution.id)
-                 if c.type_id == node_type]
-        nodes[names[0] if names else str(execution.id)] = execution
+    run, nodes = max(runs, key=lambda item: min(e.create_time_since_epoch for e in item[1].values()))
+    executions = list(nodes.values())
     started = min(e.create_time_since_epoch for e in executions) / 1000
     facts = {
         "pipeline": config.pipeline_name, "run_id": run.name, "data_root": config.data_root,
@@ -93,12 +76,12 @@ def collect_run(config: PipelineConfig) -> dict | None:
     if anomalies is not None:
         facts["anomalies"] = _read_anomalies(anomalies)
     gate = output_artifact(store, nodes.get("ValidationGate"), "report")
-    facts["validation"] = _read_json(gate and os.path.join(gate.uri, VALIDATION_REPORT))
-    facts["training"] = {node: _read_json(_uri_file(output_artifact(store, nodes.get(node), "model_run"),
+    facts["validation"] = read_json(gate and os.path.join(gate.uri, VALIDATION_REPORT))
+    facts["training"] = {node: read_json(_uri_file(output_artifact(store, nodes.get(node), "model_run"),
                                                     TRAINING_REPORT)) for node in TRAINERS}
-    facts["evaluation"] = _read_json(_uri_file(output_artifact(store, nodes.get("PrecisionEvaluator"), "evaluation"),
+    facts["evaluation"] = read_json(_uri_file(output_artifact(store, nodes.get("PrecisionEvaluator"), "evaluation"),
                                                PRECISION_REPORT))
-    facts["export"] = _read_json(_uri_file(output_artifact(store, nodes.get("ModelExport"), "exported_model"),
+    facts["export"] = read_json(_uri_file(output_artifact(store, nodes.get("ModelExport"), "exported_model"),
                                            EXPORT_REPORT))
     pushed = output_artifact(store, nodes.get("AtomicPusher"), "pushed_model")
     facts["pushed_to"] = None
@@ -109,13 +92,6 @@ def collect_run(config: PipelineConfig) -> dict | None:
 
 def _uri_file(artifact, name: str) -> str | None:
     return artifact and os.path.join(artifact.uri, name)
-
-
-def _read_json(path: str | None) -> dict:
-    if not path or not os.path.exists(path):
-        return {}
-    with open(path) as handle:
-        return json.load(handle)
 
 
 def _read_statistics(artifact) -> dict:

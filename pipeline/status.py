@@ -31,28 +31,15 @@ class RunRecord:
 
 def list_runs(config: PipelineConfig) -> list[RunRecord]:
     """Input: the config (its MLMD path and pipeline name). Output: one record per run, oldest first."""
-    if not os.path.exists(config.metadata_path):
+    store = open_store(config)
+    if store is None:
         return []
-    from ml_metadata.metadata_store import metadata_store
     from ml_metadata.proto import metadata_store_pb2
-    from tfx.orchestration import metadata
 
-    store = metadata_store.MetadataStore(metadata.sqlite_metadata_connection_config(config.metadata_path))
-    node_type = store.get_context_type("node").id
-    pipeline = store.get_context_by_type_and_name("pipeline", config.pipeline_name)
-    if pipeline is None:
-        return []
-    in_pipeline = {execution.id for execution in store.get_executions_by_context(pipeline.id)}
     state = metadata_store_pb2.Execution.State
     records = []
-    for run in store.get_contexts_by_type("pipeline_run"):
-        executions = [e for e in store.get_executions_by_context(run.id) if e.id in in_pipeline]
-        if not executions:
-            continue
-        nodes = {}
-        for execution in executions:
-            names = [c.name for c in store.get_contexts_by_execution(execution.id) if c.type_id == node_type]
-            nodes[names[0].split(".", 1)[-1] if names else str(execution.id)] = execution
+    for run, nodes in runs_by_node(store, config.pipeline_name):
+        executions = list(nodes.values())
         steps = {name: e for name, e in nodes.items() if not name.endswith("_resolver")}
         started = min(e.create_time_since_epoch for e in executions) / 1000
         ended = max(e.last_update_time_since_epoch for e in executions) / 1000
@@ -76,7 +63,7 @@ def list_runs(config: PipelineConfig) -> list[RunRecord]:
                 else str(examples.properties["span"].int_value)
         blessing = output_artifact(store, nodes.get("PrecisionEvaluator"), "blessing")
         if blessing is not None:
-            report = _read_json(os.path.join(blessing.uri, PRECISION_REPORT))
+            report = read_json(os.path.join(blessing.uri, PRECISION_REPORT))
             overall = report.get("metrics", {}).get(OVERALL, {})
             record.auc = {role: metrics.get(AUC) for role, metrics in overall.items()}
             record.blessing = report.get("chosen_model") or "not blessed" if report else ""
@@ -108,11 +95,46 @@ def _auc(value) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
-def _read_json(path: str) -> dict:
-    if not os.path.exists(path):
+def read_json(path: str | None) -> dict:
+    """The JSON file at `path`, or {} when there is no path or no file."""
+    if not path or not os.path.exists(path):
         return {}
     with open(path) as handle:
         return json.load(handle)
+
+
+def open_store(config: PipelineConfig):
+    """The pipeline's SQLite MLMD store, or None before the first run."""
+    if not os.path.exists(config.metadata_path):
+        return None
+    from ml_metadata.metadata_store import metadata_store
+    from tfx.orchestration import metadata
+    return metadata_store.MetadataStore(metadata.sqlite_metadata_connection_config(config.metadata_path))
+
+
+def node_ids(store, execution) -> list[str]:
+    """The pipeline node ids (e.g. "Trainer") an execution belongs to."""
+    node_type = store.get_context_type("node").id
+    return [c.name.split(".", 1)[-1] for c in store.get_contexts_by_execution(execution.id) if c.type_id == node_type]
+
+
+def runs_by_node(store, pipeline_name: str) -> list[tuple]:
+    """Output: (pipeline_run context, {node id: its execution in that run}) for each run of the pipeline,
+    resolvers included, in MLMD's order."""
+    pipeline = store.get_context_by_type_and_name("pipeline", pipeline_name)
+    if pipeline is None:
+        return []
+    in_pipeline = {execution.id for execution in store.get_executions_by_context(pipeline.id)}
+    runs = []
+    for run in store.get_contexts_by_type("pipeline_run"):
+        nodes = {}
+        for execution in sorted(store.get_executions_by_context(run.id), key=lambda e: e.id):
+            if execution.id in in_pipeline:
+                names = node_ids(store, execution)
+                nodes[names[0] if names else str(execution.id)] = execution
+        if nodes:
+            runs.append((run, nodes))
+    return runs
 
 
 def output_artifact(store, execution, output_key: str):
