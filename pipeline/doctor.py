@@ -18,6 +18,7 @@ from components.native_stderr import native_stderr_to_log
 from components.trainer.device import (DeviceDescription, choose_precision, choose_strategy, config_override,
                                        xla_candidates)
 from pipeline.config import PipelineConfig
+from pipeline.run_guard import LOCKED_EXIT_CODE, RunLockedError, exclusive_run
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,12 @@ def check_writable(config: PipelineConfig) -> list[Finding]:
             connection.close()
         except sqlite3.Error as error:
             return [Finding("error", "output_dir", f"MLMD at {config.metadata_path} cannot be written: {error}")]
+    try:
+        with exclusive_run(config.output_dir):
+            pass
+    except RunLockedError as error:
+        return [Finding("warning", "output_dir", f"a run is in progress; a run started now would exit "
+                                                 f"{LOCKED_EXIT_CODE}: {error}")]
     return []
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from components.trainer.device import DeviceDescription, Gpu, cpu_has_bf16
 from pipeline.config import load_config
+from pipeline.run_guard import exclusive_run
 from pipeline.doctor import check_config_against_devices, check_writable
 
 CPU_ONLY = DeviceDescription()
@@ -56,6 +57,11 @@ def test_unwritable_output_and_locked_mlmd_are_errors(tmp_path):
         holder.rollback()
         holder.close()
     assert _errors(findings) == {"output_dir"} and "locked" in findings[0].message
+
+    with exclusive_run(config.output_dir):  # a pipeline run holds the directory
+        findings = check_writable(config)
+    assert not _errors(findings) and findings[0].severity == "warning" and "a run is in progress" in findings[0].message
+    assert check_writable(config) == []
 
 
 def _doctor(tmp_path, config_text=""):
