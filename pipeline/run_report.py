@@ -27,7 +27,8 @@ from pipeline.status import open_store, output_artifact, read_json, runs_by_node
 REPORT_FILE = "run_report.html"
 REPORTS_DIR = "reports"
 TRAINERS = ("Trainer", "Fp32BaselineTrainer")
-STATE_NAMES = {1: "new", 2: "running", 3: "ran", 4: "failed", 5: "cached", 6: "killed"}
+STEP_OUTCOMES = {"NEW": "new", "RUNNING": "running", "COMPLETE": "ran", "FAILED": "failed", "CACHED": "cached",
+                 "CANCELED": "killed"}  # MLMD execution state -> what the report says
 
 
 def write_run_report(config: PipelineConfig, error: str | None = None) -> str | None:
@@ -52,6 +53,8 @@ def collect_run(config: PipelineConfig) -> dict | None:
     runs = runs_by_node(store, config.pipeline_name) if store is not None else []
     if not runs:
         return None
+    from ml_metadata.proto import metadata_store_pb2
+
     run, nodes = max(runs, key=lambda item: min(e.create_time_since_epoch for e in item[1].values()))
     executions = list(nodes.values())
     started = min(e.create_time_since_epoch for e in executions) / 1000
@@ -59,7 +62,7 @@ def collect_run(config: PipelineConfig) -> dict | None:
         "pipeline": config.pipeline_name, "run_id": run.name, "data_root": config.data_root,
         "started": datetime.datetime.fromtimestamp(started, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "seconds": max(e.last_update_time_since_epoch for e in executions) / 1000 - started,
-        "steps": [(name, STATE_NAMES.get(e.last_known_state, "?"),
+        "steps": [(name, STEP_OUTCOMES.get(metadata_store_pb2.Execution.State.Name(e.last_known_state), "?"),
                    (e.last_update_time_since_epoch - e.create_time_since_epoch) / 1000)
                   for name, e in nodes.items() if not name.endswith("_resolver")],
     }
@@ -138,7 +141,7 @@ def render_html(facts: dict) -> str:
     sections = [
         f"<h1>Run report: {_e(facts['pipeline'])}</h1>",
         _table(["run", "started", "duration", "spans", "data", "outcome", "pushed to"],
-               [[facts["run_id"], facts["started"], f"{facts['seconds']:.1f} s", facts.get("spans", "-"),
+               [[facts["run_id"], facts["started"], f"{facts['seconds']:.1f} s", facts.get("spans") or "-",
                  facts["data_root"], outcome, facts["pushed_to"] or "nothing pushed"]], css="summary"),
         "<h2>Steps</h2>",
         _table(["step", "outcome", "seconds"], [[name, state, f"{seconds:.1f}"] for name, state, seconds in facts["steps"]]),
