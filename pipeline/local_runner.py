@@ -118,6 +118,7 @@ def _run_locked(config: PipelineConfig, verbose: bool) -> RunSummary:
     from pipeline.pipeline import create_pipeline
 
     absl_logger = absl_logging.get_absl_logger()
+    verbosity = absl_logging.get_verbosity()
     absl_logging.set_verbosity(absl_logging.INFO)  # sets the flag too, so a later flag parse keeps INFO
     absl_logger.propagate = verbose  # quiet: TFX's INFO chatter reaches only the reporter
     reporter = ProgressReporter()
@@ -132,6 +133,7 @@ def _run_locked(config: PipelineConfig, verbose: bool) -> RunSummary:
     finally:
         absl_logger.removeHandler(reporter)
         absl_logger.propagate = True
+        absl_logging.set_verbosity(verbosity)  # what comes after the run (the report) is quiet again
     summary.steps = reporter.steps
     summary.wall_seconds = time.monotonic() - start
     return summary
