@@ -165,13 +165,14 @@ def _data_section(facts: dict) -> str:
         return "\n".join(parts + ["<p>No statistics: the run stopped before StatisticsGen.</p>"])
     for split, dataset in statistics.items():
         rows = []
-        for feature in dataset.features:
+        for feature in sorted(dataset.features, key=lambda f: ".".join(f.path.step) or f.name):
             name = ".".join(feature.path.step) or feature.name
             if feature.HasField("num_stats"):
                 stats = feature.num_stats
                 common = stats.common_stats
                 rows.append([name, "numeric", f"{common.num_non_missing:,}", f"{common.num_missing:,}",
-                             _n(stats.mean), _n(stats.std_dev), _n(stats.min), _n(stats.median), _n(stats.max), ""])
+                             *(_stat(value) for value in (stats.mean, stats.std_dev, stats.min, stats.median, stats.max)),
+                             ""])
             elif feature.HasField("string_stats"):
                 stats = feature.string_stats
                 common = stats.common_stats
@@ -398,6 +399,11 @@ def _n(value) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
+def _stat(value: float) -> str:
+    """A statistic, readable at any scale: 11.755, 0.037612, 1,408,522,398."""
+    return f"{value:,.0f}" if abs(value) >= 1e5 else f"{value:.5g}"
+
+
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
@@ -408,6 +414,7 @@ body.failed h1 { color: #a00; }
 table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; }
 th { background: #f0f0f0; }
+td:last-child { min-width: 14em; }
 .ok { color: #060; } .bad { color: #a00; font-weight: bold; }
 figure { margin: 0.5em 0 1.5em; } img { max-width: 100%; }
 figcaption { font-size: 0.85em; color: #555; }
