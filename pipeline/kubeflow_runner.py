@@ -83,6 +83,8 @@ def compile_kubeflow(config: PipelineConfig, image: str, pipeline_root: str, out
     """Input: the config, the step image, the pipeline root URI (gs://... on Vertex AI), where to write the
     spec, and where the project sits inside the image. Output: the compiled pipeline job (JSON dict), also
     written to `output_file`. Raises CompileError for paths that would mean nothing inside a step's pod."""
+    if not (pipeline_root.startswith("/") or "://" in pipeline_root):
+        raise CompileError(f"pipeline root {pipeline_root!r} must be a URI (gs://...) or an absolute path")
     for key in ("data_root", "serving_dir"):
         value = getattr(config, key)
         if not value or not (value.startswith("/") or "://" in value):

@@ -48,7 +48,7 @@ def create_pipeline(config: PipelineConfig, pipeline_root: str | None = None,
     compiling for Kubeflow), whether to fingerprint the input files now (off when the files are read
     only at run time elsewhere), and Vertex AI training settings (TFX's Vertex Trainer custom_config keys)
     to run both trainers as multi-replica CustomJobs. Output: the TFX pipeline (no runner attached)."""
-    pipeline_root = pipeline_root or config.pipeline_root
+    pipeline_root = _absolute(pipeline_root or config.pipeline_root)  # MLMD's URIs then read from any directory
     data_fingerprint = fingerprint_input(config.data_root, config.ingest.span_window) if fingerprint_data else ""
     ingest = TFRecordIngest(input_base=config.data_root, eval_fraction=config.ingest.eval_fraction,
                             span_window=config.ingest.span_window, input_fingerprint=data_fingerprint)
@@ -66,7 +66,7 @@ def create_pipeline(config: PipelineConfig, pipeline_root: str | None = None,
                                model=Channel(type=standard_artifacts.Model),
                                model_blessing=Channel(type=standard_artifacts.ModelBlessing))
     base_model = latest_blessed.outputs["model"] if config.train.warm_start else None
-    checkpoint_root = os.path.join(_absolute(pipeline_root), "checkpoints")
+    checkpoint_root = os.path.join(pipeline_root, "checkpoints")
     trainer = _trainer(config, ingest, schema_gen, base_model, "Trainer", checkpoint_root, vertex_training)
     baseline_trainer = _trainer(config, ingest, schema_gen, base_model, FP32_BASELINE_TRAINER, checkpoint_root,
                                 vertex_training, precision="float32", xla="off")

@@ -97,6 +97,16 @@ def test_compile_refuses_paths_that_mean_nothing_in_a_pod(tmp_path):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and "data_root: 'data/taxi' must be a URI or an absolute path" in result.stderr
     assert not (tmp_path / "p.json").exists()
+    with pytest.raises(CompileError, match="pipeline root 'runs/taxi' must be a URI"):
+        compile_kubeflow(load_config(data_root="gs://b/t", serving_dir="/s"), image="i", pipeline_root="runs/taxi",
+                         output_file=str(tmp_path / "p.json"))
+
+
+def test_a_local_run_records_absolute_artifact_uris_whatever_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = load_config(data_root="data", output_dir="out")  # relative, as `make demo` passes them
+    pipeline = create_pipeline(config, fingerprint_data=False)
+    assert pipeline.pipeline_info.pipeline_root == str(tmp_path / "out" / "pipeline")
 
 
 def _constant(value: dict):
