@@ -5,7 +5,6 @@ Prints one line per component as it starts and ends; returns a RunSummary read b
 from __future__ import annotations
 
 import logging
-import os
 import re
 import sys
 import time
@@ -17,7 +16,7 @@ from components.precision_evaluator.gates import REPORT_FILE as PRECISION_REPORT
 from components.trainer.train import REPORT_FILE as TRAINING_REPORT
 from pipeline.config import PipelineConfig
 from pipeline.run_guard import exclusive_run, recover_interrupted_runs
-from pipeline.status import output_artifact, read_json
+from pipeline.status import artifact_json, open_store, output_artifact, pushed_destination
 
 
 @dataclass
@@ -141,31 +140,21 @@ def _run_locked(config: PipelineConfig, verbose: bool) -> RunSummary:
 
 def summarize_latest_run(config: PipelineConfig) -> RunSummary:
     """Reads the newest Trainer, PrecisionEvaluator, ModelExport and AtomicPusher outputs from MLMD."""
-    from ml_metadata.metadata_store import metadata_store
-    from tfx.orchestration import metadata
-
-    store = metadata_store.MetadataStore(metadata.sqlite_metadata_connection_config(config.metadata_path))
+    store = open_store(config)
     summary = RunSummary()
-    summary.training = _read_json(_latest_output(store, config.pipeline_name, "Trainer", "model_run"),
+    summary.training = artifact_json(_latest_output(store, config.pipeline_name, "Trainer", "model_run"),
                                   TRAINING_REPORT)
-    summary.evaluation = _read_json(_latest_output(store, config.pipeline_name, "PrecisionEvaluator", "evaluation"),
+    summary.evaluation = artifact_json(_latest_output(store, config.pipeline_name, "PrecisionEvaluator", "evaluation"),
                                     PRECISION_REPORT)
     if summary.evaluation:
         summary.metrics = dict(summary.evaluation["metrics"][OVERALL][CANDIDATE])
-    summary.export = _read_json(_latest_output(store, config.pipeline_name, "ModelExport", "exported_model"),
+    summary.export = artifact_json(_latest_output(store, config.pipeline_name, "ModelExport", "exported_model"),
                                 EXPORT_REPORT)
     blessing = _latest_output(store, config.pipeline_name, "PrecisionEvaluator", "blessing")
     if blessing is not None and "blessed" in blessing.custom_properties:
         summary.blessed = blessing.custom_properties["blessed"].int_value == 1
-    pushed = _latest_output(store, config.pipeline_name, "AtomicPusher", "pushed_model")
-    if pushed is not None and pushed.custom_properties["pushed"].int_value == 1:
-        summary.pushed_to = pushed.custom_properties["pushed_destination"].string_value
+    summary.pushed_to = pushed_destination(_latest_output(store, config.pipeline_name, "AtomicPusher", "pushed_model"))
     return summary
-
-
-def _read_json(artifact, name: str) -> dict:
-    """The JSON file `name` in the artifact's folder, or {} when there is no artifact or no file."""
-    return read_json(artifact and os.path.join(artifact.uri, name))
 
 
 def _latest_output(store, pipeline_name: str, node_id: str, output_key: str):

@@ -18,11 +18,10 @@ import shutil
 
 from components.model_export.executor import REPORT_FILE as EXPORT_REPORT
 from components.precision_evaluator.gates import REPORT_FILE as PRECISION_REPORT
-from components.tfrecord_ingest.executor import SPANS_PROPERTY
 from components.trainer.train import REPORT_FILE as TRAINING_REPORT
 from components.validation_gate.executor import ANOMALIES_FILE, REPORT_FILE as VALIDATION_REPORT, STATISTICS_FILE
 from pipeline.config import PipelineConfig
-from pipeline.status import open_store, output_artifact, read_json, runs_by_node
+from pipeline.status import artifact_json, open_store, output_artifact, pushed_destination, runs_by_node, spans_of
 
 REPORT_FILE = "run_report.html"
 REPORTS_DIR = "reports"
@@ -68,9 +67,8 @@ def collect_run(config: PipelineConfig) -> dict | None:
     }
     examples = output_artifact(store, nodes.get("TFRecordIngest"), "examples")
     if examples is not None:
-        props = examples.custom_properties
-        facts["spans"] = props[SPANS_PROPERTY].string_value if SPANS_PROPERTY in props else ""
-        facts["counts"] = {key[: -len("_examples")]: value.int_value for key, value in props.items()
+        facts["spans"] = spans_of(examples)
+        facts["counts"] = {key[: -len("_examples")]: value.int_value for key, value in examples.custom_properties.items()
                            if key.endswith("_examples")}
     statistics = output_artifact(store, nodes.get("StatisticsGen"), "statistics")
     if statistics is not None:
@@ -79,22 +77,14 @@ def collect_run(config: PipelineConfig) -> dict | None:
     if anomalies is not None:
         facts["anomalies"] = _read_anomalies(anomalies)
     gate = output_artifact(store, nodes.get("ValidationGate"), "report")
-    facts["validation"] = read_json(gate and os.path.join(gate.uri, VALIDATION_REPORT))
-    facts["training"] = {node: read_json(_uri_file(output_artifact(store, nodes.get(node), "model_run"),
-                                                    TRAINING_REPORT)) for node in TRAINERS}
-    facts["evaluation"] = read_json(_uri_file(output_artifact(store, nodes.get("PrecisionEvaluator"), "evaluation"),
-                                               PRECISION_REPORT))
-    facts["export"] = read_json(_uri_file(output_artifact(store, nodes.get("ModelExport"), "exported_model"),
-                                           EXPORT_REPORT))
-    pushed = output_artifact(store, nodes.get("AtomicPusher"), "pushed_model")
-    facts["pushed_to"] = None
-    if pushed is not None and pushed.custom_properties["pushed"].int_value == 1:
-        facts["pushed_to"] = pushed.custom_properties["pushed_destination"].string_value
+    facts["validation"] = artifact_json(gate, VALIDATION_REPORT)
+    facts["training"] = {node: artifact_json(output_artifact(store, nodes.get(node), "model_run"), TRAINING_REPORT)
+                         for node in TRAINERS}
+    facts["evaluation"] = artifact_json(output_artifact(store, nodes.get("PrecisionEvaluator"), "evaluation"),
+                                        PRECISION_REPORT)
+    facts["export"] = artifact_json(output_artifact(store, nodes.get("ModelExport"), "exported_model"), EXPORT_REPORT)
+    facts["pushed_to"] = pushed_destination(output_artifact(store, nodes.get("AtomicPusher"), "pushed_model"))
     return facts
-
-
-def _uri_file(artifact, name: str) -> str | None:
-    return artifact and os.path.join(artifact.uri, name)
 
 
 def _read_statistics(artifact) -> dict:

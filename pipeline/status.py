@@ -59,17 +59,16 @@ def list_runs(config: PipelineConfig) -> list[RunRecord]:
             record.outcome = "cached"
         examples = output_artifact(store, nodes.get("TFRecordIngest"), "examples")
         if examples is not None:
-            record.spans = examples.custom_properties["spans"].string_value if "spans" in examples.custom_properties \
-                else str(examples.properties["span"].int_value)
+            record.spans = spans_of(examples)
         blessing = output_artifact(store, nodes.get("PrecisionEvaluator"), "blessing")
         if blessing is not None:
-            report = read_json(os.path.join(blessing.uri, PRECISION_REPORT))
+            report = artifact_json(blessing, PRECISION_REPORT)
             overall = report.get("metrics", {}).get(OVERALL, {})
             record.auc = {role: metrics.get(AUC) for role, metrics in overall.items()}
             record.blessing = report.get("chosen_model") or "not blessed" if report else ""
-        pushed = output_artifact(store, nodes.get("AtomicPusher"), "pushed_model")
-        if pushed is not None and pushed.custom_properties["pushed"].int_value == 1:
-            record.pushed_version = pushed.custom_properties["pushed_version"].string_value
+        destination = pushed_destination(output_artifact(store, nodes.get("AtomicPusher"), "pushed_model"))
+        if destination:
+            record.pushed_version = os.path.basename(destination)  # the AtomicPusher's pushed_version
         records.append(record)
     return sorted(records, key=lambda record: record.started)
 
@@ -101,6 +100,27 @@ def read_json(path: str | None) -> dict:
         return {}
     with open(path) as handle:
         return json.load(handle)
+
+
+def artifact_json(artifact, name: str) -> dict:
+    """The JSON file `name` in an MLMD artifact's folder, or {} when there is no artifact or no file."""
+    return read_json(artifact and os.path.join(artifact.uri, name))
+
+
+def spans_of(examples) -> str:
+    """The spans an Examples artifact (MLMD proto) was read from, as "2,3" (older artifacts: their one span)."""
+    from components.tfrecord_ingest.executor import SPANS_PROPERTY  # not at the top: it imports TFX's executor base
+
+    properties = examples.custom_properties
+    return properties[SPANS_PROPERTY].string_value if SPANS_PROPERTY in properties \
+        else str(examples.properties["span"].int_value)
+
+
+def pushed_destination(pushed) -> str | None:
+    """Where a PushedModel artifact (MLMD proto) says the model was pushed, or None when nothing was."""
+    if pushed is None or pushed.custom_properties["pushed"].int_value != 1:
+        return None
+    return pushed.custom_properties["pushed_destination"].string_value
 
 
 def open_store(config: PipelineConfig):
