@@ -155,8 +155,7 @@ def _data_section(facts: dict) -> str:
         return "\n".join(parts + ["<p>No statistics: the run stopped before StatisticsGen.</p>"])
     for split, dataset in statistics.items():
         rows = []
-        for feature in sorted(dataset.features, key=lambda f: ".".join(f.path.step) or f.name):
-            name = ".".join(feature.path.step) or feature.name
+        for name, feature in sorted(_features_by_name(dataset).items()):
             if feature.HasField("num_stats"):
                 stats = feature.num_stats
                 common = stats.common_stats
@@ -268,19 +267,33 @@ def _export_section(export: dict, pushed_to: str | None) -> str:
 
 # -------------------------------------------------------------------------------------------------- plots
 
+def _feature_name(feature) -> str:
+    return ".".join(feature.path.step) or feature.name
+
+
+def _features_by_name(dataset) -> dict:
+    """Feature name -> its FeatureNameStatistics in one split's DatasetFeatureStatistics."""
+    return {_feature_name(feature): feature for feature in dataset.features}
+
+
+def _names_with(statistics: dict, kind: str) -> list[str]:
+    """Sorted names of the features with `kind` statistics ("num_stats" or "string_stats") in any split."""
+    return sorted({_feature_name(f) for dataset in statistics.values() for f in dataset.features if f.HasField(kind)})
+
+
 def _histogram_figure(statistics: dict):
     from tensorflow_metadata.proto.v0 import statistics_pb2
-    numeric = sorted({".".join(f.path.step) for dataset in statistics.values() for f in dataset.features
-                      if f.HasField("num_stats")})
+    numeric = _names_with(statistics, "num_stats")
     if not numeric:
         return None
     plt = _pyplot()
     columns = 4
     rows = (len(numeric) + columns - 1) // columns
     figure, axes = plt.subplots(rows, columns, figsize=(4 * columns, 2.6 * rows), squeeze=False)
+    by_split = {split: _features_by_name(dataset) for split, dataset in statistics.items()}
     for ax, name in zip(axes.flat, numeric):
-        for split, dataset in statistics.items():
-            feature = next((f for f in dataset.features if ".".join(f.path.step) == name), None)
+        for split, features in by_split.items():
+            feature = features.get(name)
             histogram = feature and next((h for h in feature.num_stats.histograms
                                           if h.type == statistics_pb2.Histogram.STANDARD), None)
             if histogram and histogram.buckets:
@@ -297,16 +310,16 @@ def _histogram_figure(statistics: dict):
 
 
 def _top_values_figure(statistics: dict):
-    strings = sorted({".".join(f.path.step) for dataset in statistics.values() for f in dataset.features
-                      if f.HasField("string_stats")})
+    strings = _names_with(statistics, "string_stats")
     if not strings:
         return None
     plt = _pyplot()
     figure, axes = plt.subplots(1, len(strings), figsize=(5 * len(strings), 3), squeeze=False)
+    by_split = {split: _features_by_name(dataset) for split, dataset in statistics.items()}
     for ax, name in zip(axes.flat, strings):
         width = 0.8 / len(statistics)
-        for index, (split, dataset) in enumerate(statistics.items()):
-            feature = next((f for f in dataset.features if ".".join(f.path.step) == name), None)
+        for index, (split, features) in enumerate(by_split.items()):
+            feature = features.get(name)
             if feature is None:
                 continue
             top = list(feature.string_stats.top_values[:6])
