@@ -23,6 +23,7 @@ from pipeline.config import load_config
 from pipeline.data import write_taxi_span
 from pipeline.local_runner import run_local
 from pipeline.status import list_runs
+from span_files import count_outputs, read_span, write_records
 
 pytestmark = pytest.mark.e2e
 
@@ -247,7 +248,7 @@ def test_unchanged_rerun_is_served_from_the_cache_and_publishes_nothing(first_ru
 def test_shifted_span_is_stopped_by_the_drift_gate_before_training(first_run, data_root, tree_digest):
     config, _ = first_run
     _write_shifted_span(os.path.join(data_root, "span-2"), os.path.join(data_root, "span-3"))
-    models_before = _count_outputs(config, "Trainer", "model")
+    models_before = count_outputs(config, "Trainer", "model")
     before = tree_digest(config.push_dir)
 
     with pytest.raises(BlockingAnomaliesError, match="drifted") as raised:
@@ -257,7 +258,7 @@ def test_shifted_span_is_stopped_by_the_drift_gate_before_training(first_run, da
     for feature in ("fare", "trip_miles", "payment_type"):
         assert f"train: {feature}: drift" in message and "vs span 2" in message, message
     assert "company: drift" not in message  # left as it was: not reported
-    assert _count_outputs(config, "Trainer", "model") == models_before
+    assert count_outputs(config, "Trainer", "model") == models_before
     assert tree_digest(config.push_dir) == before
     assert list_runs(config)[-1].outcome == "failed at ValidationGate"
 
@@ -282,41 +283,24 @@ def test_a_degraded_candidate_is_not_blessed_and_the_pushed_version_is_untouched
     assert "candidate not blessed" in summary.render() and "nothing pushed" in summary.render()
 
 
-def _count_outputs(config, node, key):
-    return len(tf.io.gfile.glob(os.path.join(config.pipeline_root, node, key, "*")))
-
-
-def _read_span(span_dir):
-    files = sorted(tf.io.gfile.glob(os.path.join(span_dir, "*.gz")))
-    return [tf.train.Example.FromString(r) for r in tf.data.TFRecordDataset(
-        files, compression_type="GZIP").as_numpy_iterator()]
-
-
-def _write_span(records, target_span, name):
-    os.makedirs(target_span)
-    with tf.io.TFRecordWriter(os.path.join(target_span, name), options="GZIP") as writer:
-        for record in records:
-            writer.write(record.SerializeToString())
-
-
 def _write_shifted_span(source_span, target_span):
     """Copies a span with fares and distances tripled (plus 5) and every payment made in cash."""
-    records = _read_span(source_span)
+    records = read_span(source_span)
     for record in records:
         for name in ("fare", "trip_miles"):
             values = record.features.feature[name].float_list.value
             values[:] = [3 * value + 5 for value in values]
         record.features.feature["payment_type"].bytes_list.value[:] = [b"Cash"]
-    _write_span(records, target_span, "shifted.tfrecord.gz")
+    write_records(os.path.join(target_span, "shifted.tfrecord.gz"), records, "GZIP")
 
 
 def _write_label_shuffled_span(source_span, target_span):
     """Copies a span with the `tips` values permuted across records: same features, meaningless labels."""
-    records = _read_span(source_span)
+    records = read_span(source_span)
     tips = [list(r.features.feature["tips"].float_list.value) for r in records]
     for record, index in zip(records, np.random.default_rng(0).permutation(len(records))):
         record.features.feature["tips"].float_list.value[:] = tips[index]
-    _write_span(records, target_span, "shuffled.tfrecord.gz")
+    write_records(os.path.join(target_span, "shuffled.tfrecord.gz"), records, "GZIP")
 
 
 def test_cli_exits_nonzero_and_names_the_bad_record(tmp_path):

@@ -22,22 +22,13 @@ from pipeline.cli import main as cli_main
 from pipeline.config import load_config
 from pipeline.run_guard import LOCK_FILE, LOCKED_EXIT_CODE
 from pipeline.run_report import REPORT_FILE
+from span_files import count_outputs, read_span, write_records
 
 pytestmark = pytest.mark.e2e
 
 
 def _span_examples(production) -> list[tf.train.Example]:
-    files = sorted(glob.glob(os.path.join(production.data_root, "span-1", "*.gz")))
-    return [tf.train.Example.FromString(r) for r in
-            tf.data.TFRecordDataset(files, compression_type="GZIP").as_numpy_iterator()]
-
-
-def _write_records(path, records, compression=None):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with tf.io.TFRecordWriter(str(path), options=compression) as writer:
-        for record in records:
-            writer.write(record if isinstance(record, bytes) else record.SerializeToString())
-    return str(path)
+    return read_span(os.path.join(production.data_root, "span-1"))
 
 
 def _run(production, data_root, capsys, config_file=None):
@@ -46,10 +37,6 @@ def _run(production, data_root, capsys, config_file=None):
     code = cli_main(["run", "--config", config_file or production.config_file, "--data", str(data_root),
                      "--output", production.config.output_dir])
     return code, capsys.readouterr().err
-
-
-def _outputs(production, node, key):
-    return len(glob.glob(os.path.join(production.config.pipeline_root, node, key, "*")))
 
 
 @pytest.fixture
@@ -79,14 +66,14 @@ def test_config_faults_exit_2_naming_the_key(unchanged_production, capsys, tmp_p
 # ----------------------------------------------------------------------------------------- TFRecord faults
 
 def _truncated(span, examples):
-    path = _write_records(span / "part.tfrecord.gz", examples[:400], "GZIP")
+    path = write_records(span / "part.tfrecord.gz", examples[:400], "GZIP")
     data = open(path, "rb").read()
     open(path, "wb").write(data[: len(data) // 2])
     return "part.tfrecord.gz: record "
 
 
 def _flipped_bytes(span, examples):
-    path = _write_records(span / "part.tfrecord", examples[:400])
+    path = write_records(span / "part.tfrecord", examples[:400])
     data = bytearray(open(path, "rb").read())
     # Each record: 8-byte length, 4-byte length CRC, payload, 4-byte payload CRC. Flip a byte in record 100's payload.
     start = sum(len(example.SerializeToString()) + 16 for example in examples[:100])
@@ -96,12 +83,12 @@ def _flipped_bytes(span, examples):
 
 
 def _not_an_example(span, examples):
-    _write_records(span / "part.tfrecord", examples[:5] + [b"\x08\x96\x01 not an Example"] + examples[5:10])
+    write_records(span / "part.tfrecord", examples[:5] + [b"\x08\x96\x01 not an Example"] + examples[5:10])
     return "part.tfrecord: record 5: not a tf.Example"
 
 
 def _empty_file(span, examples):
-    _write_records(span / "good.tfrecord", examples[:50])
+    write_records(span / "good.tfrecord", examples[:50])
     open(span / "empty.tfrecord", "wb").close()
     return "empty.tfrecord"
 
@@ -117,8 +104,8 @@ def _missing_directory(span, examples):
 
 def _gzip_then_plain_in_one_file(span, examples):
     """`cat part.gz part.tfrecord > mixed`: a gzip stream followed by plain TFRecord bytes."""
-    zipped = _write_records(span.parent / "a.gz", examples[:30], "GZIP")
-    plain = _write_records(span.parent / "b.tfrecord", examples[30:60])
+    zipped = write_records(span.parent / "a.gz", examples[:30], "GZIP")
+    plain = write_records(span.parent / "b.tfrecord", examples[30:60])
     span.mkdir(parents=True)
     with open(span / "mixed.tfrecord", "wb") as out:
         out.write(open(zipped, "rb").read() + open(plain, "rb").read())
@@ -132,20 +119,20 @@ def test_tfrecord_faults_name_the_file_and_record(unchanged_production, capsys, 
     if make_fault is not _missing_directory:
         data_root.mkdir()
     expected = make_fault(data_root / "span-2", _span_examples(unchanged_production))
-    examples_before = _outputs(unchanged_production, "TFRecordIngest", "examples")
+    examples_before = count_outputs(unchanged_production.config, "TFRecordIngest", "examples")
 
     code, stderr = _run(unchanged_production, data_root, capsys)
 
     assert code == 1
     assert "ingestion error:" in stderr and expected in stderr, stderr
-    assert _outputs(unchanged_production, "TFRecordIngest", "examples") == examples_before
+    assert count_outputs(unchanged_production.config, "TFRecordIngest", "examples") == examples_before
 
 
 def test_gzip_and_plain_files_side_by_side_are_read_without_loss(production, tmp_path):
     from components.tfrecord_ingest import executor
     examples = _span_examples(production)[:200]
-    _write_records(tmp_path / "in" / "a.tfrecord", examples[:100])
-    _write_records(tmp_path / "in" / "b.tfrecord", examples[100:], "GZIP")  # no .gz suffix: found by content
+    write_records(tmp_path / "in" / "a.tfrecord", examples[:100])
+    write_records(tmp_path / "in" / "b.tfrecord", examples[100:], "GZIP")  # no .gz suffix: found by content
     report = executor.ingest([str(tmp_path / "in")], str(tmp_path / "out"), 0.25)
     assert report["files"] == {"a.tfrecord": 100, "b.tfrecord": 100}
     assert sum(report["counts"].values()) == 200
@@ -189,8 +176,8 @@ def test_schema_faults_stop_the_run_before_training_naming_each_feature(unchange
     examples = _span_examples(unchanged_production)
     for index, example in enumerate(examples):
         mutate(index, example)
-    _write_records(tmp_path / "data" / "span-2" / "part.tfrecord.gz", examples, "GZIP")
-    models_before = _outputs(unchanged_production, "Fp32BaselineTrainer", "model")
+    write_records(tmp_path / "data" / "span-2" / "part.tfrecord.gz", examples, "GZIP")
+    models_before = count_outputs(unchanged_production.config, "Fp32BaselineTrainer", "model")
 
     code, stderr = _run(unchanged_production, tmp_path / "data", capsys)
 
@@ -198,8 +185,8 @@ def test_schema_faults_stop_the_run_before_training_naming_each_feature(unchange
     assert "BlockingAnomaliesError" in stderr and "training did not start" in stderr, stderr
     for line in expected:
         assert line in stderr, (line, stderr)
-    assert _outputs(unchanged_production, "Fp32BaselineTrainer", "model") == models_before
-    assert _outputs(unchanged_production, "Trainer", "model") == models_before
+    assert count_outputs(unchanged_production.config, "Fp32BaselineTrainer", "model") == models_before
+    assert count_outputs(unchanged_production.config, "Trainer", "model") == models_before
     page = open(os.path.join(unchanged_production.config.output_dir, REPORT_FILE)).read()
     assert "The ValidationGate stopped the run before training" in page
     for line in expected:  # the report's anomaly table names each feature
@@ -210,14 +197,14 @@ def test_schema_faults_stop_the_run_before_training_naming_each_feature(unchange
 def test_empty_eval_split_stops_the_run_before_training(unchanged_production, capsys, tmp_path):
     examples = [e for e in _span_examples(unchanged_production)
                 if split_of(e.SerializeToString(), unchanged_production.config.ingest.eval_fraction) == "train"]
-    _write_records(tmp_path / "data" / "span-2" / "part.tfrecord.gz", examples, "GZIP")
-    models_before = _outputs(unchanged_production, "Trainer", "model")
+    write_records(tmp_path / "data" / "span-2" / "part.tfrecord.gz", examples, "GZIP")
+    models_before = count_outputs(unchanged_production.config, "Trainer", "model")
 
     code, stderr = _run(unchanged_production, tmp_path / "data", capsys)
 
     assert code == 1  # ingestion counts the splits and stops before statistics, validation and training
     assert "span-2: the eval split is empty (" in stderr, stderr
-    assert _outputs(unchanged_production, "Trainer", "model") == models_before
+    assert count_outputs(unchanged_production.config, "Trainer", "model") == models_before
 
 
 # ----------------------------------------------------------------------------------------- training faults
@@ -227,13 +214,13 @@ def test_nan_loss_stops_training_naming_the_step(unchanged_production, capsys, t
     config_file.write_text(open(unchanged_production.config_file).read() +
                            "train: {epochs: 3, learning_rate: 1.0e+38, warmup_steps: 0, xla: 'off', "
                            "precision: mixed_float16}\n")
-    models_before = _outputs(unchanged_production, "Trainer", "model")
+    models_before = count_outputs(unchanged_production.config, "Trainer", "model")
 
     code, stderr = _run(unchanged_production, unchanged_production.data_root, capsys, str(config_file))
 
     assert code == 1
     assert "TrainingDivergedError" in stderr and "at step " in stderr and "loss scaling cannot" in stderr, stderr
-    assert _outputs(unchanged_production, "Trainer", "model") == models_before
+    assert count_outputs(unchanged_production.config, "Trainer", "model") == models_before
 
 
 # ---------------------------------------------------- a run killed midway, and a second run started meanwhile
@@ -298,7 +285,7 @@ def test_a_killed_run_restarts_resumes_training_and_leaves_no_duplicate_or_orpha
     pushed_before = tree_digest(production.pushed_dir)
     left_running = [e.id for e in _store(config).get_executions() if e.last_known_state == state.RUNNING]
     assert len(left_running) == 1  # the baseline trainer the kill interrupted
-    examples_before = _outputs(production, "TFRecordIngest", "examples")
+    examples_before = count_outputs(production.config, "TFRecordIngest", "examples")
 
     code, stderr = _run(production, production.data_root, capsys, interrupted["config_file"])
 
@@ -312,7 +299,7 @@ def test_a_killed_run_restarts_resumes_training_and_leaves_no_duplicate_or_orpha
                                             "training_report.json")), key=os.path.getmtime)
     assert '"resumed_from_step": 0' not in open(reports[-1]).read()
     # No duplicate: ingestion and validation were reused from the cache, not run again.
-    assert _outputs(production, "TFRecordIngest", "examples") == examples_before
+    assert count_outputs(production.config, "TFRecordIngest", "examples") == examples_before
     # No orphan: every output folder on disk is an artifact in MLMD, and every artifact's folder exists.
     uris = {os.path.normpath(a.uri) for a in store.get_artifacts()}
     folders = {os.path.normpath(p) for p in glob.glob(os.path.join(config.pipeline_root, "*", "*", "*"))
