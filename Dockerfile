@@ -8,14 +8,17 @@ WORKDIR /pipeline
 # metadata although its dependencies exist for 3.11; constraints.txt pins every package, which makes
 # --ignore-requires-python safe. The base image's tensorflow==2.16.2 satisfies the pin and stays.
 COPY setup.py constraints.txt ./
-RUN mkdir pipeline components models && touch pipeline/__init__.py components/__init__.py models/__init__.py \
-    && pip install --no-cache-dir --ignore-requires-python -c constraints.txt '.[kfp]' \
+RUN mkdir pipeline components models accel_tfx \
+    && touch pipeline/__init__.py components/__init__.py models/__init__.py accel_tfx/__init__.py \
+    && pip install --no-cache-dir --ignore-requires-python -c constraints.txt '.[kfp,s3]' \
     && pip uninstall -y accel-tfx-pipeline
 COPY pipeline/ pipeline/
 COPY components/ components/
 COPY models/ models/
+COPY accel_tfx/ accel_tfx/
 COPY schemas/ schemas/
 RUN pip install --no-cache-dir --no-deps --ignore-requires-python .
 
-# The compile points the bundled schema at /pipeline/schemas; TFX's entrypoint imports our executors.
+# The compile points the bundled schema at /pipeline/schemas; TFX's entrypoint imports our executors, and our
+# custom artifact types by their KFP schema titles (accel_tfx.<Name>).
 ENV PYTHONPATH=/pipeline TF_CPP_MIN_LOG_LEVEL=1

@@ -6,7 +6,7 @@ setup(
     version="0.1.0",
     description="TFX pipeline: TFRecord ingestion, TFDV validation, GPU-aware training, guarded push.",
     python_requires=">=3.11",
-    packages=find_packages(include=["pipeline", "pipeline.*", "components", "components.*", "models", "models.*"]),
+    packages=find_packages(include=["pipeline", "pipeline.*", "components", "components.*", "models", "models.*", "accel_tfx"]),
     install_requires=[
         "tensorflow>=2.16,<2.17",
         "tf-keras>=2.16,<2.17",
@@ -19,7 +19,9 @@ setup(
     ],
     extras_require={
         "kfp": ["kfp>=2.13,<2.14", "kfp-pipeline-spec>=0.6,<0.7"],
-        "test": ["pytest>=8", "hypothesis>=6"],
+        # s3:// (S3, MinIO) for TensorFlow (tensorflow-io) and Beam (boto3); gs:// needs nothing more.
+        "s3": ["tensorflow-io>=0.37,<0.38", "boto3>=1.34"],
+        "test": ["pytest>=8", "hypothesis>=6", "moto[server]>=5"],
         "report": ["matplotlib>=3.8"],
     },
 )

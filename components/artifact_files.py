@@ -10,9 +10,42 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any, Callable
 
 from tfx.dsl.io import fileio
+
+
+# URI schemes whose TensorFlow filesystem comes from tensorflow-io (imported on demand: it is large, and
+# TensorFlow itself serves local paths, gs:// and ram://).
+TENSORFLOW_IO_SCHEMES = ("s3://", "hdfs://", "az://")
+
+
+def register_filesystems_for(*uris: str) -> None:
+    """Makes tf.io.gfile (and so tfx.dsl.io.fileio) able to open every URI in `uris`: imports tensorflow-io
+    when one of them is on a filesystem only it provides. Raises RuntimeError naming the URI when it is
+    not installed."""
+    needing = [uri for uri in uris if uri and any(scheme in uri for scheme in TENSORFLOW_IO_SCHEMES)]
+    if not needing:
+        return
+    try:
+        import tensorflow_io  # noqa: F401 - registers s3://, hdfs:// and az:// with tf.io.gfile
+    except ImportError as error:
+        raise RuntimeError(f"{needing[0][:120]}: this filesystem needs tensorflow-io "
+                           f"(pip install '.[s3]' with the project's constraints.txt)") from error
+
+
+def exit_past_native_teardown(code: int) -> None:
+    """Ends the process with `code`. When tensorflow-io is loaded, skips the interpreter's teardown: its S3
+    filesystem aborts in native static destructors at exit ("pure virtual method called", SIGABRT), which
+    would turn a run that finished and wrote everything into a crash. Call only after all work is done."""
+    if "tensorflow_io" not in sys.modules:
+        sys.exit(code)
+    import logging
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def is_local(uri: str) -> bool:
@@ -36,6 +69,7 @@ def write_json(path: str, value: Any) -> None:
 
 
 def read_bytes(path: str) -> bytes:
+    register_filesystems_for(path)  # a reader of MLMD's URIs (status, the run report) may not know them yet
     with fileio.open(path, "rb") as handle:
         return handle.read()
 
@@ -46,6 +80,7 @@ def read_json(path: str) -> Any:
 
 def read_json_if_exists(path: str) -> Any | None:
     """The JSON at `path`, or None when there is no such file or it does not parse."""
+    register_filesystems_for(path)
     try:
         return read_json(path) if path and fileio.exists(path) else None
     except (ValueError, OSError):
@@ -65,7 +100,3 @@ def copy_tree(source: str, destination: str, copy: Callable[[str, str], object] 
         fileio.makedirs(os.path.dirname(target))
         copy(os.path.join(source, relative), target)
     return sorted(files)
-
-
-def file_size(path: str) -> int:
-    return fileio.stat(path).length

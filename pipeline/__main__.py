@@ -1,5 +1,4 @@
-import sys
-
+from components.artifact_files import exit_past_native_teardown
 from pipeline.cli import main
 
-sys.exit(main())
+exit_past_native_teardown(main())

@@ -13,12 +13,14 @@ import dataclasses
 import json
 import os
 
+import yaml
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 from tfx.dsl.components.base import base_component
 
 from pipeline.config import PROJECT_ROOT, PipelineConfig, StepResources
+from pipeline.kfp_entrypoint import TFX_ENTRYPOINT
 from pipeline.pipeline import FP32_BASELINE_TRAINER, create_pipeline
 
 ResourceSpec = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec.ResourceSpec
@@ -26,6 +28,7 @@ STEP_ROLES = {"Trainer": "training", FP32_BASELINE_TRAINER: "training",
               "PrecisionEvaluator": "evaluation", "ModelExport": "evaluation"}  # any other step: "data"
 INGEST_STEP = "TFRecordIngest"
 IMAGE_PROJECT_ROOT = "/pipeline"  # where the Dockerfile puts the project
+PROJECT_ENTRYPOINT = "pipeline.kfp_entrypoint"
 
 
 class CompileError(RuntimeError):
@@ -101,15 +104,48 @@ def compile_kubeflow(config: PipelineConfig, image: str, pipeline_root: str, out
             node.with_platform_config(resource_spec(getattr(config.resources, step_role(node.id, config))))
     os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
     runner = kubeflow_v2_dag_runner.KubeflowV2DagRunner(
-        config=kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(default_image=image),
+        # Pipeline spec 2.1: typed parameter constants (runtimeValue.constant), which KFP's current launcher
+        # reads; TFX's default 2.0 form (runtimeValue.constantValue) is deprecated.
+        config=kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(default_image=image, use_pipeline_spec_2_1=True),
         output_filename=output_file)
     job = runner.run(pipeline, write_out=False)
     # The input files are fingerprinted only when a run starts, so ingestion is never answered from the cache.
     job["pipelineSpec"]["root"]["dag"]["tasks"][INGEST_STEP]["cachingOptions"] = {"enableCache": False}
+    use_project_entrypoint(job)
+    query_custom_types_by_title(job)
     check_resources(job, config)
     with open(output_file, "w") as handle:
         json.dump(job, handle, indent=2, sort_keys=True)
     return job
+
+
+def query_custom_types_by_title(job: dict) -> None:
+    """TFX compiles a resolver over a custom artifact type to the query `schema_title="tfx.Artifact"`, which
+    finds no artifact of that type on a KFP backend (the previous ValidationReport would never be found, and
+    drift never measured). Each resolver query asks for the schema title of the type it outputs instead."""
+    spec = job["pipelineSpec"]
+    for task in spec["root"]["dag"]["tasks"].values():
+        component = spec["components"][task["componentRef"]["name"]]
+        resolver = spec["deploymentSpec"]["executors"][component["executorLabel"]].get("resolver")
+        for key, query in (resolver or {}).get("outputArtifactQueries", {}).items():
+            title = artifact_title(component["outputDefinitions"]["artifacts"][key]["artifactType"])
+            query["filter"] = query["filter"].replace('schema_title="tfx.Artifact"', f'schema_title="{title}"')
+
+
+def artifact_title(artifact_type: dict) -> str:
+    """The schema title of a compiled artifact type (schemaTitle, or the title line of an instanceSchema)."""
+    if "schemaTitle" in artifact_type:
+        return artifact_type["schemaTitle"]
+    return yaml.safe_load(artifact_type["instanceSchema"])["title"]
+
+
+def use_project_entrypoint(job: dict) -> None:
+    """Points every container that runs TFX's Kubeflow V2 entrypoint at pipeline.kfp_entrypoint, which runs
+    that same entrypoint after registering the filesystems (s3://) its artifact URIs need."""
+    for executor in job["pipelineSpec"]["deploymentSpec"]["executors"].values():
+        container = executor.get("container")
+        if container and container.get("command") == ["python", "-m", TFX_ENTRYPOINT]:
+            container["command"] = ["python", "-m", PROJECT_ENTRYPOINT]
 
 
 def check_resources(job: dict, config: PipelineConfig) -> None:

@@ -1,7 +1,6 @@
 """AtomicPusher executor: publishes a blessed export as a new version folder, or leaves everything as it was."""
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -10,6 +9,7 @@ from tfx import types
 from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 
+from components import artifact_files
 from components.atomic_pusher.publish import publish, versions
 from components.model_export.executor import REPORT_FILE as EXPORT_REPORT, SAVED_MODEL_DIR
 from components.precision_evaluator.blessing import is_blessed
@@ -28,8 +28,7 @@ class Executor(base_executor.BaseExecutor):
         exported = artifact_utils.get_single_instance(input_dict["exported_model"])
         pushed = artifact_utils.get_single_instance(output_dict["pushed_model"])
         push_dir = exec_properties["push_dir"]
-        with open(os.path.join(exported.uri, EXPORT_REPORT)) as handle:
-            export_report = json.load(handle)
+        export_report = artifact_files.read_json(os.path.join(exported.uri, EXPORT_REPORT))
         if not is_blessed(blessing) or not export_report["exported"]:
             logging.info("AtomicPusher: the model is not blessed; %s left as it was", push_dir)
             pushed.set_int_custom_property("pushed", 0)
@@ -55,10 +54,8 @@ def version_files(export_uri: str, export_report: dict, info_dir: str) -> dict[s
         files[TFLITE_FILE] = os.path.join(export_uri, export_report["variants"][recommended]["file"])
     info = {"source_model": export_report["source_model"], "tflite_variant": recommended,
             "tflite": export_report["variants"].get(recommended) if recommended else None}
-    os.makedirs(info_dir, exist_ok=True)
     info_path = os.path.join(info_dir, PUSH_INFO_FILE)
-    with open(info_path, "w") as handle:
-        json.dump(info, handle, indent=2)
+    artifact_files.write_json(info_path, info)
     files[PUSH_INFO_FILE] = info_path
     return files
 
@@ -69,8 +66,5 @@ def already_published(push_dir: str, source_model_uri: str) -> str | None:
     if not published:
         return None
     newest = os.path.join(push_dir, str(published[-1]))
-    try:
-        with open(os.path.join(newest, PUSH_INFO_FILE)) as handle:
-            return newest if json.load(handle)["source_model"]["uri"] == source_model_uri else None
-    except (OSError, ValueError, KeyError):
-        return None
+    info = artifact_files.read_json_if_exists(os.path.join(newest, PUSH_INFO_FILE)) or {}
+    return newest if info.get("source_model", {}).get("uri") == source_model_uri else None

@@ -4,7 +4,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import shutil
 import tempfile
 from typing import Any
 
@@ -14,9 +13,11 @@ import tensorflow as tf
 from absl import logging
 from tfx import types
 from tfx.dsl.components.base import base_executor
+from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
+from components import artifact_files
 from components.model_export import tflite
 from components.model_export.variants import judge_variants, recommended_variant
 from components.precision_evaluator.blessing import chosen_model, is_blessed
@@ -38,7 +39,7 @@ class Executor(base_executor.BaseExecutor):
         blessing = artifact_utils.get_single_instance(input_dict["blessing"])
         exported = artifact_utils.get_single_instance(output_dict["exported_model"])
         settings = json.loads(exec_properties["settings"])
-        os.makedirs(exported.uri, exist_ok=True)
+        fileio.makedirs(exported.uri)
         if not is_blessed(blessing):
             report = {"exported": False, "reason": "the model was not blessed; nothing to export"}
             exported.set_int_custom_property("exported", 0)
@@ -66,22 +67,20 @@ def export_model(serving_model_dir: str, model_module, train_files: list[str], e
 
     Output: the export report; writes <output_dir>/saved_model and <output_dir>/tflite/<variant>.tflite.
     """
-    shutil.copytree(serving_model_dir, os.path.join(output_dir, SAVED_MODEL_DIR))
+    artifact_files.copy_tree(serving_model_dir, os.path.join(output_dir, SAVED_MODEL_DIR))
     saved_model = tf.saved_model.load(serving_model_dir)
     eval_split = _score_savedmodel(saved_model, model_module, eval_files)
     reference = tflite.score(eval_split["labels"], eval_split["probabilities"])
     representative = _model_ready(saved_model, model_module, train_files, settings["representative_examples"])
     keras_model = keras.saving.load_model(os.path.join(model_ready_dir(serving_model_dir), MODEL_READY_FILE))
     results = {}
-    os.makedirs(os.path.join(output_dir, TFLITE_DIR), exist_ok=True)
     with tempfile.TemporaryDirectory() as scratch:
         single_example = tflite.write_single_example_savedmodel(keras_model, os.path.join(scratch, "model"))
         for variant in settings["tflite_variants"]:
             logging.info("ModelExport: converting and scoring the %s TFLite variant", variant)
             flatbuffer = tflite.convert(single_example, variant, representative)
-            path = os.path.join(output_dir, TFLITE_DIR, f"{variant}.tflite")
-            with open(path, "wb") as handle:
-                handle.write(flatbuffer)
+            relative_path = f"{TFLITE_DIR}/{variant}.tflite"
+            artifact_files.write_bytes(os.path.join(output_dir, relative_path), flatbuffer)
             interpreter = tflite.SingleExampleInterpreter(flatbuffer)
             probabilities = interpreter.predict(eval_split["model_ready"])
             results[variant] = {
@@ -91,7 +90,7 @@ def export_model(serving_model_dir: str, model_module, train_files: list[str], e
                 "median_latency_us": 1e6 * interpreter.median_latency_seconds(eval_split["model_ready"],
                                                                               settings["latency_examples"]),
                 **_differences(probabilities, eval_split["probabilities"]),
-                "file": os.path.relpath(path, output_dir),
+                "file": relative_path,
             }
     judged = judge_variants(results, reference["auc"], settings["max_tflite_auc_drop"])
     return {"exported": True, "eval_examples": len(eval_split["labels"]), "savedmodel": reference,
@@ -141,10 +140,8 @@ def _preprocess(saved_model, model_module, serialized: tf.Tensor) -> dict[str, n
 
 
 def _write_reports(directory: str, report: dict) -> None:
-    with open(os.path.join(directory, REPORT_FILE), "w") as handle:
-        json.dump(report, handle, indent=2)
-    with open(os.path.join(directory, REPORT_MARKDOWN), "w") as handle:
-        handle.write(render_markdown(report))
+    artifact_files.write_json(os.path.join(directory, REPORT_FILE), report)
+    artifact_files.write_text(os.path.join(directory, REPORT_MARKDOWN), render_markdown(report))
 
 
 def render_markdown(report: dict) -> str:

@@ -11,6 +11,8 @@ import os
 from tfx import types
 from tfx.components.evaluator import constants
 
+from components import artifact_files
+
 CHOSEN_PROPERTY = "chosen"
 
 
@@ -18,10 +20,9 @@ def write_blessing(blessing: types.Artifact, blessed: bool, chosen: types.Artifa
                    baseline: types.Artifact) -> None:
     """Input: the output ModelBlessing, the verdict, the model it refers to (the candidate when nothing is
     blessed) and its role, and the FP32 baseline model. Output: properties and the marker file set."""
-    os.makedirs(blessing.uri, exist_ok=True)
     marker = constants.BLESSED_FILE_NAME if blessed else constants.NOT_BLESSED_FILE_NAME
-    with open(os.path.join(blessing.uri, marker), "w"):
-        pass
+    # Not empty, unlike TFX's: TensorFlow's S3 filesystem writes no object for an empty file.
+    artifact_files.write_text(os.path.join(blessing.uri, marker), chosen.uri + "\n")
     blessing.set_int_custom_property(constants.ARTIFACT_PROPERTY_BLESSED_KEY,
                                      constants.BLESSED_VALUE if blessed else constants.NOT_BLESSED_VALUE)
     blessing.set_string_custom_property(constants.ARTIFACT_PROPERTY_CURRENT_MODEL_URI_KEY, chosen.uri)
@@ -36,10 +37,11 @@ def is_blessed(blessing: types.Artifact) -> bool:
 
 
 def chosen_model(blessing: types.Artifact, models: list[types.Artifact]) -> types.Artifact:
-    """The model among `models` that the blessing blesses (matched by MLMD id, as TFX's resolver does)."""
-    model_id = blessing.get_int_custom_property(constants.ARTIFACT_PROPERTY_CURRENT_MODEL_ID_KEY)
+    """The model among `models` that the blessing blesses, matched by URI: unique on every orchestrator,
+    where the id is MLMD's integer locally but a resource name on Kubeflow (TFX's entrypoint rewrites it)."""
+    model_uri = blessing.get_string_custom_property(constants.ARTIFACT_PROPERTY_CURRENT_MODEL_URI_KEY)
     for model in models:
-        if model.id == model_id:
+        if model.uri == model_uri:
             return model
-    raise ValueError(f"the blessing at {blessing.uri} refers to model id {model_id}, which is not among the inputs "
-                     f"({', '.join(str(model.id) for model in models)})")
+    raise ValueError(f"the blessing at {blessing.uri} refers to the model at {model_uri}, which is not among the "
+                     f"inputs ({', '.join(model.uri for model in models)})")

@@ -10,10 +10,11 @@ import tensorflow_model_analysis as tfma
 from absl import logging
 from tfx import types
 from tfx.components.util import tfxio_utils
-from tfx.dsl.components.base import base_beam_executor
+from tfx.components.evaluator import executor as evaluator_executor
 from tfx.types import artifact_utils
 from tfx.utils import io_utils, path_utils
 
+from components import artifact_files
 from components.precision_evaluator import gates
 from components.precision_evaluator.blessing import write_blessing
 from components.tfrecord_ingest.executor import FINGERPRINT_PROPERTY, SPANS_PROPERTY
@@ -24,8 +25,13 @@ REPORT_MARKDOWN = "precision_report.md"
 METRICS = ("ExampleCount", "BinaryCrossEntropy", "BinaryAccuracy", "AUC", "Precision", "Recall")
 
 
-class Executor(base_beam_executor.BaseBeamExecutor):
-    """Do(): one TFMA run over the eval split for every model, then the gates, the blessing and the report."""
+class Executor(evaluator_executor.Executor):
+    """Do(): one TFMA run over the eval split for every model, then the gates, the blessing and the report.
+
+    A subclass of TFX's Evaluator executor (a Beam executor) with its own Do: TFX's Kubeflow V2 entrypoint
+    then turns the blessing's model ids into the artifact names KFP's resolver looks the blessed model up by
+    (tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor, refactor_model_blessing).
+    """
 
     def Do(self, input_dict: dict[str, list[types.Artifact]], output_dict: dict[str, list[types.Artifact]],
            exec_properties: dict[str, Any]) -> None:
@@ -53,10 +59,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                   "models": {name: {"uri": model.uri, "id": model.id} for name, model in models.items()},
                   "metrics": metrics}
         for folder in (evaluation.uri, blessing.uri):  # the report sits next to both artifacts a gate reads
-            with open(os.path.join(folder, REPORT_FILE), "w") as handle:
-                json.dump(report, handle, indent=2)
-            with open(os.path.join(folder, REPORT_MARKDOWN), "w") as handle:
-                handle.write(gates.render_markdown(decision, metrics))
+            artifact_files.write_json(os.path.join(folder, REPORT_FILE), report)
+            artifact_files.write_text(os.path.join(folder, REPORT_MARKDOWN),
+                                      gates.render_markdown(decision, metrics))
         logging.info("PrecisionEvaluator: %s", decision.summary)
 
     def _run_tfma(self, examples: list[types.Artifact], models: dict[str, types.Artifact],

@@ -11,6 +11,7 @@ import os
 
 import keras
 import tensorflow as tf
+from tfx.dsl.io import fileio
 
 SERVING_SIGNATURE = "serving_default"  # serialized tf.Example -> probabilities
 RAW_SIGNATURE = "serving_raw"  # one tensor per raw feature -> probabilities
@@ -23,7 +24,8 @@ PREPROCESSING_FILE = "preprocessing.keras"  # beside it: the fitted preprocessin
 
 def model_ready_dir(serving_model_dir: str) -> str:
     """Where the model-ready Keras file (the input of TFLite conversion) sits for a serving SavedModel."""
-    return os.path.join(os.path.dirname(os.path.normpath(serving_model_dir)), MODEL_READY_DIR)
+    # Not os.path.normpath: it turns s3://bucket/x into s3:/bucket/x, a local relative path.
+    return os.path.join(os.path.dirname(serving_model_dir.rstrip("/")), MODEL_READY_DIR)
 
 
 def float32_copy(model_module, preprocessing: keras.Model, trained: keras.Model) -> keras.Model:
@@ -72,6 +74,6 @@ def _export_keras_files(preprocessing: keras.Model, model: keras.Model, export_d
     """Saves the model alone (model-ready inputs, no lookup tables, which TFLite's builtin ops cannot run)
     as a Keras file, so the TFLite export can trace it at the input shape devices use; and the fitted
     preprocessing, so a later training can warm-start from this model."""
-    os.makedirs(export_dir, exist_ok=True)
+    fileio.makedirs(export_dir)
     model.save(os.path.join(export_dir, MODEL_READY_FILE))
     preprocessing.save(os.path.join(export_dir, PREPROCESSING_FILE))

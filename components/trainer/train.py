@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import hashlib
 import importlib
+import io
 import json
 import math
 import os
@@ -20,7 +21,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
+from tfx.dsl.io import fileio
 
+from components import artifact_files
 from components.trainer import callbacks as training_callbacks
 from components.trainer.device import (Decision, DeviceDescription, choose_precision, choose_strategy,
                                        config_override, describe_devices, xla_candidates)
@@ -179,9 +182,7 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
     if is_chief():
         export_serving_model(model_module, preprocessing, float32_copy(model_module, preprocessing, model),
                              job.serving_model_dir)
-    os.makedirs(job.run_dir, exist_ok=True)
-    with open(os.path.join(job.run_dir, REPORT_FILE), "w") as handle:
-        json.dump(report, handle, indent=2)
+    artifact_files.write_json(os.path.join(job.run_dir, REPORT_FILE), report)
     return report
 
 
@@ -339,42 +340,43 @@ def _input_wait(real_rate: float, memory_rate: float) -> float | None:
 def repair_checkpoint(checkpoint_dir: str) -> str:
     """Makes a checkpoint that a kill interrupted mid-write loadable again. Output: what was done.
 
-    The weights are written first, then the metadata, each after copying the previous pair to `.bkp`.
-    Unreadable weights are replaced by the previous checkpoint; with no previous one the checkpoint is
-    dropped and training starts from step 0 (Keras would otherwise fail on every restart).
+    Keras writes the weights, then the metadata (the interval reached), each after copying the previous
+    pair to `.bkp`. A pair with unreadable weights or unreadable metadata is replaced by the previous
+    pair; with no readable previous pair the checkpoint is dropped and training starts from step 0
+    (Keras, and the resume step read from the metadata, would otherwise fail on every restart).
     """
     weights = os.path.join(checkpoint_dir, BACKUP_WEIGHTS)
-    if not tf.io.gfile.exists(weights) or _readable_weights(weights):
+    metadata = os.path.join(checkpoint_dir, BACKUP_METADATA)
+    if not fileio.exists(weights) and not fileio.exists(metadata):
         return "intact"
-    previous = weights + ".bkp"
-    if tf.io.gfile.exists(previous) and _readable_weights(previous):
-        tf.io.gfile.copy(previous, weights, overwrite=True)
-        metadata = os.path.join(checkpoint_dir, BACKUP_METADATA)
-        if tf.io.gfile.exists(metadata + ".bkp"):
-            tf.io.gfile.copy(metadata + ".bkp", metadata, overwrite=True)
-        logging.warning("Checkpoint weights in %s were cut off by a kill; resuming from the previous checkpoint",
+    if _readable_checkpoint(weights, metadata):
+        return "intact"
+    if _readable_checkpoint(weights + ".bkp", metadata + ".bkp"):
+        fileio.copy(weights + ".bkp", weights, overwrite=True)
+        fileio.copy(metadata + ".bkp", metadata, overwrite=True)
+        logging.warning("The checkpoint in %s was cut off by a kill; resuming from the previous checkpoint",
                         checkpoint_dir)
         return "restored previous"
-    tf.io.gfile.rmtree(checkpoint_dir)
+    fileio.rmtree(checkpoint_dir)
     logging.warning("The only checkpoint in %s was cut off by a kill; training starts from step 0", checkpoint_dir)
     return "dropped"
 
 
-def _readable_weights(path: str) -> bool:
+def _readable_checkpoint(weights: str, metadata: str) -> bool:
+    """True when the weights open as HDF5 and the metadata parses with an interval number."""
     import h5py
     try:
-        with h5py.File(path, "r"):
-            return True
-    except OSError:
+        with h5py.File(io.BytesIO(artifact_files.read_bytes(weights)), "r"):
+            pass
+        return isinstance(artifact_files.read_json(metadata).get("epoch", 0), int)
+    except (OSError, ValueError, AttributeError, tf.errors.OpError):
         return False
 
 
 def _checkpointed_interval(checkpoint_dir: str) -> int:
+    """The number of intervals the checkpoint holds (0 without one); call after repair_checkpoint."""
     path = os.path.join(checkpoint_dir, BACKUP_METADATA)
-    if not tf.io.gfile.exists(path):
-        return 0
-    with tf.io.gfile.GFile(path) as handle:
-        return int(json.load(handle).get("epoch", 0))
+    return int(artifact_files.read_json(path).get("epoch", 0)) if fileio.exists(path) else 0
 
 
 def _profile_window(settings: dict):

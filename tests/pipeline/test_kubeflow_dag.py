@@ -1,0 +1,237 @@
+"""The compiled Kubeflow job runs: every container step through TFX's real entrypoint, artifacts on S3.
+
+An S3-compatible server (moto, on 127.0.0.1) holds the pipeline root, the data and the serving directory.
+The job is compiled as for a self-hosted Kubeflow with MinIO, and `kfp_launcher.LauncherPlay` (test code
+playing KFP's launcher) runs each step's exact compiled command in DAG order. Two runs: span 1 is blessed
+and pushed; span 2 warm-starts from span 1's blessed model, is evaluated against it and is checked for
+drift against span 1's accepted validation report (two resolver answers that only work when the compiled
+queries find our artifacts).
+"""
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from components.atomic_pusher.publish import COMPLETE_MARKER
+from pipeline.config import PROJECT_ROOT, load_config
+from pipeline.data import write_taxi_span
+from pipeline.kubeflow_runner import compile_kubeflow
+from kfp_launcher import LauncherPlay
+
+pytestmark = pytest.mark.e2e
+
+BUCKET = "kfp-play"
+ROOT = f"s3://{BUCKET}/root"
+DATA = f"s3://{BUCKET}/data"
+SERVING = f"s3://{BUCKET}/serving"
+CONTAINER_STEPS = {"TFRecordIngest", "StatisticsGen", "ImportSchemaGen", "ExampleValidator", "ValidationGate",
+                   "Trainer", "Fp32BaselineTrainer", "PrecisionEvaluator", "ModelExport", "AtomicPusher"}
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """A moto S3 server on 127.0.0.1 (a free port the server binds itself), the environment TensorFlow's
+    S3 filesystem (tensorflow-io) reads, and the Beam options Beam's S3 filesystem reads."""
+    import logging
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one INFO line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    endpoint = "http://%s:%d" % server.get_host_and_port()
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
+           "AWS_DEFAULT_REGION": "us-east-1", "S3_ENDPOINT": endpoint, "S3_USE_HTTPS": "0", "S3_VERIFY_SSL": "0",
+           "AWS_EC2_METADATA_DISABLED": "true", "AWS_LOG_LEVEL": "3"}
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                          aws_secret_access_key="testing")
+    client.create_bucket(Bucket=BUCKET)
+    beam_args = [f"--s3_endpoint_url={endpoint}", "--s3_access_key_id=testing", "--s3_secret_access_key=testing",
+                 "--s3_region_name=us-east-1"]
+    yield Bucket(client, env, beam_args, tmp_path_factory.mktemp("s3-local"))
+    server.stop()
+
+
+class Bucket:
+    """The test's own view of the bucket, through boto3: this process never loads tensorflow-io (only the
+    steps do), so what it reads is what any S3 client sees."""
+
+    def __init__(self, client, env, beam_args, local):
+        self.client, self.env, self.beam_args, self.local = client, env, beam_args, local
+
+    @staticmethod
+    def _key(uri: str) -> str:
+        assert uri.startswith(f"s3://{BUCKET}/"), uri
+        return uri[len(f"s3://{BUCKET}/"):]
+
+    def read(self, uri: str) -> bytes | None:
+        try:
+            return self.client.get_object(Bucket=BUCKET, Key=self._key(uri))["Body"].read()
+        except self.client.exceptions.NoSuchKey:
+            return None
+
+    def json(self, uri: str) -> dict:
+        data = self.read(uri)
+        assert data is not None, f"{uri} does not exist"
+        return json.loads(data)
+
+    def keys(self, prefix_uri: str) -> list[str]:
+        prefix = self._key(prefix_uri).rstrip("/") + "/"
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+        return sorted(item["Key"][len(prefix):] for page in pages for item in page.get("Contents", []))
+
+    def download(self, prefix_uri: str) -> str:
+        """Copies every object under `prefix_uri` into a new local folder. Output: that folder."""
+        target = self.local / self._key(prefix_uri).replace("/", "_")
+        for relative in self.keys(prefix_uri):
+            path = target / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(self.read(f"{prefix_uri.rstrip('/')}/{relative}"))
+        return str(target)
+
+
+def _upload_span(s3, span: int, first_row: int) -> str:
+    span_dir, _ = write_taxi_span(str(s3.local / "data"), span=span, max_rows=3000, first_row=first_row,
+                                  num_shards=2)
+    for name in sorted(os.listdir(span_dir)):
+        s3.client.upload_file(os.path.join(span_dir, name), BUCKET, f"data/span-{span}/{name}")
+    return span_dir
+
+
+@pytest.fixture(scope="module")
+def play(s3, tmp_path_factory):
+    config = load_config(data_root=DATA, serving_dir=SERVING, train={"epochs": 3}, evaluate={"min_auc": 0.8},
+                         export={"latency_examples": 50},
+                         beam_pipeline_args=["--direct_running_mode=in_memory", *s3.beam_args])
+    job = compile_kubeflow(config, image="taxi-accel:test", pipeline_root=ROOT,
+                           output_file=str(tmp_path_factory.mktemp("kfp") / "pipeline.json"),
+                           image_project_root=PROJECT_ROOT)  # the image's /pipeline is this checkout here
+    env = {**os.environ, **s3.env, "PYTHONPATH": PROJECT_ROOT, "TF_CPP_MIN_LOG_LEVEL": "1"}
+    return LauncherPlay(job, env=env, read=s3.read)
+
+
+@pytest.fixture(scope="module")
+def first_run(s3, play):
+    span_dir = _upload_span(s3, span=1, first_row=0)
+    return play.run("run-1"), span_dir
+
+
+@pytest.fixture(scope="module")
+def second_run(s3, play, first_run):
+    _upload_span(s3, span=2, first_row=3000)
+    return play.run("run-2")
+
+
+def _only(results, task, key):
+    artifacts = results[task].outputs[key]
+    assert len(artifacts) == 1, (task, key, artifacts)
+    return artifacts[0]
+
+
+def test_the_compiled_spec_is_2_1_and_every_step_runs_our_entrypoint(play):
+    assert play.spec["schemaVersion"] == "2.1.0"
+    containers = [executor["container"] for executor in play.spec["deploymentSpec"]["executors"].values()
+                  if "container" in executor]
+    assert len(containers) == len(CONTAINER_STEPS)
+    assert {tuple(c["command"]) for c in containers} == {("python", "-m", "pipeline.kfp_entrypoint")}
+
+
+def test_first_run_every_step_succeeds_on_s3_and_pushes_a_model_that_serves(s3, first_run):
+    first_run, span_dir = first_run
+    assert CONTAINER_STEPS <= set(first_run)
+    for step in CONTAINER_STEPS:
+        for artifact in first_run[step].outputs.values():
+            assert artifact[0].uri.startswith(f"{ROOT}/"), (step, artifact[0].uri)
+            assert s3.keys(artifact[0].uri), f"{step} wrote nothing to {artifact[0].uri}"
+    # Nothing blessed or accepted before this run: the resolvers answered with nothing.
+    assert first_run["latest_blessed_model_resolver-model-resolver"].outputs["model"] == []
+    assert first_run["previous_validation_resolver"].outputs["previous_report"] == []
+
+    blessing = _only(first_run, "PrecisionEvaluator", "blessing")
+    assert blessing.metadata["blessed"] == 1
+    assert "BLESSED" in s3.keys(blessing.uri)
+    # TFX's entrypoint named the blessed model by its artifact name: what KFP's model resolver queries.
+    models = {_only(first_run, trainer, "model").name for trainer in ("Trainer", "Fp32BaselineTrainer")}
+    assert blessing.metadata["current_model_id"] in models
+
+    evaluation = _only(first_run, "PrecisionEvaluator", "evaluation")
+    report = s3.json(f"{evaluation.uri}/precision_report.json")
+    assert report["blessed"] is True and set(report["models"]) == {"candidate", "fp32_baseline"}
+
+    exported = _only(first_run, "ModelExport", "exported_model")
+    export_report = s3.json(f"{exported.uri}/export_report.json")
+    assert export_report["exported"] and export_report["recommended"]
+    for variant in export_report["variants"].values():
+        assert len(s3.read(f"{exported.uri}/{variant['file']}")) == variant["size_bytes"]
+
+    training = s3.json(f"{_only(first_run, 'Trainer', 'model_run').uri}/training_report.json")
+    assert training["train_examples"] == _only(first_run, "TFRecordIngest", "examples").metadata["train_examples"]
+
+    pushed = _only(first_run, "AtomicPusher", "pushed_model")
+    assert pushed.metadata["pushed"] == 1
+    destination = pushed.metadata["pushed_destination"]
+    assert destination.startswith(f"{SERVING}/")
+    files = s3.keys(destination)
+    assert {COMPLETE_MARKER, "saved_model.pb", "model.tflite", "push_info.json"} <= set(files)
+    served = tf.saved_model.load(s3.download(destination))
+    examples = list(tf.data.TFRecordDataset(sorted(tf.io.gfile.glob(f"{span_dir}/*")), compression_type="GZIP").take(64))
+    probabilities = served.signatures["serving_default"](examples=tf.stack(examples))["probabilities"].numpy()
+    assert probabilities.shape == (64, 1) and np.all((probabilities >= 0) & (probabilities <= 1))
+    assert len(np.unique(probabilities.round(4))) > 10  # a trained model, not a constant
+
+
+def test_second_run_warm_starts_evaluates_against_and_checks_drift_from_the_first(s3, first_run, second_run):
+    first_run, _ = first_run
+    blessed_model = _only(first_run, "PrecisionEvaluator", "blessing").metadata["current_model_id"]
+    resolved = _only(second_run, "latest_blessed_model_resolver-model-resolver", "model")
+    assert resolved.name == blessed_model
+
+    for trainer in ("Trainer", "Fp32BaselineTrainer"):
+        training = s3.json(f"{_only(second_run, trainer, 'model_run').uri}/training_report.json")
+        assert training["warm_start"]["applied"] is True, training["warm_start"]
+        assert training["warm_start"]["base_model"].startswith(resolved.uri)
+
+    report = s3.json(f"{_only(second_run, 'PrecisionEvaluator', 'evaluation').uri}/precision_report.json")
+    assert report["models"]["production"]["uri"] == resolved.uri
+
+    previous = _only(second_run, "previous_validation_resolver", "previous_report")
+    assert previous.uri == _only(first_run, "ValidationGate", "report").uri
+    validation = s3.json(f"{_only(second_run, 'ValidationGate', 'report').uri}/validation_report.json")
+    assert validation["drift"]["previous_span"] == 1 and validation["drift"]["splits"]
+    assert validation["span"] == 2
+
+    first_destination = _only(first_run, "AtomicPusher", "pushed_model").metadata["pushed_destination"]
+    pushed = _only(second_run, "AtomicPusher", "pushed_model")
+    if pushed.metadata["pushed"] == 1:
+        assert pushed.metadata["pushed_destination"] > first_destination  # a newer version beside the first
+    assert COMPLETE_MARKER in s3.keys(first_destination)
+
+
+def test_a_local_run_with_its_artifacts_and_serving_dir_on_s3(s3, taxi_span_root, tmp_path):
+    """`python -m pipeline run --pipeline-root s3://... --serving-dir s3://...`: LocalDagRunner with the local
+    SQLite MLMD and every artifact on the bucket, the code path of a pod exercised in one process."""
+    import subprocess
+    import sys
+
+    output = tmp_path / "output"
+    command = [sys.executable, "-m", "pipeline", "run", "--data", taxi_span_root, "--output", str(output),
+               "--pipeline-root", f"s3://{BUCKET}/local-root", "--serving-dir", f"s3://{BUCKET}/local-serving",
+               "--config", str(tmp_path / "config.yaml")]
+    (tmp_path / "config.yaml").write_text(
+        "train: {epochs: 3}\nevaluate: {min_auc: 0.8}\nexport: {latency_examples: 50}\n"
+        f"beam_pipeline_args: [--direct_running_mode=in_memory, {', '.join(s3.beam_args)}]\n")
+    env = {**os.environ, **s3.env, "PYTHONPATH": PROJECT_ROOT}
+    result = subprocess.run(command, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "blessed: yes" in result.stdout
+    pushed_to = next(line.split("pushed to: ", 1)[1] for line in result.stdout.splitlines() if "pushed to: " in line)
+    assert pushed_to.startswith(f"s3://{BUCKET}/local-serving/")
+    assert {COMPLETE_MARKER, "saved_model.pb", "model.tflite"} <= set(s3.keys(pushed_to))
+    assert not (output / "pipeline").exists()  # no artifact landed on the local disk
+    assert s3.keys(f"s3://{BUCKET}/local-root/Trainer")  # TFX's layout under the bucket root
+    status = subprocess.run([sys.executable, "-m", "pipeline", "status", "--output", str(output)],
+                            cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert status.returncode == 0 and "complete" in status.stdout and pushed_to.rsplit("/", 1)[1] in status.stdout
