@@ -1,7 +1,8 @@
 """TFRecordIngest: TFRecord files of tf.Example -> checked, split, counted standard Examples artifact.
 
 Consumes: `input_base`, a directory of TFRecord files (gzip or plain, detected per file), or of
-`span-N/` folders, of which the last `span_window` are read together.
+`span-N/` folders, of which the last `span_window` are read together. Runs as a Beam job with the
+pipeline's `beam_pipeline_args` (one unit of work per input file), like TFX's ImportExampleGen.
 Produces: `examples` (standard Examples: Split-train / Split-eval, gzip TFRecord; `span` = the latest span
 read) with custom properties `train_examples`, `eval_examples`, `input_files`, `input_dir`, `spans`,
 `input_fingerprint`, and `ingest_report.json` beside the splits.
@@ -28,7 +29,7 @@ class TFRecordIngestSpec(ComponentSpec):
 
 class TFRecordIngest(base_component.BaseComponent):
     SPEC_CLASS = TFRecordIngestSpec
-    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
+    EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
 
     def __init__(self, input_base: str, eval_fraction: float, input_fingerprint: str, span_window: int = 1):
         super().__init__(spec=TFRecordIngestSpec(
