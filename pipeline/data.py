@@ -9,6 +9,7 @@ import csv
 import os
 
 import tensorflow as tf
+from tfx.dsl.io import fileio
 
 INT_COLUMNS = frozenset({
     "trip_start_hour", "trip_start_day", "trip_start_month", "trip_start_timestamp", "trip_seconds",
@@ -53,7 +54,7 @@ def write_taxi_span(data_root: str, span: int = 1, csv_path: str | None = None, 
     Writes `<data_root>/span-<span>/data-0000i-of-0000n.tfrecord[.gz]`, rows dealt round-robin to shards.
     """
     span_dir = os.path.join(data_root, f"span-{span}")
-    os.makedirs(span_dir, exist_ok=True)
+    fileio.makedirs(span_dir)  # data_root may be a URI (gs://, s3://) as well as a local path
     suffix = ".tfrecord.gz" if gzip else ".tfrecord"
     paths = [os.path.join(span_dir, f"data-{i:05d}-of-{num_shards:05d}{suffix}") for i in range(num_shards)]
     options = "GZIP" if gzip else None
@@ -70,5 +71,5 @@ def write_taxi_span(data_root: str, span: int = 1, csv_path: str | None = None, 
             rows += 1
     for writer, temp, path in zip(writers, temp_paths, paths):
         writer.close()
-        os.replace(temp, path)  # a reader never sees a half-written shard
+        fileio.rename(temp, path, overwrite=True)  # a reader never sees a half-written shard (atomic on POSIX)
     return span_dir, rows
