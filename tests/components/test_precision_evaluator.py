@@ -1,12 +1,19 @@
 """PrecisionEvaluator and ModelExport executors on real trained models, real TFMA (Beam DirectRunner) and
-the real TFLite converter: a candidate that fails FP32 parity, with and without the fallback."""
+the real TFLite converter: a candidate that fails FP32 parity, with and without the fallback. The batched
+metrics give TFMA's own evaluator's metrics, on the real models and on synthetic edge cases."""
 import dataclasses
 import json
+import math
 import os
 import shutil
 
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
 import pytest
 import tensorflow as tf
+import tensorflow_model_analysis as tfma
+from tensorflow_model_analysis.extractors import features_extractor, slice_key_extractor, unbatch_extractor
 from tfx.dsl.components.base import base_beam_executor, base_executor
 from tfx.proto import example_gen_pb2
 from tfx.components.util import examples_utils
@@ -14,6 +21,7 @@ from tfx.types import artifact_utils, standard_artifacts
 
 from components.model_export import executor as export_executor
 from components.model_export.component import ExportedModel
+from components.precision_evaluator import batched_metrics
 from components.precision_evaluator import executor as evaluator_executor
 from components.trainer.train import TrainingJob, train
 from pipeline.config import load_config
@@ -52,7 +60,11 @@ def trained(taxi_span_root, tmp_path_factory):
     return examples, models
 
 
-def _evaluate(trained, output, **evaluate):
+class _TfmaPerExampleExecutor(evaluator_executor.Executor):
+    use_batched_metrics = False  # TFMA's own extractors and evaluator: the reference
+
+
+def _evaluate(trained, output, executor_class=evaluator_executor.Executor, production=False, **evaluate):
     examples, models = trained
     evaluation = _artifact(standard_artifacts.ModelEvaluation, output / "evaluation")
     blessing = _artifact(standard_artifacts.ModelBlessing, output / "blessing")
@@ -60,9 +72,11 @@ def _evaluate(trained, output, **evaluate):
                 "label_key": "big_tipper"}
     context = base_beam_executor.BaseBeamExecutor.Context(beam_pipeline_args=["--direct_running_mode=in_memory"],
                                                           tmp_dir=str(output / "tmp"))
-    evaluator_executor.Executor(context).Do(
-        {"examples": [examples], "model": [models["candidate"]], "baseline_model": [models["fp32_baseline"]]},
-        {"evaluation": [evaluation], "blessing": [blessing]}, {"settings": json.dumps(settings)})
+    inputs = {"examples": [examples], "model": [models["candidate"]], "baseline_model": [models["fp32_baseline"]]}
+    if production:  # a third model: the baseline again, in the production role
+        inputs["production_model"] = [models["fp32_baseline"]]
+    executor_class(context).Do(inputs, {"evaluation": [evaluation], "blessing": [blessing]},
+                               {"settings": json.dumps(settings)})
     with open(output / "evaluation" / evaluator_executor.REPORT_FILE) as handle:
         return blessing, json.load(handle)
 
@@ -102,3 +116,144 @@ def test_without_the_fallback_nothing_is_blessed(trained, tmp_path):
     assert blessing.get_int_custom_property("current_model_id") == models["candidate"].id
     assert os.path.exists(tmp_path / "blessing" / "NOT_BLESSED")
     assert "**NOT BLESSED**" in (tmp_path / "evaluation" / evaluator_executor.REPORT_MARKDOWN).read_text()
+
+
+def test_the_pipeline_config_takes_the_batched_metrics():
+    """Every metric in METRICS, three models, overall and sliced: no fallback to the per-example evaluator."""
+    config = evaluator_executor.make_eval_config(["candidate", "fp32_baseline", "production"], "big_tipper",
+                                                 "payment_type")
+    assert batched_metrics.unsupported_reason(config) is None
+    with_other_metric = evaluator_executor.make_eval_config(["candidate"], "big_tipper", "")
+    with_other_metric.metrics_specs[0].metrics.add(class_name="MeanLabel")
+    # A metric without a batched twin runs on TFMA's own evaluator instead (the executor falls back).
+    assert "no batched twin" in batched_metrics.unsupported_reason(with_other_metric)
+
+
+def test_batched_metrics_match_tfma_per_example_evaluator_on_the_models(trained, tmp_path):
+    """Three models, overall and per payment type: every metric, the gates and the blessing as TFMA's own
+    extractors and evaluator give them (1e-4 is the requirement; the difference is float rounding)."""
+    _, batched = _evaluate(trained, tmp_path / "batched", production=True)
+    _, reference = _evaluate(trained, tmp_path / "reference", executor_class=_TfmaPerExampleExecutor, production=True)
+    assert batched["metrics"].keys() == reference["metrics"].keys() and len(batched["metrics"]) > 2
+    for slice_name, per_model in reference["metrics"].items():
+        assert batched["metrics"][slice_name].keys() == per_model.keys() == {"candidate", "fp32_baseline",
+                                                                             "production"}
+        for model, values in per_model.items():
+            assert batched["metrics"][slice_name][model].keys() == values.keys()
+            assert set(values) == {"example_count", "binary_crossentropy", "binary_accuracy", "auc", "precision",
+                                   "recall"}
+            for name, value in values.items():
+                mine = batched["metrics"][slice_name][model][name]
+                assert (mine is None) == (value is None), (slice_name, model, name)
+                assert value is None or abs(mine - value) <= 1e-6, (slice_name, model, name, mine, value)
+    for key in ("blessed", "chosen_model", "summary"):
+        assert batched[key] == reference[key]
+    assert [(c["gate"], c["model"], c["metric"], c["passed"]) for c in batched["checks"]] == \
+        [(c["gate"], c["model"], c["metric"], c["passed"]) for c in reference["checks"]]
+    assert sorted(os.listdir(tmp_path / "batched" / "evaluation")) == \
+        sorted(os.listdir(tmp_path / "reference" / "evaluation"))
+
+
+# --- Synthetic edge cases: the batched evaluator against TFMA's, model-free --------------------------------
+
+_STAGE = "ColumnsAsModelOutputs"
+
+
+def _columns_as_model_outputs(model_names):
+    """A TFMA extractor standing in for scoring.py: the label and each model's prediction are columns."""
+    def add(extracts):
+        batch = extracts[tfma.constants.ARROW_RECORD_BATCH_KEY]
+        column = lambda name: batch.column(batch.schema.get_field_index(name)).flatten().to_numpy()  # noqa: E731
+        return {**extracts, tfma.constants.LABELS_KEY: {name: column("label") for name in model_names},
+                tfma.constants.PREDICTIONS_KEY: {name: column(f"prediction_{name}") for name in model_names}}
+    return tfma.extractors.Extractor(stage_name=_STAGE, ptransform=beam.Map(add))
+
+
+def _synthetic_batches(rows_per_batch=(1500, 700, 1)):
+    """Record batches with multi-valued, missing and integer slice features, fractional labels, and
+    predictions at 0, 1, the 0.5 threshold, bucket edges and outside [0, 1]."""
+    rng = np.random.default_rng(7)
+    payments = [b"Cash", b"Credit Card", b"Dispute"]
+    batches = []
+    for rows in rows_per_batch:
+        payment = [None if rng.random() < 0.05 else
+                   [payments[i] for i in rng.choice(3, size=rng.integers(0, 3), replace=False)] for _ in range(rows)]
+        hour = [None if rng.random() < 0.1 else [int(rng.integers(0, 4))] for _ in range(rows)]
+        label = (rng.random(rows) < 0.3).astype(np.float32)
+        label[rng.random(rows) < 0.05] = 0.25
+        predictions = {}
+        for name, special in (("a", [0.0, 1.0, 0.5, 0.0001, 0.9999]), ("b", [1.0, 0.0, 0.5, 1.25, -0.1])):
+            values = rng.random(rows).astype(np.float32)
+            chosen = rng.random(rows) < 0.1
+            values[chosen] = rng.choice(np.array(special, dtype=np.float32), size=chosen.sum())
+            predictions[name] = values
+        batches.append(pa.RecordBatch.from_arrays(
+            [pa.array(payment, type=pa.large_list(pa.large_binary())), pa.array(hour, type=pa.large_list(pa.int64())),
+             pa.array([[v] for v in label], type=pa.large_list(pa.float32()))]
+            + [pa.array([[v] for v in predictions[name]], type=pa.large_list(pa.float32())) for name in ("a", "b")],
+            ["payment_type", "hour", "label", "prediction_a", "prediction_b"]))
+    return batches
+
+
+def _synthetic_config():
+    config = evaluator_executor.make_eval_config(["a", "b"], "label", "payment_type")
+    for spec in (tfma.SlicingSpec(feature_keys=["hour"]), tfma.SlicingSpec(feature_keys=["payment_type", "hour"]),
+                 tfma.SlicingSpec(feature_values={"payment_type": "Cash"})):
+        config.slicing_specs.append(spec)
+    for spec in config.model_specs:
+        spec.ClearField("signature_name")
+        spec.ClearField("preprocessing_function_names")
+    return config
+
+
+def _tfma_metrics(output_path, batches, config, extractors, evaluators):
+    with beam.Pipeline() as pipeline:
+        _ = (pipeline | beam.Create(batches, reshuffle=False)
+             | tfma.ExtractEvaluateAndWriteResults(eval_config=config, output_path=str(output_path),
+                                                   extractors=extractors, evaluators=evaluators))
+    metrics = {}
+    for per_slice in tfma.load_metrics(str(output_path)):
+        for entry in per_slice.metric_keys_and_values:
+            metrics[(str(per_slice.slice_key).replace("\n", " "), str(entry.key).replace("\n", " "))] = \
+                entry.value.double_value.value
+    return metrics
+
+
+def test_batched_metrics_match_tfma_on_edge_cases(tmp_path):
+    config = _synthetic_config()
+    batches = _synthetic_batches()
+    reference = _tfma_metrics(
+        tmp_path / "reference", batches, config,
+        [_columns_as_model_outputs(["a", "b"]), features_extractor.FeaturesExtractor(eval_config=config),
+         unbatch_extractor.UnbatchExtractor(),
+         slice_key_extractor.SliceKeyExtractor(eval_config=config, materialize=False)],
+        [tfma.evaluators.MetricsPlotsAndValidationsEvaluator(eval_config=config)])
+    batched = _tfma_metrics(tmp_path / "batched", batches, config, [_columns_as_model_outputs(["a", "b"])],
+                            [batched_metrics.evaluator(config, run_after=_STAGE)])
+    assert batched.keys() == reference.keys()
+    slices = {slice_key for slice_key, _ in reference}
+    assert len(slices) > 15  # overall, payment types, hours, their crosses, the Cash value slice
+    nan = 0
+    for key, value in reference.items():
+        if math.isnan(value):
+            nan += 1
+            assert math.isnan(batched[key]), key
+        elif math.isinf(value):
+            assert batched[key] == value, key
+        else:
+            assert abs(batched[key] - value) <= 1e-9 * max(1.0, abs(value)), (key, batched[key], value)
+    assert nan > 0  # predictions outside [0, 1] make cross-entropy NaN for model b, in both
+
+
+def test_slice_groups_follow_tfma_slicer():
+    batch = _synthetic_batches((300,))[0]
+    config = _synthetic_config()
+    groups = batched_metrics.slice_groups(list(config.slicing_specs), batch, {})
+    payment, hour = batch.column(0).to_pylist(), batch.column(1).to_pylist()
+    assert list(groups[()]) == list(range(300))
+    for value in ("Cash", "Credit Card", "Dispute"):
+        expected = [i for i in range(300) if payment[i] and value.encode() in payment[i]]
+        assert list(groups[(("payment_type", value),)]) == expected
+    expected = [i for i in range(300) if hour[i] == [2] and payment[i] and b"Dispute" in payment[i]]
+    assert list(groups[(("hour", 2), ("payment_type", "Dispute"))]) == expected
+    assert all(isinstance(key[0][1], int) for key in groups if key and key[0][0] == "hour")
