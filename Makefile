@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DATA ?= data/taxi
 OUTPUT ?= output
 
-.PHONY: venv demo test lock clean
+.PHONY: venv demo test test-fast bench-scale lock clean
 
 venv: $(STAMP)
 
@@ -14,7 +14,7 @@ venv: $(STAMP)
 # tfx 1.16 on Python 3.11) safe: pip cannot pick a release that needs a newer Python.
 $(STAMP): setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --ignore-requires-python -c constraints.txt -e '.[kfp,test,report]'
+	$(PY) -m pip install --quiet --ignore-requires-python -c constraints.txt -e '.[kfp,s3,test,report]'
 	touch $(STAMP)
 
 # Writes the bundled taxi sample as $(DATA)/span-1 when missing, then runs the whole pipeline.
@@ -23,6 +23,17 @@ demo: venv
 
 test: venv
 	$(PY) -m pytest -q tests
+
+# The edit loop: everything but the real DAG runs (e2e) and real model training (training), with fewer fuzzed
+# files; about 2 minutes on an idle 2-core machine. `make test` runs it all.
+test-fast: venv
+	FUZZ_EXAMPLES=15 $(PY) -m pytest -q -m "not e2e and not training" tests
+
+# The whole pipeline on the taxi sample 1, 10 and 100 times over: per-step seconds, examples/s, peak RSS
+# (about 20 minutes here; COPIES=1,10 for a quick look). A benchmark, not a test.
+COPIES ?= 1,10,100
+bench-scale: venv
+	$(PY) bench/scale.py --copies $(COPIES)
 
 # Regenerate constraints.txt from the current .venv (after changing a pin on purpose).
 lock: venv

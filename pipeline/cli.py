@@ -1,9 +1,18 @@
-"""`python -m pipeline run|demo|prepare-data|status|doctor|compile`: the pipeline's command line. Quiet unless --verbose."""
+"""`python -m pipeline run|demo|prepare-data|status|doctor|compile`: the pipeline's command line. Quiet unless --verbose.
+
+Exit status: 0 success, 1 a failed step or an unexpected error (--verbose adds its traceback), 2 a bad config
+(malformed YAML, unknown key, wrong type or value, a `train.model` or `schema_path` that cannot be used),
+75 another run holds the output directory.
+"""
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import re
+import subprocess
 import sys
+import traceback
 import warnings
 
 
@@ -17,6 +26,10 @@ def main(argv: list[str] | None = None) -> int:
         command.add_argument("--config", help="YAML file of config overrides (see pipeline/config.py)")
         command.add_argument("--data", help="data root: TFRecord files or span-N/ folders (overrides data_root)")
         command.add_argument("--output", help="output directory: pipeline root, MLMD, serving (overrides output_dir)")
+        command.add_argument("--pipeline-root", help="where artifacts live, a path or URI such as s3://bucket/taxi "
+                                                     "(overrides artifact_root; MLMD stays in --output)")
+        command.add_argument("--serving-dir", help="where blessed models are pushed, a path or URI "
+                                                   "(overrides serving_dir)")
         command.add_argument("--verbose", action="store_true", help="show TensorFlow, TFX and Beam logs")
 
     data = commands.add_parser("prepare-data", help="write the bundled Chicago-taxi CSV as TFRecord spans")
@@ -50,15 +63,25 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     quiet_logs(args.verbose)
-    if args.command == "compile":
-        return run_compile(args)
-    if args.command == "prepare-data":
-        return prepare_data(args)
-    if args.command == "doctor":
-        return run_doctor(args)
-    if args.command == "status":
-        return run_status(args)
-    return run_pipeline(args, write_demo_data=args.command == "demo")
+    # The real command line only: in-process callers (tests) keep their stderr as it is.
+    end_filter = filter_native_info_logs() if argv is None and not args.verbose else (lambda: None)
+    commands = {"compile": run_compile, "prepare-data": prepare_data, "doctor": run_doctor, "status": run_status,
+                "run": run_pipeline, "demo": lambda args: run_pipeline(args, write_demo_data=True)}
+    try:
+        return commands[args.command](args)
+    except Exception as error:  # noqa: BLE001 - a bug or an environment problem: say what, exit 1
+        report_unexpected(error, args.verbose, "failed")
+        return 1
+    finally:
+        end_filter()
+
+
+def report_unexpected(error: BaseException, verbose: bool, what: str) -> None:
+    """Prints `<what>: Type: message` to stderr, preceded by the traceback when verbose."""
+    if verbose:
+        traceback.print_exception(error, file=sys.stderr)
+    print(f"{what}: {type(error).__name__}: {error}" + ("" if verbose else " (--verbose shows the traceback)"),
+          file=sys.stderr)
 
 
 def quiet_logs(verbose: bool) -> None:
@@ -73,6 +96,50 @@ def quiet_logs(verbose: bool) -> None:
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
 
 
+# Native INFO and WARNING lines in Abseil's format ("I0000 00:00:1795322458.188568    8328 service.cc:145] ...")
+# and Abseil's notice that logging was never initialized. TensorFlow 2.16's XLA logs through a private copy of
+# Abseil that TF_CPP_MIN_LOG_LEVEL does not reach and no environment variable configures.
+NATIVE_INFO_LINE = re.compile(r"^(?:[IW]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^ \]]+:\d+\] |"
+                              r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR)")
+_LINE_FILTER = """
+import re, sys
+pattern = re.compile(sys.argv[1].encode())
+for line in sys.stdin.buffer:
+    if not pattern.match(line):
+        sys.stdout.buffer.write(line)
+        sys.stdout.buffer.flush()
+"""
+
+
+def filter_native_info_logs():
+    """From now on, lines on file descriptor 2 matching NATIVE_INFO_LINE are dropped; everything else (Python's
+    stderr, native errors and fatal messages) reaches the terminal unchanged and in order. A small child
+    process does the filtering, so it still drains what a crashing process wrote last. Output: a function
+    that ends the filtering (fd 2 is the terminal again once the filter has written what it holds)."""
+    sys.stderr.flush()
+    terminal = os.dup(2)
+    line_filter = subprocess.Popen([sys.executable, "-I", "-S", "-c", _LINE_FILTER, NATIVE_INFO_LINE.pattern],
+                                   stdin=subprocess.PIPE, stdout=terminal, stderr=terminal, start_new_session=True)
+    os.dup2(line_filter.stdin.fileno(), 2)
+    line_filter.stdin.close()  # fd 2 is now this process's only handle on the pipe
+
+    ended = []
+
+    def end() -> None:
+        if ended:
+            return
+        ended.append(True)
+        sys.stderr.flush()
+        os.dup2(terminal, 2)  # closes the pipe: the filter writes what is left and ends
+        try:
+            line_filter.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # a child of ours still holds the pipe: let it be
+            pass
+
+    atexit.register(end)  # also when the process exits some other way
+    return end
+
+
 def prepare_data(args) -> int:
     write_bundled_span(args.data, span=args.span, max_rows=args.rows, first_row=args.first_row)
     return 0
@@ -84,11 +151,12 @@ def write_bundled_span(data_root: str, span: int = 1, max_rows: int | None = Non
     print(f"wrote {rows} tf.Examples (bundled Chicago-taxi sample) to {span_dir}")
 
 
-def load_checked_config(args, **overrides):
-    """The config from `--config` with the command line's overrides, or None after printing why not."""
+def load_checked_config(args, check_references: bool = True, **overrides):
+    """The config from `--config` with the command line's overrides, or None after printing why not.
+    `check_references`: also check that `train.model` imports and `schema_path` parses (see load_config)."""
     from pipeline.config import ConfigError, load_config
     try:
-        return load_config(args.config, **overrides)
+        return load_config(args.config, check_references=check_references, **overrides)
     except (ConfigError, OSError) as error:
         print(f"config error: {error}", file=sys.stderr)
         return None
@@ -124,7 +192,7 @@ def run_doctor(args) -> int:
 
 
 def run_status(args) -> int:
-    config = load_checked_config(args, output_dir=args.output)
+    config = load_checked_config(args, check_references=False, output_dir=args.output)
     if config is None:
         return 2
     from pipeline.status import list_runs, render_runs
@@ -133,37 +201,55 @@ def run_status(args) -> int:
 
 
 def run_pipeline(args, write_demo_data: bool = False) -> int:
-    config = load_checked_config(args, data_root=args.data, output_dir=args.output)
+    config = load_checked_config(args, data_root=args.data, output_dir=args.output, artifact_root=args.pipeline_root,
+                                 serving_dir=args.serving_dir)
     if config is None:
+        return 2
+    from components.artifact_files import register_filesystems_for
+    try:
+        register_filesystems_for(config.data_root, config.pipeline_root, config.push_dir)
+    except RuntimeError as error:
+        print(f"config error: {error}", file=sys.stderr)
         return 2
     if write_demo_data and not os.path.isdir(os.path.join(config.data_root, "span-1")):
         write_bundled_span(config.data_root)
-    from components.tfrecord_ingest.records import IngestionError
-    from pipeline.local_runner import run_local
+    from pipeline.local_runner import locked_run
     from pipeline.run_guard import LOCKED_EXIT_CODE, RunLockedError
+    from pipeline.status import recorded_run_ids
     try:
-        summary = run_local(config, verbose=args.verbose)
+        with locked_run(config):  # the report is written under the same lock as its run
+            return _run_and_report(config, args.verbose, known_runs=recorded_run_ids(config))
     except RunLockedError as error:  # another run owns the directory: touch nothing, not even the report
         print(f"run refused: {error}", file=sys.stderr)
         return LOCKED_EXIT_CODE
+
+
+def _run_and_report(config, verbose: bool, known_runs: frozenset[str]) -> int:
+    """Runs the pipeline (call inside locked_run), prints how it ended and writes its report. Output: the
+    exit status. `known_runs`: the run ids MLMD held before this run, so the report is this run's own."""
+    from components.tfrecord_ingest.records import IngestionError
+    from pipeline.local_runner import run_locked
+    try:
+        summary = run_locked(config, verbose=verbose)
     except IngestionError as error:
         print(f"ingestion error: {error}", file=sys.stderr)
-        write_report(config, f"ingestion error: {error}")
+        write_report(config, f"ingestion error: {error}", known_runs)
         return 1
     except Exception as error:  # a component failed: say which error, exit non-zero
-        print(f"pipeline failed: {type(error).__name__}: {error}", file=sys.stderr)
-        write_report(config, f"{type(error).__name__}: {error}")
+        report_unexpected(error, verbose, "pipeline failed")
+        write_report(config, f"{type(error).__name__}: {error}", known_runs)
         return 1
     print(summary.render())
-    write_report(config, None)
+    write_report(config, None, known_runs)
     return 0
 
 
-def write_report(config, error: str | None) -> None:
-    """Writes the HTML run report and says where; a report that cannot be written never changes the exit code."""
+def write_report(config, error: str | None, known_runs: frozenset[str] | None = None) -> None:
+    """Writes the HTML report of the run that MLMD did not hold as `known_runs` (or of a run that never
+    started) and says where; a report that cannot be written never changes the exit code."""
     from pipeline.run_report import write_run_report
     try:
-        path = write_run_report(config, error)
+        path = write_run_report(config, error, known_runs)
     except Exception as report_error:  # noqa: BLE001 - the run's own outcome matters more than its report
         print(f"run report not written: {type(report_error).__name__}: {report_error}", file=sys.stderr)
         return

@@ -1,11 +1,14 @@
 """The pipeline's one typed config: every default lives here. Load overrides from YAML with `load_config`.
 
 YAML mirrors the dataclasses: top-level keys plus the sections `ingest`, `train`, `evaluate`, `export`, `resources`.
-Unknown keys, wrong types and impossible values raise ConfigError naming the key.
+Malformed YAML, unknown keys, wrong types and impossible values raise ConfigError naming the file and line or
+the key; so do a `train.model` that does not import or lacks the model contract, and a local `schema_path`
+that is missing or not a TFMD Schema text proto.
 """
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import typing
 from dataclasses import dataclass, field
@@ -16,6 +19,8 @@ from components.model_export.variants import TFLITE_VARIANTS
 from components.trainer.device import POLICIES, STRATEGIES
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# What a `train.model` module must define (see models/taxi.py): the names the Trainer and the export read.
+MODEL_CONTRACT = ("INPUTS", "LABEL_INPUTS", "LABEL_KEY", "make_label", "build_preprocessing", "build_model")
 
 
 class ConfigError(ValueError):
@@ -100,8 +105,9 @@ class ResourcesConfig:
 class PipelineConfig:
     pipeline_name: str = "taxi-accel"
     data_root: str = "data/taxi"  # TFRecord files, or span-N/ folders of them (see ingest.span_window)
-    output_dir: str = "output"  # pipeline root, MLMD (SQLite) and the serving directory live here
-    serving_dir: str = ""  # where blessed models are pushed; default <output_dir>/serving
+    output_dir: str = "output"  # local: MLMD (SQLite), the run lock and reports; by default artifacts and serving too
+    artifact_root: str = ""  # pipeline root, where artifacts live: a path or a URI (gs://, s3://); default <output_dir>/pipeline
+    serving_dir: str = ""  # where blessed models are pushed, a path or a URI; default <output_dir>/serving
     schema_path: str = os.path.join(PROJECT_ROOT, "schemas", "taxi", "schema.pbtxt")
     enable_cache: bool = True
     beam_pipeline_args: list[str] = field(default_factory=lambda: ["--direct_running_mode=in_memory"])
@@ -113,7 +119,7 @@ class PipelineConfig:
 
     @property
     def pipeline_root(self) -> str:
-        return os.path.join(self.output_dir, "pipeline")
+        return self.artifact_root or os.path.join(self.output_dir, "pipeline")
 
     @property
     def metadata_path(self) -> str:
@@ -161,16 +167,81 @@ _RULES = {
 }
 
 
-def load_config(path: str | None = None, **overrides: typing.Any) -> PipelineConfig:
-    """Input: an optional YAML file and top-level overrides (None values ignored). Output: a checked config."""
+def load_config(path: str | None = None, check_references: bool = True, **overrides: typing.Any) -> PipelineConfig:
+    """Input: an optional YAML file and top-level overrides (None values ignored). Output: a checked config.
+
+    With `check_references` (the default), `train.model` is imported and `schema_path` parsed now, so that a
+    wrong name fails here, naming the key, rather than steps later; `status` skips this.
+    """
     raw: dict = {}
     if path:
-        with open(path) as handle:
-            raw = yaml.safe_load(handle) or {}
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: expected a mapping of config keys at the top level")
+        raw = _read_yaml(path)
     raw.update({key: value for key, value in overrides.items() if value is not None})
-    return _build(PipelineConfig, raw, prefix="")
+    config = _build(PipelineConfig, raw, prefix="")
+    if check_references:
+        check_model_module(config.train.model)
+        check_schema(config.schema_path)
+    return config
+
+
+def _read_yaml(path: str) -> dict:
+    """Input: a YAML file. Output: its top-level mapping; ConfigError naming the file and line when malformed."""
+    with open(path) as handle:
+        try:
+            raw = yaml.safe_load(handle) or {}
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
+            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            raise ConfigError(f"{path}: {where}: not valid YAML: {problem}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of config keys at the top level")
+    return raw
+
+
+def check_model_module(name: str) -> None:
+    """Raises ConfigError naming `train.model` when module `name` does not import or lacks part of
+    MODEL_CONTRACT (INPUTS, LABEL_INPUTS, LABEL_KEY, make_label, build_preprocessing, build_model)."""
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        raise ConfigError(f"train.model: cannot import {name!r}: {error} (a module path such as models.taxi, "
+                          f"importable from {PROJECT_ROOT} or the PYTHONPATH)") from None
+    except Exception as error:  # noqa: BLE001 - whatever the module raised while importing
+        raise ConfigError(f"train.model: importing {name!r} failed: {type(error).__name__}: {error}") from None
+    missing = [attribute for attribute in MODEL_CONTRACT if not hasattr(module, attribute)]
+    not_callable = [attribute for attribute in MODEL_CONTRACT[3:]
+                    if hasattr(module, attribute) and not callable(getattr(module, attribute))]
+    if missing or not_callable:
+        problems = ([f"lacks {', '.join(missing)}"] if missing else []) + (
+            [f"{', '.join(not_callable)} not callable"] if not_callable else [])
+        raise ConfigError(f"train.model: {name!r} ({getattr(module, '__file__', '?')}) {'; '.join(problems)}; "
+                          f"a model module defines {', '.join(MODEL_CONTRACT)}")
+
+
+def check_schema(path: str) -> None:
+    """Raises ConfigError naming `schema_path` when the local file `path` is missing, does not parse as a
+    TFMD Schema text proto, or holds no feature. A URI (gs://, s3://...) is read only by the step that
+    imports it, where it may be reachable when it is not from here."""
+    if "://" in path:
+        return
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"schema_path: {path}: cannot be read: {error}") from None
+    schema = schema_pb2.Schema()
+    try:
+        text_format.Parse(text, schema)
+    except text_format.ParseError as error:
+        where = f"line {error.GetLine()}, column {error.GetColumn()}: " if error.GetLine() else ""
+        message = str(error).split(" : ", 1)[-1]
+        raise ConfigError(f"schema_path: {path}: {where}not a TFMD Schema text proto: {message}") from None
+    if not schema.feature:
+        raise ConfigError(f"schema_path: {path}: a TFMD Schema with no feature")
 
 
 def _build(cls, raw: dict, prefix: str, base=None):

@@ -2,7 +2,8 @@
 
 Prints TensorFlow's build (CUDA/cuDNN), the visible GPUs (name, compute capability, memory), TPUs, CPU
 bfloat16, the strategy and precision the Trainer would choose and why, whether XLA compiles here, and
-whether the output directory and MLMD are writable. Problems are findings with a severity: an "error"
+whether the output directory and MLMD are writable (a run in progress is a warning). A malformed TF_CONFIG
+is an error finding and a hung nvidia-smi a warning, never a crash. Problems are findings with a severity: an "error"
 (something the config asks for is missing) makes the exit status 1.
 """
 from __future__ import annotations
@@ -54,28 +55,37 @@ def check_config_against_devices(config: PipelineConfig, device: DeviceDescripti
 
 
 def check_writable(config: PipelineConfig) -> list[Finding]:
-    """Findings when the output directory cannot hold files or MLMD's SQLite file cannot take a write lock.
-    Creates the output directory if missing (as a run would); writes nothing else that stays."""
+    """Findings when the output directory cannot hold files, a run holds it (a warning), or MLMD's SQLite
+    file cannot take a write lock. The run lock is checked before SQLite: a running pipeline keeps MLMD
+    busy, which is no fault. Creates the output directory if missing (as a run would); writes nothing else
+    that stays."""
     try:
         os.makedirs(config.output_dir, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=config.output_dir, prefix=".doctor-"):
             pass
     except OSError as error:
         return [Finding("error", "output_dir", f"{config.output_dir} is not writable: {error}")]
-    if os.path.exists(config.metadata_path):
-        try:
-            connection = sqlite3.connect(config.metadata_path, timeout=1)
-            connection.execute("BEGIN IMMEDIATE")
-            connection.rollback()
-            connection.close()
-        except sqlite3.Error as error:
-            return [Finding("error", "output_dir", f"MLMD at {config.metadata_path} cannot be written: {error}")]
     try:
         with exclusive_run(config.output_dir):
-            pass
+            return _check_mlmd_writable(config)
     except RunLockedError as error:
         return [Finding("warning", "output_dir", f"a run is in progress; a run started now would exit "
                                                  f"{LOCKED_EXIT_CODE}: {error}")]
+
+
+def _check_mlmd_writable(config: PipelineConfig) -> list[Finding]:
+    """A finding when MLMD's SQLite file exists and cannot take a write lock within a second."""
+    if not os.path.exists(config.metadata_path):
+        return []
+    try:
+        connection = sqlite3.connect(config.metadata_path, timeout=1)
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            connection.rollback()
+        finally:
+            connection.close()
+    except sqlite3.Error as error:
+        return [Finding("error", "output_dir", f"MLMD at {config.metadata_path} cannot be written: {error}")]
     return []
 
 
@@ -90,25 +100,42 @@ def xla_compiles() -> tuple[bool, str]:
         return False, f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
 
 
-def gpu_memory_mb() -> list[str]:
-    """Total memory per GPU from nvidia-smi, or [] when it is not installed."""
+NVIDIA_SMI_TIMEOUT_S = 30
+
+
+def gpu_memory_mb() -> tuple[list[str], Finding | None]:
+    """Output: total memory per GPU from nvidia-smi ([] when it is not installed or fails), and a warning
+    finding when it hangs past NVIDIA_SMI_TIMEOUT_S or cannot be started."""
     if not shutil.which("nvidia-smi"):
-        return []
-    result = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader"],
-                            capture_output=True, text=True, timeout=30)
-    return [line.strip() for line in result.stdout.splitlines() if line.strip()] if result.returncode == 0 else []
+        return [], None
+    try:
+        result = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return [], Finding("warning", "nvidia-smi", f"did not answer within {NVIDIA_SMI_TIMEOUT_S} s (a hung driver?); "
+                                                    "GPU memory is unknown")
+    except OSError as error:
+        return [], Finding("warning", "nvidia-smi", f"cannot be run: {error}")
+    memories = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+    return (memories, None) if result.returncode == 0 else ([], None)
 
 
 def diagnose(config: PipelineConfig) -> tuple[list[str], list[Finding]]:
     """Input: the config. Output: report lines and findings (reads the real machine)."""
     import tensorflow as tf
 
-    from components.trainer.device import describe_devices
+    from components.trainer.device import TfConfigError, describe_devices
 
     build = tf.sysconfig.get_build_info()
-    device = describe_devices()
+    findings = []
+    try:
+        device = describe_devices()
+    except TfConfigError as error:
+        findings.append(Finding("error", "TF_CONFIG", str(error)))
+        device = describe_devices(tf_config="")  # the rest of the machine, as one worker
     xla_ok, xla_detail = xla_compiles()
-    memories = gpu_memory_mb()
+    memories, nvidia_smi_problem = gpu_memory_mb()
+    findings += [nvidia_smi_problem] if nvidia_smi_problem else []
     lines = [f"TensorFlow {tf.__version__}, built with CUDA {build.get('cuda_version', 'none')}, "
              f"cuDNN {build.get('cudnn_version', 'none')}" + ("" if build.get("is_cuda_build") else " (CPU-only build)")]
     if device.gpus:
@@ -129,7 +156,7 @@ def diagnose(config: PipelineConfig) -> tuple[list[str], list[Finding]]:
     if len(candidates) == 2:
         lines.append("xla: auto: the Trainer times both on in-memory batches and keeps the faster")
     lines.append(f"XLA: {'available' if xla_ok else 'NOT available'} ({xla_detail})")
-    findings = check_config_against_devices(config, device, xla_ok) + check_writable(config)
+    findings += check_config_against_devices(config, device, xla_ok) + check_writable(config)
     if not any(f.key == "output_dir" for f in findings):
         lines.append(f"output directory {os.path.abspath(config.output_dir)} and MLMD: writable")
     return lines, findings

@@ -1,14 +1,18 @@
 """Runs create_pipeline(config) with LocalDagRunner (SQLite MLMD, caching) and summarizes the run.
 
 Prints one line per component as it starts and ends; returns a RunSummary read back from MLMD.
+`locked_run(config)` holds the output directory (see run_guard.py) for whatever must happen under the same
+lock as the run, such as writing its report; `run_local(config)` is that lock plus `run_locked(config)`.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from components.model_export.executor import REPORT_FILE as EXPORT_REPORT
 from components.precision_evaluator.gates import CANDIDATE, OVERALL, format_number
@@ -59,7 +63,7 @@ class RunSummary:
             recommended = self.export["recommended"]
             variant = self.export["variants"].get(recommended, {})
             lines.append(f"  TFLite for devices: {recommended or 'none accepted'}" + (
-                f" ({variant['size_bytes']:,} bytes, AUC {variant['auc']:.4f}, "
+                f" ({self.export.get('inputs', 'model-ready tensors')} in, {variant['size_bytes']:,} bytes, AUC {variant['auc']:.4f}, "
                 f"{variant['median_latency_us']:.1f} µs/example)" if variant else ""))
         lines.append(f"  blessed: {'yes' if self.blessed else 'no' if self.blessed is False else 'not evaluated'}")
         lines.append(f"  pushed to: {self.pushed_to or 'nothing pushed'}")
@@ -101,16 +105,26 @@ class ProgressReporter(logging.Handler):
             print(f"[{self.steps[-1].name}] FAILED after {self.steps[-1].seconds:.1f} s", file=self.stream, flush=True)
 
 
-def run_local(config: PipelineConfig, verbose: bool = False) -> RunSummary:
-    """Input: a config. Output: the run's summary. Raises whatever the failing component raised, or
-    RunLockedError when another run is using the output directory."""
+@contextlib.contextmanager
+def locked_run(config: PipelineConfig) -> Iterator[None]:
+    """Holds the output directory for one run and first cleans up after runs that were killed (printing
+    a line for each). Raises RunLockedError when another run is using the directory."""
     with exclusive_run(config.output_dir):
         for line in recover_interrupted_runs(config):
             print(f"recovered: {line}", flush=True)
-        return _run_locked(config, verbose)
+        yield
 
 
-def _run_locked(config: PipelineConfig, verbose: bool) -> RunSummary:
+def run_local(config: PipelineConfig, verbose: bool = False) -> RunSummary:
+    """Input: a config. Output: the run's summary. Raises whatever the failing component raised, or
+    RunLockedError when another run is using the output directory."""
+    with locked_run(config):
+        return run_locked(config, verbose)
+
+
+def run_locked(config: PipelineConfig, verbose: bool = False) -> RunSummary:
+    """Runs the pipeline; call inside locked_run. Output: the run's summary. Raises what the failing step
+    (or create_pipeline, for a run that never starts) raised."""
     from absl import logging as absl_logging
     from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 

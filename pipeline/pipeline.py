@@ -7,13 +7,19 @@ TFRecordIngest (latest span, or the last N) -> StatisticsGen -> ImportSchemaGen 
   -> PrecisionEvaluator (candidate vs FP32 baseline vs latest blessed model; blessing + report)
   -> ModelExport (blessed model: SavedModel + TFLite ladder, each re-evaluated)
   -> AtomicPusher (new version folder, only when blessed)
+
+Cache keys: TFX reuses a step when its inputs, parameters and executor spec are unchanged, and knows
+nothing of our code. Each custom step's executor spec therefore carries `--code_fingerprint=<digest>`
+(an extra flag: part of TFX's cache key, unused by the executor) over its component package, the project
+modules that imports, and for ModelExport the `train.model` module; both Trainers carry the same digest
+of components/trainer and the model module in their custom_config; in local runs ImportSchemaGen carries a
+digest of the schema file's bytes. A change to any of that code or the schema reruns that step and what follows.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import importlib
-import inspect
 import json
 import os
 
@@ -26,6 +32,7 @@ from tfx.components.trainer.component import Trainer
 from tfx.dsl.components.common.resolver import Resolver
 from tfx.dsl.input_resolution.strategies.latest_artifact_strategy import LatestArtifactStrategy
 from tfx.dsl.input_resolution.strategies.latest_blessed_model_strategy import LatestBlessedModelStrategy
+from tfx.dsl.io import fileio
 from tfx.orchestration import metadata, pipeline as tfx_pipeline
 from tfx.types import Channel, standard_artifacts
 
@@ -35,10 +42,12 @@ from components.precision_evaluator.component import PrecisionEvaluator
 from components.tfrecord_ingest.component import TFRecordIngest
 from components.tfrecord_ingest.records import fingerprint_input
 from components.validation_gate.component import ValidationGate, ValidationReport
+from pipeline.code_fingerprint import code_fingerprint
 from pipeline.config import PipelineConfig
 from pipeline.resolvers import LatestBlessedModelFromOtherData, LatestFromOtherData
 
 TRAINER_RUN_FN = "components.trainer.run_fn.run_fn"
+TRAINER_PACKAGE = "components.trainer"
 FP32_BASELINE_TRAINER = "Fp32BaselineTrainer"
 
 
@@ -88,6 +97,11 @@ def create_pipeline(config: PipelineConfig, pipeline_root: str | None = None,
         settings=json.dumps(dataclasses.asdict(config.export)))
     pusher = AtomicPusher(exported_model=export.outputs["exported_model"], blessing=evaluator.outputs["blessing"],
                           push_dir=_absolute(config.push_dir))
+    for node in (ingest, validation_gate, evaluator, pusher):
+        _key_cache_on_code(node)
+    _key_cache_on_code(export, config.train.model)  # it rebuilds the model-ready model with the model's code
+    if fingerprint_data:  # a local run: the schema is read here (compiled, it is a path in the step's image)
+        schema_gen.executor_spec.add_extra_flags([f"--schema_fingerprint={_file_digest(config.schema_path)}"])
     return tfx_pipeline.Pipeline(
         pipeline_name=config.pipeline_name,
         pipeline_root=pipeline_root,
@@ -136,14 +150,22 @@ def _trainer(config: PipelineConfig, ingest, schema_gen, base_model, node_id: st
 
 
 def trainer_custom_config(config: PipelineConfig, checkpoint_dir: str, **train_overrides) -> dict:
-    """The Trainer's settings, where interrupted trainings keep checkpoints, and a digest of the trainer and
-    model code so that code changes bust the cache."""
-    code = hashlib.sha256()
-    for package in ("components.trainer", "models"):
-        folder = os.path.dirname(inspect.getfile(importlib.import_module(package)))
-        for name in sorted(os.listdir(folder)):
-            if name.endswith(".py"):
-                with open(os.path.join(folder, name), "rb") as handle:
-                    code.update(name.encode() + handle.read())
-    return {**dataclasses.asdict(config.train), **train_overrides, "code_fingerprint": code.hexdigest()[:16],
+    """The Trainer's settings, where interrupted trainings keep checkpoints, and a digest of the trainer
+    package, the model module (wherever it lives) and the project code they import, so that code changes
+    bust the cache."""
+    return {**dataclasses.asdict(config.train), **train_overrides,
+            "code_fingerprint": code_fingerprint(TRAINER_PACKAGE, config.train.model),
             "checkpoint_root": checkpoint_dir}
+
+
+def _key_cache_on_code(node, *extra_modules: str) -> None:
+    """Adds `--code_fingerprint=<digest>` to the node's own executor spec (TFX copies the class's spec per
+    node): the digest of the node's component package and `extra_modules` (see code_fingerprint)."""
+    package = type(node).__module__.rpartition(".")[0]
+    node.executor_spec.add_extra_flags([f"--code_fingerprint={code_fingerprint(package, *extra_modules)}"])
+
+
+def _file_digest(path: str) -> str:
+    """A 16-hex-digit SHA-256 digest of a file's bytes (a local path or a URI)."""
+    with fileio.open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()[:16]

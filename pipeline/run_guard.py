@@ -1,8 +1,10 @@
 """One local run at a time per output directory, and a clean store after a run that was killed.
 
-`exclusive_run(output_dir)` holds an flock on `<output_dir>/.run.lock` for the whole run: a second run on
-the same directory fails at once with RunLockedError naming the holder. The kernel drops the lock when
-its process dies, so a killed run never blocks the next one.
+`exclusive_run(output_dir)` holds an flock on the output directory itself for the whole run: a second run
+on the same directory fails at once with RunLockedError naming the holder, which the running process
+describes in `<output_dir>/.run.lock`. The lock is on the directory, not on that file, so deleting the
+file mid-run lets no second run in. The kernel drops the lock when its process dies, so a killed run
+never blocks the next one.
 
 `recover_interrupted_runs(config)`, called while holding the lock, finds executions a dead run left
 RUNNING in MLMD, marks them CANCELED and deletes the folders they were writing. TFX registers output
@@ -14,43 +16,54 @@ import contextlib
 import datetime
 import fcntl
 import os
-import shutil
 import sys
 from typing import Iterator
+
+from tfx.dsl.io import fileio
 
 from pipeline.config import PipelineConfig
 from pipeline.status import node_ids, open_store
 
-LOCK_FILE = ".run.lock"
+LOCK_FILE = ".run.lock"  # who holds the output directory: pid, start time, command (the lock itself is on the directory)
 LOCKED_EXIT_CODE = 75  # EX_TEMPFAIL: try again once the other run has finished
 
 
 class RunLockedError(RuntimeError):
-    """Another run holds the output directory; the message names the lock file and the holder."""
+    """Another run holds the output directory; the message names the holder file and the holder."""
 
 
 @contextlib.contextmanager
 def exclusive_run(output_dir: str) -> Iterator[None]:
-    """Holds `<output_dir>/.run.lock` until the block ends; raises RunLockedError when another process holds it."""
+    """Holds an exclusive flock on `output_dir` (created if missing) until the block ends, and describes
+    this process in `<output_dir>/.run.lock`. Raises RunLockedError naming the holder when another process
+    holds the directory."""
     os.makedirs(output_dir, exist_ok=True)
-    path = os.path.join(output_dir, LOCK_FILE)
-    handle = open(path, "a+")
+    holder_file = os.path.join(output_dir, LOCK_FILE)
+    directory = os.open(output_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(directory, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "unknown process"
-            raise RunLockedError(f"{path}: another pipeline run is using {output_dir} ({holder}); wait for it to "
-                                 f"finish or give this run another --output") from None
-        handle.seek(0)
-        handle.truncate()
+            raise RunLockedError(f"{holder_file}: another pipeline run is using {output_dir} "
+                                 f"({_read_holder(holder_file)}); wait for it to finish or give this run "
+                                 f"another --output") from None
         started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-        handle.write(f"pid {os.getpid()}, started {started}, command {' '.join(sys.argv)[:300]}\n")
-        handle.flush()
+        staged = f"{holder_file}.{os.getpid()}"
+        with open(staged, "w") as handle:  # renamed into place: a refused run never reads it half-written
+            handle.write(f"pid {os.getpid()}, started {started}, command {' '.join(sys.argv)[:300]}\n")
+        os.replace(staged, holder_file)
         yield
     finally:
-        handle.close()  # closing releases the flock
+        os.close(directory)  # closing releases the flock
+
+
+def _read_holder(holder_file: str) -> str:
+    """The holder's description, or "unknown process" when the file is missing or empty."""
+    try:
+        with open(holder_file) as handle:
+            return handle.read().strip() or "unknown process"
+    except OSError:
+        return "unknown process"
 
 
 def recover_interrupted_runs(config: PipelineConfig) -> list[str]:
@@ -81,15 +94,16 @@ def recover_interrupted_runs(config: PipelineConfig) -> list[str]:
 
 
 def _remove_execution_folders(node_root: str, execution_id: int) -> list[str]:
-    """Deletes `<node_root>/<output key>/<execution id>`, its executor folder and stale working dirs."""
-    if not os.path.isdir(node_root):
+    """Deletes `<node_root>/<output key>/<execution id>`, its executor folder and stale working dirs (on any
+    filesystem the artifacts live on)."""
+    if not fileio.isdir(node_root):
         return []
-    targets = [os.path.join(node_root, key, str(execution_id)) for key in os.listdir(node_root)]
+    targets = [os.path.join(node_root, key.rstrip("/"), str(execution_id)) for key in fileio.listdir(node_root)]
     targets.append(os.path.join(node_root, ".system", "executor_execution", str(execution_id)))
     working = os.path.join(node_root, ".system", "stateful_working_dir")
-    if os.path.isdir(working):  # TFX removes a working dir when its execution succeeds; what is left is stale
-        targets += [os.path.join(working, name) for name in os.listdir(working)]
-    removed = [target for target in targets if os.path.isdir(target)]
+    if fileio.isdir(working):  # TFX removes a working dir when its execution succeeds; what is left is stale
+        targets += [os.path.join(working, name.rstrip("/")) for name in fileio.listdir(working)]
+    removed = [target for target in targets if fileio.isdir(target)]
     for target in removed:
-        shutil.rmtree(target)
+        fileio.rmtree(target)
     return removed

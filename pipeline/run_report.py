@@ -1,7 +1,10 @@
 """The HTML run report: one self-contained page per local run, written into the output directory.
 
-`write_run_report(config, error)` reads the newest run from MLMD and the reports its steps wrote, and
-writes `<output_dir>/run_report.html` (the latest run) plus a copy in `<output_dir>/reports/`. The page
+`write_run_report(config, error, known_runs)` reads this run from MLMD (the run that is not among
+`known_runs`, the ids MLMD held before it started) and the reports its steps wrote, and writes
+`<output_dir>/run_report.html` (the latest run) plus a copy in `<output_dir>/reports/<run id>.html`. A run
+that failed before it started (nothing in MLMD) gets a page of its own saying so, under an id of its own:
+another run's page is never rewritten. The page
 holds the steps, the data statistics per split (tables and matplotlib plots of TFDV's statistics), the
 anomalies and drift, the training curves, the candidate vs FP32 baseline (and production) metrics per
 slice, the gates and the blessing, the TFLite ladder and where the model was pushed. Plots are PNG
@@ -16,6 +19,9 @@ import io
 import os
 import shutil
 
+from tfx.dsl.io import fileio
+
+from components.artifact_files import read_bytes
 from components.model_export.executor import REPORT_FILE as EXPORT_REPORT
 from components.precision_evaluator.gates import REPORT_FILE as PRECISION_REPORT
 from components.trainer.train import REPORT_FILE as TRAINING_REPORT
@@ -30,12 +36,19 @@ STEP_OUTCOMES = {"NEW": "new", "RUNNING": "running", "COMPLETE": "ran", "FAILED"
                  "CANCELED": "killed"}  # MLMD execution state -> what the report says
 
 
-def write_run_report(config: PipelineConfig, error: str | None = None) -> str | None:
-    """Input: the config and the run's error message (None when it succeeded). Output: the page's path,
-    or None when MLMD records no run yet."""
-    facts = collect_run(config)
+NOT_STARTED_PREFIX = "not-started-"
+
+
+def write_run_report(config: PipelineConfig, error: str | None = None,
+                     known_runs: frozenset[str] | None = None) -> str | None:
+    """Input: the config, the run's error message (None when it succeeded), and the run ids MLMD held before
+    this run started (None: report the newest run). Output: the page's path, or None when MLMD records no
+    run to report and no error says why."""
+    facts = collect_run(config, known_runs)
     if facts is None:
-        return None
+        if error is None:
+            return None
+        facts = not_started_facts(config)
     facts["error"] = error
     page = render_html(facts)
     os.makedirs(os.path.join(config.output_dir, REPORTS_DIR), exist_ok=True)
@@ -46,10 +59,21 @@ def write_run_report(config: PipelineConfig, error: str | None = None) -> str | 
     return path
 
 
-def collect_run(config: PipelineConfig) -> dict | None:
-    """Input: the config. Output: what the newest run's steps produced, as plain data (None: no run)."""
+def not_started_facts(config: PipelineConfig) -> dict:
+    """The facts of a run that failed before MLMD recorded it: an id of its own, no steps, no outputs."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return {"pipeline": config.pipeline_name, "run_id": NOT_STARTED_PREFIX + now.strftime("%Y-%m-%dT%H-%M-%S.%fZ"),
+            "data_root": config.data_root, "started": now.strftime("%Y-%m-%d %H:%M:%S UTC"), "seconds": 0.0,
+            "steps": [], "not_started": True, "validation": {}, "training": {}, "evaluation": {}, "export": {},
+            "pushed_to": None}
+
+
+def collect_run(config: PipelineConfig, known_runs: frozenset[str] | None = None) -> dict | None:
+    """Input: the config and the run ids to leave out (None: none). Output: what the newest other run's steps
+    produced, as plain data (None: no such run)."""
     store = open_store(config)
     runs = runs_by_node(store, config.pipeline_name) if store is not None else []
+    runs = [(run, nodes) for run, nodes in runs if run.name not in (known_runs or ())]
     if not runs:
         return None
     from ml_metadata.proto import metadata_store_pb2
@@ -95,7 +119,7 @@ def _read_statistics(artifact) -> dict:
     result = {}
     for split in artifact_utils.decode_split_names(artifact.properties["split_names"].string_value):
         path = os.path.join(artifact.uri, f"Split-{split}", STATISTICS_FILE)
-        if os.path.exists(path):
+        if fileio.exists(path):
             datasets = tfdv.load_stats_binary(path).datasets
             if datasets:
                 result[split] = datasets[0]
@@ -110,10 +134,9 @@ def _read_anomalies(artifact) -> dict:
     result = {}
     for split in artifact_utils.decode_split_names(artifact.properties["split_names"].string_value):
         path = os.path.join(artifact.uri, f"Split-{split}", ANOMALIES_FILE)
-        if not os.path.exists(path):
+        if not fileio.exists(path):
             continue
-        with open(path, "rb") as handle:
-            anomalies = anomalies_pb2.Anomalies.FromString(handle.read())
+        anomalies = anomalies_pb2.Anomalies.FromString(read_bytes(path))
         rows = [(name, anomalies_pb2.AnomalyInfo.Severity.Name(info.severity), info.short_description,
                  info.description) for name, info in sorted(anomalies.anomaly_info.items())]
         rows += [("<dataset>", "ERROR", reason.short_description, reason.description)
@@ -125,8 +148,16 @@ def _read_anomalies(artifact) -> dict:
 # ----------------------------------------------------------------------------------------------- rendering
 
 def render_html(facts: dict) -> str:
-    """Input: collect_run's facts plus "error". Output: the whole page."""
+    """Input: collect_run's (or not_started_facts') facts plus "error". Output: the whole page."""
     error = facts.get("error")
+    if facts.get("not_started"):
+        return _page(facts, [
+            f"<h1>Run report: {_e(facts['pipeline'])}</h1>",
+            _table(["run", "attempted", "data", "outcome"],
+                   [[facts["run_id"], facts["started"], facts["data_root"], f"NEVER STARTED: {error}"]], css="summary"),
+            "<p>This run never started: it failed before the pipeline recorded a run in MLMD, so no step "
+            "ran, nothing was read from the cache and nothing was pushed. Other runs' reports are unchanged.</p>",
+        ])
     outcome = f"FAILED: {error}" if error else "completed"
     sections = [
         f"<h1>Run report: {_e(facts['pipeline'])}</h1>",
@@ -141,9 +172,14 @@ def render_html(facts: dict) -> str:
         _evaluation_section(facts["evaluation"]),
         _export_section(facts["export"], facts["pushed_to"]),
     ]
+    return _page(facts, sections)
+
+
+def _page(facts: dict, sections: list[str]) -> str:
+    """The whole HTML page around `sections` (failed runs get a red heading)."""
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
             f"<title>{_e(facts['pipeline'])} run {_e(facts['run_id'])}</title><style>{_CSS}</style></head>"
-            f"<body{' class=failed' if error else ''}>\n" + "\n".join(sections) + "\n</body></html>\n")
+            f"<body{' class=failed' if facts.get('error') else ''}>\n" + "\n".join(sections) + "\n</body></html>\n")
 
 
 def _data_section(facts: dict) -> str:
@@ -259,6 +295,9 @@ def _export_section(export: dict, pushed_to: str | None) -> str:
         parts.append(_table(["variant", "size (bytes)", "latency (µs/example)", "AUC", "AUC drop", "max |diff|",
                              "verdict", ""], rows, css="ladder"))
         parts.append(_image(_ladder_figure(export["variants"]), "TFLite variants: size and latency"))
+        parts.append(f"<p id=tflite-inputs>TFLite inputs: {_e(export.get('inputs', 'model-ready tensors'))}; "
+                     f"scored in {_e(export.get('runtime', 'the TFLite interpreter'))} against "
+                     f"{_e(export.get('compared_with', 'the SavedModel'))}.</p>")
     parts.append("<h2>Push</h2>")
     parts.append(f"<p id=pushed class=ok>Pushed to <code>{_e(pushed_to)}</code></p>" if pushed_to
                  else "<p id=pushed>Nothing pushed in this run; the serving directory was left as it was.</p>")

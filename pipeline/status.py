@@ -6,7 +6,6 @@ FP32 baseline and production AUC, the blessing, the pushed version and the durat
 from __future__ import annotations
 
 import datetime
-import json
 import os
 from dataclasses import dataclass, field
 
@@ -95,11 +94,10 @@ def _auc(value) -> str:
 
 
 def read_json(path: str | None) -> dict:
-    """The JSON file at `path`, or {} when there is no path or no file."""
-    if not path or not os.path.exists(path):
-        return {}
-    with open(path) as handle:
-        return json.load(handle)
+    """The JSON file at `path` (a local path or a URI), or {} when there is no path or no file."""
+    from components.artifact_files import read_json_if_exists
+
+    return read_json_if_exists(path or "") or {}
 
 
 def artifact_json(artifact, name: str) -> dict:
@@ -136,6 +134,12 @@ def node_ids(store, execution) -> list[str]:
     """The pipeline node ids (e.g. "Trainer") an execution belongs to."""
     node_type = store.get_context_type("node").id
     return [c.name.split(".", 1)[-1] for c in store.get_contexts_by_execution(execution.id) if c.type_id == node_type]
+
+
+def recorded_run_ids(config: PipelineConfig) -> frozenset[str]:
+    """The ids of the runs MLMD records for this pipeline (empty before the first run)."""
+    store = open_store(config)
+    return frozenset(run.name for run, _ in runs_by_node(store, config.pipeline_name)) if store else frozenset()
 
 
 def runs_by_node(store, pipeline_name: str) -> list[tuple]:

@@ -1,4 +1,4 @@
-"""Shared fixtures: small real data written in the pipeline's record contract."""
+"""Shared fixtures: small real data written in the pipeline's record contract, and the described-GPU hook."""
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -6,6 +6,48 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import hashlib  # noqa: E402
 
 import pytest  # noqa: E402
+
+DESCRIBED_GPUS_VARIABLE = "TEST_DESCRIBED_GPUS"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def described_gpus():
+    """With TEST_DESCRIBED_GPUS="NAME:MAJOR.MINOR[,NAME:MAJOR.MINOR...]" set (for example
+    "NVIDIA A100-SXM4-40GB:8.0"), TensorFlow's device listing shows those GPUs in this test process, wherever
+    the code reads it (`tf.config.list_physical_devices`, `get_device_details`); memory settings on them are
+    accepted and ignored, and TensorFlow's soft placement runs their work on the CPU. This is how the suite
+    is checked for tests that assume a machine without a GPU. Unset: nothing changes. Tests that start
+    processes of their own (trainer jobs, the doctor command) see the real machine there."""
+    described = os.environ.get(DESCRIBED_GPUS_VARIABLE, "").strip()
+    if not described:
+        yield ()
+        return
+    import tensorflow as tf
+
+    gpus = {}
+    for index, entry in enumerate(item.strip() for item in described.split(",")):
+        name, _, capability = entry.rpartition(":")
+        major, minor = (int(part) for part in capability.split("."))
+        device = tf.config.PhysicalDevice(name=f"/physical_device:GPU:{index}", device_type="GPU")
+        gpus[device.name] = (device, {"device_name": name, "compute_capability": (major, minor)})
+    real_list, real_details = tf.config.list_physical_devices, tf.config.experimental.get_device_details
+    real_growth, real_logical = tf.config.experimental.set_memory_growth, tf.config.set_logical_device_configuration
+    fake = [device for device, _ in gpus.values()]
+
+    def list_physical_devices(device_type=None):
+        if device_type == "GPU":
+            return list(fake)
+        return real_list(device_type) + (list(fake) if device_type is None else [])
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tf.config, "list_physical_devices", list_physical_devices)
+        patch.setattr(tf.config.experimental, "get_device_details",
+                      lambda device: dict(gpus[device.name][1]) if device.name in gpus else real_details(device))
+        patch.setattr(tf.config.experimental, "set_memory_growth",
+                      lambda device, on: None if device.name in gpus else real_growth(device, on))
+        patch.setattr(tf.config, "set_logical_device_configuration",
+                      lambda device, configs: None if device.name in gpus else real_logical(device, configs))
+        yield tuple(details for _, details in gpus.values())
 
 
 @pytest.fixture(scope="session")

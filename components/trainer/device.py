@@ -29,6 +29,15 @@ class DeviceDescription:
     num_workers: int = 1  # from TF_CONFIG's cluster: chief + workers
 
 
+def device_from_json(value: dict) -> DeviceDescription:
+    """Input: a DeviceDescription as the training report stores it (dataclasses.asdict, through JSON).
+    Output: the description again."""
+    gpus = tuple(Gpu(gpu["name"], tuple(gpu["compute_capability"]) if gpu.get("compute_capability") else None)
+                 for gpu in value.get("gpus", ()))
+    return DeviceDescription(gpus=gpus, tpu_cores=value.get("tpu_cores", 0), cpu_bf16=value.get("cpu_bf16", False),
+                             num_workers=value.get("num_workers", 1))
+
+
 @dataclass(frozen=True)
 class Decision:
     value: str
@@ -88,11 +97,34 @@ def xla_candidates(device: DeviceDescription, wanted: str) -> list[str]:
     return ["on", "off"] if device.gpus or device.tpu_cores or device.cpu_bf16 else ["off"]
 
 
+class TfConfigError(ValueError):
+    """The TF_CONFIG environment variable is not the JSON object tf.distribute expects; the message says why."""
+
+
+def parse_tf_config(tf_config: str | None) -> dict:
+    """Input: the TF_CONFIG environment value or None. Output: it as a dict ({} when unset or empty).
+    Raises TfConfigError naming TF_CONFIG when it is not a JSON object with mapping `cluster` and `task`."""
+    if not tf_config or not tf_config.strip():
+        return {}
+    try:
+        parsed = json.loads(tf_config)
+    except json.JSONDecodeError as error:
+        raise TfConfigError(f"TF_CONFIG is not valid JSON ({error}): {tf_config[:200]!r}") from None
+    if not isinstance(parsed, dict):
+        raise TfConfigError(f"TF_CONFIG must be a JSON object with 'cluster' and 'task', got {tf_config[:200]!r}")
+    for key in ("cluster", "task"):
+        if not isinstance(parsed.get(key, {}), dict):
+            raise TfConfigError(f"TF_CONFIG: {key!r} must be a JSON object, got {parsed[key]!r}"[:300])
+    return parsed
+
+
 def workers_from_tf_config(tf_config: str | None) -> int:
-    """Input: the TF_CONFIG environment value (JSON) or None. Output: chief + worker count (1 when unset)."""
-    if not tf_config:
-        return 1
-    cluster = json.loads(tf_config).get("cluster", {})
+    """Input: the TF_CONFIG environment value (JSON) or None. Output: chief + worker count (1 when unset).
+    Raises TfConfigError naming TF_CONFIG when it is malformed."""
+    cluster = parse_tf_config(tf_config).get("cluster", {})
+    for role in ("chief", "worker"):
+        if not isinstance(cluster.get(role, []), list):
+            raise TfConfigError(f"TF_CONFIG: cluster.{role} must be a list of host:port, got {cluster[role]!r}"[:300])
     return max(1, len(cluster.get("chief", [])) + len(cluster.get("worker", [])))
 
 
@@ -109,8 +141,9 @@ def cpu_has_bf16(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
     return False
 
 
-def describe_devices() -> DeviceDescription:
-    """Reads this machine: GPUs with name and compute capability, TPU cores, CPU bf16, TF_CONFIG workers."""
+def describe_devices(tf_config: str | None = None) -> DeviceDescription:
+    """Reads this machine: GPUs with name and compute capability, TPU cores, CPU bf16, and the workers in
+    `tf_config` (default: the TF_CONFIG environment variable; TfConfigError when it is malformed)."""
     import tensorflow as tf
 
     gpus = []
@@ -119,4 +152,5 @@ def describe_devices() -> DeviceDescription:
         gpus.append(Gpu(details.get("device_name", device.name), details.get("compute_capability")))
     tpu_cores = len(tf.config.list_physical_devices("TPU"))  # physical: listing logical ones starts the runtime
     return DeviceDescription(gpus=tuple(gpus), tpu_cores=tpu_cores, cpu_bf16=cpu_has_bf16(),
-                             num_workers=workers_from_tf_config(os.environ.get("TF_CONFIG")))
+                             num_workers=workers_from_tf_config(
+                                 os.environ.get("TF_CONFIG") if tf_config is None else tf_config))

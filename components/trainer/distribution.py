@@ -5,13 +5,12 @@ options and multi-worker collectives can only be set up before the runtime start
 """
 from __future__ import annotations
 
-import json
 import os
 
 import tensorflow as tf
 from absl import logging
 
-from components.trainer.device import DeviceDescription
+from components.trainer.device import DeviceDescription, TfConfigError, parse_tf_config
 
 
 def configure_gpus(memory_growth: bool, memory_limit_mb: int) -> None:
@@ -50,19 +49,27 @@ def make_strategy(name: str, device: DeviceDescription) -> tf.distribute.Strateg
 
 
 def _tf_config(tf_config: str | None) -> dict:
-    raw = os.environ.get("TF_CONFIG") if tf_config is None else tf_config
-    return json.loads(raw) if raw else {}
+    """`tf_config` (default: the TF_CONFIG environment variable) parsed; TfConfigError naming TF_CONFIG when
+    it is malformed."""
+    return parse_tf_config(os.environ.get("TF_CONFIG") if tf_config is None else tf_config)
 
 
 def worker_task(tf_config: str | None = None) -> tuple[str, int]:
     """Output: this process's (task type, index) from TF_CONFIG; ("chief", 0) when training alone."""
-    task = _tf_config(tf_config).get("task", {})
-    return task.get("type", "chief"), int(task.get("index", 0))
+    return _task(_tf_config(tf_config))
 
 
 def is_chief(tf_config: str | None = None) -> bool:
     """Output: True for the process that writes the model: the chief, or worker 0 when there is no chief."""
     config = _tf_config(tf_config)
-    task = config.get("task", {})
-    task_type, index = task.get("type", "chief"), int(task.get("index", 0))
+    task_type, index = _task(config)
     return task_type == "chief" or (task_type == "worker" and index == 0 and "chief" not in config.get("cluster", {}))
+
+
+def _task(config: dict) -> tuple[str, int]:
+    """(task type, index) of a parsed TF_CONFIG; TfConfigError naming TF_CONFIG when the index is no integer."""
+    task = config.get("task", {})
+    try:
+        return str(task.get("type", "chief")), int(task.get("index", 0))
+    except (TypeError, ValueError):
+        raise TfConfigError(f"TF_CONFIG: task.index must be an integer, got {task.get('index')!r}") from None

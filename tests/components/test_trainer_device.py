@@ -1,11 +1,11 @@
-"""Strategy and precision choices as pure functions of described devices (no GPU exists here)."""
+"""Strategy and precision choices as pure functions of described devices, on whatever hardware runs the suite."""
 import dataclasses
 import json
 
 import pytest
 
-from components.trainer.device import (DeviceDescription, Gpu, choose_precision, choose_strategy, cpu_has_bf16,
-                                       describe_devices, workers_from_tf_config)
+from components.trainer.device import (DeviceDescription, Gpu, TfConfigError, choose_precision, choose_strategy,
+                                       cpu_has_bf16, describe_devices, workers_from_tf_config)
 
 
 def _gpus(*capabilities):
@@ -60,10 +60,38 @@ def test_tf_config_worker_count_and_cpu_flags(tmp_path):
     assert cpu_has_bf16(str(flags)) is False
 
 
-def test_this_machine_is_described_and_serializes():
+def test_this_machine_is_described_as_tensorflow_lists_it_and_serializes():
+    import tensorflow as tf
+
     device = describe_devices()
-    assert device.gpus == () and device.tpu_cores == 0  # no accelerator on these machines
-    assert json.loads(json.dumps(dataclasses.asdict(device)))["num_workers"] >= 1  # as the training report stores it
+    physical_gpus = tf.config.list_physical_devices("GPU")
+    assert [gpu.name for gpu in device.gpus] == [
+        tf.config.experimental.get_device_details(gpu).get("device_name", gpu.name) for gpu in physical_gpus]
+    assert device.tpu_cores == len(tf.config.list_physical_devices("TPU"))
+    stored = json.loads(json.dumps(dataclasses.asdict(device)))  # as the training report stores it
+    assert stored["num_workers"] >= 1 and len(stored["gpus"]) == len(physical_gpus)
+
+
+@pytest.mark.parametrize("tf_config, problem", [
+    ('{"cluster": {"worker": ["a:1"', "not valid JSON"),
+    ('["a:1", "b:2"]', "must be a JSON object"),
+    ('{"cluster": "a:1,b:2"}', "'cluster' must be a JSON object"),
+    ('{"cluster": {"worker": "a:1"}}', "cluster.worker must be a list"),
+])
+def test_malformed_tf_config_is_an_error_naming_the_variable(monkeypatch, tf_config, problem):
+    from components.trainer.distribution import is_chief, worker_task
+
+    with pytest.raises(TfConfigError, match=f"^TF_CONFIG.*{problem}"):
+        workers_from_tf_config(tf_config)
+    monkeypatch.setenv("TF_CONFIG", tf_config)
+    with pytest.raises(TfConfigError, match="^TF_CONFIG"):
+        describe_devices()
+    if problem != "cluster.worker must be a list":  # the task part of that one is fine
+        for read_task in (is_chief, worker_task):
+            with pytest.raises(TfConfigError, match="^TF_CONFIG"):
+                read_task()
+    with pytest.raises(TfConfigError, match="^TF_CONFIG: task.index must be an integer"):
+        worker_task('{"task": {"type": "worker", "index": "first"}}')
 
 
 def test_gpu_memory_settings_reach_every_described_gpu(monkeypatch):

@@ -1,17 +1,21 @@
 """Real training with the GPU-aware trainer on CPU: strategies over logical CPUs and processes, precision
-policies, XLA fallback, kill-and-resume, and the float32 SavedModel of a mixed-precision model."""
+policies, XLA fallback, kill-and-resume, and the float32 SavedModel of a mixed-precision model (marked
+`training`: minutes), plus the training plan, schedule, chief and checkpoint-repair rules (fast)."""
 import dataclasses
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import keras
 import pytest
 import tensorflow as tf
 
+from components.trainer.device import choose_precision, device_from_json
 from components.trainer.distribution import is_chief, worker_task
 from components.trainer.callbacks import TrainingDivergedError
 from components.trainer.train import TrainingJob, train, training_plan, WarmupThenConstant
@@ -38,27 +42,54 @@ def _train_here(files, output, base_model=None, **overrides):
                              base_model=base_model, **files))
 
 
+# These jobs train on CPU devices (logical CPUs, one process per worker): a GPU of the machine stays out of them.
+CPU_ONLY = {"CUDA_VISIBLE_DEVICES": ""}
+
+
 def _start_job(files, output, env=None, **spec):
-    """Starts trainer_job.py in its own process (a fresh TensorFlow runtime); returns the Popen."""
+    """Starts trainer_job.py in its own process (a fresh TensorFlow runtime), its output going to
+    <output>/job.log (a file: a pipe nobody reads can fill and stall the job); returns the Popen."""
     output.mkdir(parents=True, exist_ok=True)
     spec = {"output": str(output), **files, **spec}
     spec["overrides"] = {"epochs": 3, "batch_size": 64, "input_probe_steps": 20, **spec.get("overrides", {})}
     (output / "job.json").write_text(json.dumps(spec))
-    return subprocess.Popen([sys.executable, JOB_SCRIPT, str(output / "job.json")], env={**os.environ, **(env or {})},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with open(output / "job.log", "w") as log:
+        process = subprocess.Popen([sys.executable, JOB_SCRIPT, str(output / "job.json")],
+                                   env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT)
+    process.log_path = output / "job.log"
+    return process
 
 
 def _finish(process, timeout=300):
-    log, _ = process.communicate(timeout=timeout)
-    return process.returncode, log
+    """Waits for a job (killing it past `timeout`). Output: (exit code, its log)."""
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    return process.returncode, process.log_path.read_text()
+
+
+def _finish_together(processes, timeout=300):
+    """Waits for jobs that wait for each other (multi-worker): once one fails, or past `timeout`, the others
+    are killed rather than left waiting for it. Output: [(exit code, log)] per job."""
+    deadline = time.monotonic() + timeout
+    while any(process.poll() is None for process in processes):
+        if time.monotonic() > deadline or any(process.poll() not in (None, 0) for process in processes):
+            for process in processes:
+                if process.poll() is None:
+                    process.kill()
+        time.sleep(0.2)
+    return [_finish(process) for process in processes]
 
 
 def _report(output):
     return json.loads((output / "run" / "training_report.json").read_text())
 
 
+@pytest.mark.training
 def test_mirrored_strategy_over_two_logical_cpus(files, tmp_path):
-    code, log = _finish(_start_job(files, tmp_path, logical_cpus=2, overrides={"strategy": "mirrored"}))
+    code, log = _finish(_start_job(files, tmp_path, env=CPU_ONLY, logical_cpus=2, overrides={"strategy": "mirrored"}))
     assert code == 0, log[-3000:]
     report = _report(tmp_path)
     assert (report["strategy"], report["replicas"]) == ("mirrored", 2)
@@ -70,22 +101,43 @@ def test_mirrored_strategy_over_two_logical_cpus(files, tmp_path):
     assert tf.saved_model.contains_saved_model(str(tmp_path / "serving"))
 
 
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("localhost", 0))
-        return sock.getsockname()[1]
+def _free_ports(count):
+    """`count` distinct ports that were free a moment ago (all held until each is picked, so none repeats)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("localhost", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
+PORT_TAKEN = re.compile(r"Address already in use|Could not start gRPC server")
+
+
+def _train_two_workers(files, output, attempts=3):
+    """Trains with two trainer_job.py workers on localhost. A port picked free can be taken by another
+    process before its worker binds it: then both workers stop and the training starts again on new ports.
+    Output: the worker folders and [(exit code, log)] per worker."""
+    for attempt in range(attempts):
+        folders = [output / f"attempt-{attempt}" / f"worker-{index}" for index in range(2)]
+        workers = [f"localhost:{port}" for port in _free_ports(2)]
+        processes = [_start_job(files, folder, env={**CPU_ONLY, "TF_CONFIG": json.dumps(
+            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})})
+            for index, folder in enumerate(folders)]
+        results = _finish_together(processes)
+        if not any(code and PORT_TAKEN.search(log) for code, log in results):
+            break
+    return folders, results
+
+
+@pytest.mark.training
 def test_multi_worker_mirrored_strategy_across_two_processes(files, tmp_path):
-    workers = [f"localhost:{_free_port()}", f"localhost:{_free_port()}"]
-    processes = []
-    for index in range(2):
-        tf_config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
-        processes.append(_start_job(files, tmp_path / f"worker-{index}", env={"TF_CONFIG": tf_config}))
-    results = [_finish(process) for process in processes]
+    folders, results = _train_two_workers(files, tmp_path)
     for code, log in results:
         assert code == 0, log[-3000:]
-    reports = [_report(tmp_path / f"worker-{index}") for index in range(2)]
+    reports = [_report(folder) for folder in folders]
     for index, report in enumerate(reports):
         assert (report["strategy"], report["replicas"], report["worker"]) == ("multi_worker_mirrored", 2,
                                                                               f"worker-{index}")
@@ -94,10 +146,11 @@ def test_multi_worker_mirrored_strategy_across_two_processes(files, tmp_path):
     assert reports[0]["final_metrics"] == pytest.approx(reports[1]["final_metrics"], rel=1e-6)
     assert reports[0]["final_metrics"]["val_auc"] > 0.85
     # Only the chief (worker 0) writes the model.
-    assert tf.saved_model.contains_saved_model(str(tmp_path / "worker-0" / "serving"))
-    assert not (tmp_path / "worker-1" / "serving").exists()
+    assert tf.saved_model.contains_saved_model(str(folders[0] / "serving"))
+    assert not (folders[1] / "serving").exists()
 
 
+@pytest.mark.training
 def test_killed_training_resumes_from_its_last_checkpoint(files, tmp_path):
     overrides = {"checkpoint_every_steps": 10, "steps_per_execution": 5, "epochs": 6}
     code, log = _finish(_start_job(files, tmp_path, overrides=overrides, kill_after_interval=2))
@@ -147,6 +200,7 @@ SERVE_IN_FRESH_PROCESS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.training
 @pytest.mark.parametrize("policy, xla", [("mixed_float16", "off"), ("mixed_bfloat16", "on")])
 def test_mixed_precision_model_serves_float32_in_a_fresh_process(files, tmp_path, policy, xla):
     report = _train_here(files, tmp_path, precision=policy, xla=xla)
@@ -166,14 +220,18 @@ def test_mixed_precision_model_serves_float32_in_a_fresh_process(files, tmp_path
     assert served["model_ready_max_diff"] < 1e-5 and served["model_ready_weight_dtypes"] == ["float32"]
 
 
+@pytest.mark.training
 def test_model_that_xla_cannot_compile_trains_without_xla(files, tmp_path):
     report = _train_here(files, tmp_path, model="tests.components.unjittable_model", xla="on", epochs=2)
     assert report["xla"] is False
     assert "AsString" in report["xla_reason"]
-    assert report["precision"] == "float32" or report["precision_reason"] == "set in the config"
+    # The policy this device gets without XLA: float32 on a CPU (bf16 pays only with XLA), mixed_float16 on a
+    # Tensor Core GPU. (precision is not set, so it is never "set in the config".)
+    assert report["precision"] == choose_precision(device_from_json(report["device"]), xla=False).value
     assert report["final_metrics"]["val_auc"] > 0.8
 
 
+@pytest.mark.training
 def test_gradient_accumulation_trains_and_the_profiler_traces_its_window(files, tmp_path):
     report = _train_here(files, tmp_path, gradient_accumulation_steps=2, xla="off", profile_from_step=5,
                          profile_steps=3)
@@ -184,12 +242,14 @@ def test_gradient_accumulation_trains_and_the_profiler_traces_its_window(files, 
     assert traces, list(tmp_path.rglob("*"))
 
 
+@pytest.mark.training
 def test_diverging_training_stops_with_the_step_named(files, tmp_path):
     with pytest.raises(TrainingDivergedError, match=r"at step \d+"):
         _train_here(files, tmp_path, learning_rate=1e38, xla="off", warmup_steps=0)
     assert not (tmp_path / "serving").exists()
 
 
+@pytest.mark.training
 def test_warm_start_continues_from_the_base_model_and_skips_a_base_that_does_not_fit(files, tmp_path):
     from components.trainer.warm_start import load_warm_start
     import models.taxi
@@ -255,7 +315,9 @@ def test_a_checkpoint_cut_off_by_a_kill_is_repaired_from_the_previous_one_or_dro
     weights = checkpoint / BACKUP_WEIGHTS
     model.save_weights(str(weights))
     whole = weights.read_bytes()
+    (checkpoint / BACKUP_METADATA).write_text('{"epoch": 1, "batch": 0}')
     assert repair_checkpoint(str(checkpoint)) == "intact"
+    assert repair_checkpoint(str(checkpoint / "never-written")) == "intact"  # no checkpoint yet: nothing to do
 
     # Killed while writing interval 3's weights: interval 2's pair sits in .bkp.
     (checkpoint / f"{BACKUP_WEIGHTS}.bkp").write_bytes(whole)
@@ -272,3 +334,34 @@ def test_a_checkpoint_cut_off_by_a_kill_is_repaired_from_the_previous_one_or_dro
     weights.write_bytes(whole[:96])
     assert repair_checkpoint(str(checkpoint)) == "dropped"
     assert not checkpoint.exists() and _checkpointed_interval(str(checkpoint)) == 0
+
+
+def test_a_kill_during_the_metadata_write_falls_back_to_the_previous_checkpoint_or_starts_over(tmp_path):
+    """Keras writes the weights, then training_metadata.json: a kill in between leaves new weights beside a
+    truncated JSON. The previous pair (.bkp) is restored; without one the checkpoint is dropped."""
+    from components.trainer.train import BACKUP_METADATA, BACKUP_WEIGHTS, _checkpointed_interval, repair_checkpoint
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    weights, metadata = checkpoint / BACKUP_WEIGHTS, checkpoint / BACKUP_METADATA
+    model.save_weights(str(weights))  # interval 2's pair, copied to .bkp as Keras does before the next one
+    (checkpoint / f"{BACKUP_WEIGHTS}.bkp").write_bytes(weights.read_bytes())
+    (checkpoint / f"{BACKUP_METADATA}.bkp").write_text('{"epoch": 2, "batch": 0}')
+    model.layers[0].kernel.assign(model.layers[0].kernel + 1.0)
+    model.save_weights(str(weights))  # interval 3's weights, whole...
+    metadata.write_text('{"epoch": 3, "ba')  # ...and its metadata cut off by the kill
+
+    assert repair_checkpoint(str(checkpoint)) == "restored previous"
+    assert _checkpointed_interval(str(checkpoint)) == 2
+    assert weights.read_bytes() == (checkpoint / f"{BACKUP_WEIGHTS}.bkp").read_bytes()
+    model.load_weights(str(weights))
+
+    for name in (f"{BACKUP_WEIGHTS}.bkp", f"{BACKUP_METADATA}.bkp"):  # the very first checkpoint: nothing before it
+        (checkpoint / name).unlink()
+    metadata.write_text("")
+    assert repair_checkpoint(str(checkpoint)) == "dropped"
+    assert not checkpoint.exists() and _checkpointed_interval(str(checkpoint)) == 0
+
+    checkpoint.mkdir()  # killed after the first weights, before any metadata: dropped too
+    model.save_weights(str(weights))
+    assert repair_checkpoint(str(checkpoint)) == "dropped" and _checkpointed_interval(str(checkpoint)) == 0

@@ -1,10 +1,12 @@
-"""Config loading rules and the TFRecord record contract of the bundled taxi data."""
+"""Config loading rules (keys, YAML, the model module and schema it names) and the TFRecord record contract of
+the bundled taxi data."""
 import csv
+import re
 
 import pytest
 import tensorflow as tf
 
-from pipeline.config import ConfigError, load_config
+from pipeline.config import MODEL_CONTRACT, ConfigError, load_config
 from pipeline.data import bundled_taxi_csv, row_to_example, write_taxi_span
 
 
@@ -31,6 +33,57 @@ def test_bad_config_is_rejected_naming_the_key(tmp_path, text, key):
     path.write_text(text)
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config(str(path))
+
+
+@pytest.mark.parametrize("text, where", [
+    ("train:\n  epochs: 2\n  batch_size: 64: 3\n", "line 3, column 17"),
+    ("train: {epochs: 2\nevaluate: 1\n", "line 2, column 9"),
+    ("\tepochs: 2\n", "line 1, column 1"),
+])
+def test_malformed_yaml_is_a_config_error_naming_the_file_and_line(tmp_path, text, where):
+    path = tmp_path / "broken.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: {where}: not valid YAML: "):
+        load_config(str(path))
+
+
+def _module(folder, name, text):
+    (folder / f"{name}.py").write_text(text)
+    return name
+
+
+def test_model_module_must_import_and_hold_the_model_contract(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"^train\.model: cannot import 'models\.no_such_model': No module named"):
+        load_config(train={"model": "models.no_such_model"})
+    half = _module(tmp_path, "hardening_half_model", "INPUTS = {}\nLABEL_KEY = 'y'\nbuild_model = 3\n")
+    with pytest.raises(ConfigError) as raised:
+        load_config(train={"model": half})
+    message = str(raised.value)
+    assert message.startswith(f"train.model: '{half}' ({tmp_path / half}.py) lacks LABEL_INPUTS, make_label, "
+                              "build_preprocessing; build_model not callable"), message
+    assert ", ".join(MODEL_CONTRACT) in message
+    broken = _module(tmp_path, "hardening_broken_model", "raise RuntimeError('no GPU driver')\n")
+    with pytest.raises(ConfigError, match=rf"^train\.model: importing '{broken}' failed: RuntimeError: no GPU driver"):
+        load_config(train={"model": broken})
+    assert load_config(train={"model": "tests.components.unjittable_model"}).train.model  # a full contract, elsewhere
+    assert load_config(train={"model": broken}, check_references=False)  # `status` needs no model
+
+
+def test_schema_path_must_be_a_tfmd_schema_text_proto(tmp_path):
+    missing = tmp_path / "missing.pbtxt"
+    with pytest.raises(ConfigError, match=rf"^schema_path: {re.escape(str(missing))}: cannot be read"):
+        load_config(schema_path=str(missing))
+    garbled = tmp_path / "garbled.pbtxt"
+    garbled.write_text('feature {\n  name: "fare"\n  tpe: FLOAT\n}\n')
+    with pytest.raises(ConfigError, match=rf"^schema_path: {re.escape(str(garbled))}: line 3, column 3: "
+                                          r"not a TFMD Schema text proto: .*no field named \"tpe\""):
+        load_config(schema_path=str(garbled))
+    empty = tmp_path / "empty.pbtxt"
+    empty.write_text("# nothing yet\n")
+    with pytest.raises(ConfigError, match="^schema_path: .*: a TFMD Schema with no feature"):
+        load_config(schema_path=str(empty))
+    assert load_config(schema_path="gs://bucket/schema.pbtxt").schema_path  # read where the step runs
 
 
 def test_record_contract_types_and_absent_cells():

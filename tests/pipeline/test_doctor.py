@@ -1,4 +1,6 @@
-"""`python -m pipeline doctor`: rules on described devices, real writability checks, and the real command here."""
+"""`python -m pipeline doctor`: rules on described devices, real writability checks, and the command on this
+machine (whatever it has) and on described ones."""
+import dataclasses
 import os
 import sqlite3
 import subprocess
@@ -6,7 +8,10 @@ import sys
 
 import pytest
 
-from components.trainer.device import DeviceDescription, Gpu, cpu_has_bf16
+import components.trainer.device
+from components.trainer.device import DeviceDescription, Gpu, choose_strategy, cpu_has_bf16, describe_devices
+from pipeline import doctor
+from pipeline.cli import main as cli_main
 from pipeline.config import load_config
 from pipeline.run_guard import exclusive_run
 from pipeline.doctor import check_config_against_devices, check_writable
@@ -64,25 +69,98 @@ def test_unwritable_output_and_locked_mlmd_are_errors(tmp_path):
     assert check_writable(config) == []
 
 
-def _doctor(tmp_path, config_text=""):
+def test_a_run_in_progress_is_a_warning_even_while_it_holds_mlmd(tmp_path):
+    config = load_config(output_dir=str(tmp_path / "out"))
+    assert check_writable(config) == []
+    busy = sqlite3.connect(config.metadata_path)
+    busy.execute("CREATE TABLE t (x)")
+    busy.execute("BEGIN EXCLUSIVE")  # the running pipeline in the middle of an MLMD write
+    try:
+        with exclusive_run(config.output_dir):
+            findings = check_writable(config)
+    finally:
+        busy.rollback()
+        busy.close()
+    assert [(f.severity, f.key) for f in findings] == [("warning", "output_dir")], findings
+    assert "a run is in progress" in findings[0].message
+
+
+def _doctor_here(capsys, tmp_path, config_text=""):
+    """Runs `doctor` in this process (so a pinned device description applies). Output: (exit code, stdout)."""
     config = tmp_path / "config.yaml"
     config.write_text(config_text)
-    return subprocess.run([sys.executable, "-m", "pipeline", "doctor", "--config", str(config),
-                           "--output", str(tmp_path / "out")], capture_output=True, text=True, timeout=300,
-                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    capsys.readouterr()
+    code = cli_main(["doctor", "--config", str(config), "--output", str(tmp_path / "out")])
+    return code, capsys.readouterr().out
 
 
-def test_doctor_describes_this_machine_and_passes_with_the_defaults(tmp_path):
-    result = _doctor(tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    out = result.stdout
-    assert "TensorFlow 2.16.2" in out and "GPUs: none visible" in out
-    assert f"CPU bfloat16 (avx512_bf16/amx_bf16): {'yes' if cpu_has_bf16() else 'no'}" in out
-    assert "strategy: one_device (no accelerator: one CPU device)" in out
+def _pin_devices(monkeypatch, device):
+    """Makes the code read `device` wherever it describes this machine (CPU bf16 as this CPU has it)."""
+    pinned = dataclasses.replace(device, cpu_bf16=cpu_has_bf16())
+    monkeypatch.setattr(components.trainer.device, "describe_devices", lambda tf_config=None: pinned)
+    return pinned
+
+
+def test_doctor_describes_the_devices_the_trainer_reads(capsys, tmp_path):
+    device = describe_devices()  # what the Trainer reads on this machine: with or without GPUs
+    code, out = _doctor_here(capsys, tmp_path)
+    assert code == 0, out
+    if device.gpus:
+        for index, gpu in enumerate(device.gpus):
+            assert f"GPU {index}: {gpu.name}, compute capability {gpu.compute_capability}, " in out
+    else:
+        assert "GPUs: none visible" in out
+    strategy = choose_strategy(device)
+    assert f"strategy: {strategy.value} ({strategy.reason})" in out
+    assert f"CPU bfloat16 (avx512_bf16/amx_bf16): {'yes' if device.cpu_bf16 else 'no'}" in out
     assert "XLA: available" in out and "writable" in out and "doctor: 0 error(s)" in out
 
 
-def test_doctor_exits_nonzero_when_the_config_asks_for_a_gpu(tmp_path):
-    result = _doctor(tmp_path, "train:\n  precision: mixed_float16\n")
-    assert result.returncode == 1
-    assert "ERROR: train.precision: mixed_float16 asked for, but no GPU is visible" in result.stdout
+def test_doctor_on_a_described_gpu_machine(monkeypatch, capsys, tmp_path):
+    _pin_devices(monkeypatch, TWO_A100)
+    code, out = _doctor_here(capsys, tmp_path, "train:\n  precision: mixed_float16\n")
+    assert code == 0, out
+    assert "GPU 0: NVIDIA A100-SXM4-40GB, compute capability (8, 0), " in out and "GPU 1: NVIDIA A100" in out
+    assert "strategy: mirrored (2 local GPUs)" in out and "doctor: 0 error(s)" in out
+
+
+def test_doctor_exits_nonzero_when_the_config_asks_for_a_gpu_the_machine_lacks(monkeypatch, capsys, tmp_path):
+    _pin_devices(monkeypatch, CPU_ONLY)
+    code, out = _doctor_here(capsys, tmp_path, "train:\n  precision: mixed_float16\n")
+    assert code == 1
+    assert "GPUs: none visible" in out and "strategy: one_device (no accelerator: one CPU device)" in out
+    assert "ERROR: train.precision: mixed_float16 asked for, but no GPU is visible" in out
+
+
+def test_a_hung_nvidia_smi_is_a_warning_not_a_crash(monkeypatch, capsys, tmp_path):
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "nvidia-smi").write_text("#!/bin/sh\nexec sleep 60\n")  # exec: the timeout kills the sleep itself
+    (fake_bin / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_bin}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(doctor, "NVIDIA_SMI_TIMEOUT_S", 1)
+    _pin_devices(monkeypatch, TWO_A100)
+    memories, finding = doctor.gpu_memory_mb()
+    assert memories == [] and (finding.severity, finding.key) == ("warning", "nvidia-smi")
+    code, out = _doctor_here(capsys, tmp_path)
+    assert code == 0, out
+    assert "WARNING: nvidia-smi: did not answer within 1 s" in out and "memory unknown" in out
+
+
+def test_a_malformed_tf_config_is_an_error_finding_naming_the_variable(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["a:1"')
+    code, out = _doctor_here(capsys, tmp_path)
+    assert code == 1
+    assert "ERROR: TF_CONFIG: TF_CONFIG is not valid JSON" in out and "workers in TF_CONFIG: 1" in out
+
+
+def test_the_doctor_command_runs_in_a_fresh_process(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "pipeline", "doctor", "--output", str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=300,
+                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "TensorFlow 2.16.2" in result.stdout and "strategy: " in result.stdout
+    assert "doctor: 0 error(s)" in result.stdout
+    # Quiet: no C++ log line and no Python warning, which means nothing imports TensorFlow before the command
+    # line has set TF_CPP_MIN_LOG_LEVEL (TensorFlow reads it once, at its first log line).
+    assert result.stderr == "", result.stderr[-3000:]

@@ -1,14 +1,19 @@
 """The real TFX DAG (LocalDagRunner, SQLite MLMD, Beam DirectRunner) on a 3,000-row slice of the taxi data.
 
-Tests run in file order, as production retraining would: a first run on span 1 that blesses and pushes;
-span 2, trained warm-started from that model and evaluated against it; an unchanged re-run served from the
-cache; a shifted span 3 stopped by the drift gate; a span 4 with shuffled labels that must not be blessed.
+Production retraining, one stage per module fixture, each starting from the one before it whichever test asks
+first: a first run on span 1 that blesses and pushes; span 2, trained warm-started from that model and
+evaluated against it; an unchanged re-run served from the cache; a shifted span 3 stopped by the drift gate;
+a span 4 with shuffled labels that must not be blessed. Each stage records what it produced when it ran, so
+tests read their stage's outputs in any order.
 """
+import contextlib
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
@@ -16,7 +21,8 @@ import tensorflow as tf
 
 from components.atomic_pusher.executor import PUSH_INFO_FILE, TFLITE_FILE
 from components.model_export.variants import OUTPUT_TOLERANCE, TFLITE_VARIANTS
-from components.trainer.device import cpu_has_bf16
+from components.trainer.device import (choose_precision, choose_strategy, describe_devices, device_from_json,
+                                       xla_candidates)
 from components.validation_gate.executor import BlockingAnomaliesError
 from pipeline.cli import main as cli_main
 from pipeline.config import load_config
@@ -27,10 +33,33 @@ from span_files import count_outputs, read_span, write_records
 
 pytestmark = pytest.mark.e2e
 
+STEP_OUTPUTS = [("TFRecordIngest", "examples"), ("Trainer", "model_run"), ("Trainer", "model"),
+                ("Fp32BaselineTrainer", "model_run"), ("Fp32BaselineTrainer", "model"),
+                ("PrecisionEvaluator", "evaluation"), ("PrecisionEvaluator", "blessing"),
+                ("ModelExport", "exported_model"), ("ValidationGate", "report")]
+
+
+@dataclass
+class Stage:
+    """What one run left behind, recorded right after it: later stages add newer outputs beside these."""
+    config: object
+    summary: object = None
+    outputs: dict = field(default_factory=dict)  # (node, output key) -> newest output folder after this run
+    facts: dict = field(default_factory=dict)  # whatever else the stage's tests read
+
+
+def _record(config, summary=None, **facts) -> Stage:
+    outputs = {}
+    for node, key in STEP_OUTPUTS:
+        folders = tf.io.gfile.glob(os.path.join(config.pipeline_root, node, key, "*"))
+        if folders:
+            outputs[(node, key)] = max(folders, key=lambda folder: int(os.path.basename(folder)))
+    return Stage(config, summary, outputs, facts)
+
 
 @pytest.fixture(scope="module")
 def data_root(taxi_span_root, tmp_path_factory):
-    """A private copy of the shared span-1 (the last test adds a span to it)."""
+    """A private copy of the shared span-1 (later stages add spans to it)."""
     root = tmp_path_factory.mktemp("e2e-data")
     shutil.copytree(os.path.join(taxi_span_root, "span-1"), root / "span-1")
     return str(root)
@@ -41,22 +70,57 @@ def first_run(data_root, tmp_path_factory):
     output = tmp_path_factory.mktemp("run")
     config = load_config(data_root=data_root, output_dir=str(output), train={"epochs": 3},
                          evaluate={"min_auc": 0.8}, export={"latency_examples": 50})
-    return config, run_local(config)
+    summary = run_local(config)
+    return _record(config, summary, blessing=_newest_mlmd_artifact(config, "ModelBlessing"))
 
 
-def _newest_output(config, node, key):
-    folders = tf.io.gfile.glob(os.path.join(config.pipeline_root, node, key, "*"))
-    assert folders, (node, key)
-    return max(folders, key=lambda folder: int(os.path.basename(folder)))
+@pytest.fixture(scope="module")
+def second_span(first_run, data_root):
+    write_taxi_span(data_root, span=2, max_rows=3000, first_row=3000, num_shards=2)
+    return _record(first_run.config, run_local(first_run.config))
 
 
-def _eval_examples(config):
-    files = tf.io.gfile.glob(os.path.join(_newest_output(config, "TFRecordIngest", "examples"), "Split-eval", "*"))
+@pytest.fixture(scope="module")
+def cached_rerun(second_span, tree_digest):
+    config = second_span.config
+    before = tree_digest(config.push_dir)
+    summary = run_local(config)
+    status = io.StringIO()
+    with contextlib.redirect_stdout(status):
+        status_code = cli_main(["status", "--output", config.output_dir])
+    return _record(config, summary, push_dir_unchanged=tree_digest(config.push_dir) == before, runs=list_runs(config),
+                   status_code=status_code, status_table=status.getvalue().splitlines())
+
+
+@pytest.fixture(scope="module")
+def drift_blocked(cached_rerun, data_root, tree_digest):
+    config = cached_rerun.config
+    _write_shifted_span(os.path.join(data_root, "span-2"), os.path.join(data_root, "span-3"))
+    models_before, pushed_before = count_outputs(config, "Trainer", "model"), tree_digest(config.push_dir)
+    with pytest.raises(BlockingAnomaliesError, match="drifted") as raised:
+        run_local(config)
+    return _record(config, error=str(raised.value), models_added=count_outputs(config, "Trainer", "model") - models_before,
+                   push_dir_unchanged=tree_digest(config.push_dir) == pushed_before, last_run=list_runs(config)[-1])
+
+
+@pytest.fixture(scope="module")
+def degraded_run(drift_blocked, data_root, tree_digest):
+    config = drift_blocked.config
+    # A copy of the accepted span 2 with its labels shuffled: no drift to stop it, meaningless to learn.
+    _write_label_shuffled_span(os.path.join(data_root, "span-2"), os.path.join(data_root, "span-4"))
+    pushed_before, versions = tree_digest(config.push_dir), sorted(os.listdir(config.push_dir))
+    summary = run_local(config)
+    return _record(config, summary, push_dir_unchanged=tree_digest(config.push_dir) == pushed_before,
+                   versions_unchanged=sorted(os.listdir(config.push_dir)) == versions)
+
+
+def _eval_examples(stage):
+    files = tf.io.gfile.glob(os.path.join(stage.outputs[("TFRecordIngest", "examples")], "Split-eval", "*"))
     return [bytes(r) for r in tf.data.TFRecordDataset(files, compression_type="GZIP").as_numpy_iterator()]
 
 
-def _report(config, node, key, name):
-    with open(os.path.join(_newest_output(config, node, key), name)) as handle:
+def _report(stage, node, key, name):
+    with open(os.path.join(stage.outputs[(node, key)], name)) as handle:
         return json.load(handle)
 
 
@@ -68,13 +132,13 @@ def _newest_mlmd_artifact(config, type_name):
 
 
 def test_every_component_runs_and_the_blessed_model_is_pushed(first_run):
-    config, summary = first_run
+    config, summary = first_run.config, first_run.summary
     assert [s.status for s in summary.steps] == ["ran"] * len(summary.steps)
     assert {s.name for s in summary.steps} >= {"TFRecordIngest", "StatisticsGen", "ImportSchemaGen",
                                                "ExampleValidator", "Trainer", "Fp32BaselineTrainer",
                                                "PrecisionEvaluator", "ModelExport", "AtomicPusher"}
     assert summary.metrics["auc"] > 0.8
-    assert summary.metrics["example_count"] == len(_eval_examples(config))
+    assert summary.metrics["example_count"] == len(_eval_examples(first_run))
     assert summary.blessed is True
     assert summary.pushed_to and os.path.dirname(summary.pushed_to) == os.path.abspath(config.push_dir)
     assert tf.saved_model.contains_saved_model(summary.pushed_to)
@@ -82,32 +146,36 @@ def test_every_component_runs_and_the_blessed_model_is_pushed(first_run):
 
 
 def test_training_reports_record_device_choices_and_the_fp32_baseline(first_run):
-    config, summary = first_run
-    report = _report(config, "Trainer", "model_run", "training_report.json")
-    assert report["device"]["gpus"] == [] and report["device"]["num_workers"] == 1
-    # The automatic choices for this machine: one CPU device; on a bf16 CPU, bf16 + XLA or float32 without
-    # XLA, whichever measured faster; float32 without XLA on other CPUs.
-    assert report["strategy"] == "one_device" and report["replicas"] == 1
-    assert (report["precision"], report["xla"]) in (("mixed_bfloat16", True), ("float32", False))
-    if cpu_has_bf16():
+    summary = first_run.summary
+    report = _report(first_run, "Trainer", "model_run", "training_report.json")
+    # The choices follow from the device the Trainer read (this machine, GPUs or not), by the rules in device.py.
+    device = device_from_json(report["device"])
+    assert device == describe_devices() and device.num_workers == 1
+    strategy = choose_strategy(device)
+    assert (report["strategy"], report["strategy_reason"]) == (strategy.value, strategy.reason)
+    assert report["replicas"] == (len(device.gpus) if strategy.value == "mirrored" else 1)
+    # xla: auto: where XLA may gain, both settings are timed and the faster kept, each with its own policy.
+    candidates = xla_candidates(device, "auto")
+    assert (report["precision"], report["xla"]) in {
+        (choose_precision(device, xla=xla == "on").value, xla == "on") for xla in candidates}
+    if len(candidates) == 2:
         assert report["xla_reason"].startswith("measured on in-memory batches")
     else:
-        assert (report["precision"], report["xla"]) == ("float32", False)
+        assert (report["xla"], report["xla_reason"]) == (False, "plain CPU: nothing for XLA to gain")
     # 3 passes over the training split, validated once at the end, with throughput measured.
     assert report["total_steps"] >= 3 * report["train_examples"] / report["global_batch"]
     assert report["steps_run"] == report["total_steps"] and len(report["history"]["val_auc"]) == 1
     assert report["examples_per_second"] > 0 and 0 <= report["input_wait_fraction"] <= 1
     assert report["final_metrics"]["val_auc"] > 0.8
     assert summary.training == report and "examples/s" in summary.render()
-    baseline = _report(config, "Fp32BaselineTrainer", "model_run", "training_report.json")
+    baseline = _report(first_run, "Fp32BaselineTrainer", "model_run", "training_report.json")
     assert (baseline["precision"], baseline["xla"]) == ("float32", False)
     assert baseline["total_steps"] == report["total_steps"]  # the same training, only the numerics differ
 
 
 def test_precision_report_agrees_with_the_blessing(first_run):
-    config, summary = first_run
-    blessing_dir = _newest_output(config, "PrecisionEvaluator", "blessing")
-    report = _report(config, "PrecisionEvaluator", "evaluation", "precision_report.json")
+    blessing_dir = first_run.outputs[("PrecisionEvaluator", "blessing")]
+    report = _report(first_run, "PrecisionEvaluator", "evaluation", "precision_report.json")
     with open(os.path.join(blessing_dir, "precision_report.json")) as handle:
         assert json.load(handle) == report
     # Which model is blessed depends on the numerics the Trainer measured faster here: float32 matches the
@@ -116,10 +184,10 @@ def test_precision_report_agrees_with_the_blessing(first_run):
     assert report["blessed"] is True and chosen in ("candidate", "fp32_baseline")
     assert os.path.exists(os.path.join(blessing_dir, "BLESSED"))
     assert not os.path.exists(os.path.join(blessing_dir, "NOT_BLESSED"))
-    assert report["models"]["candidate"]["uri"] == _newest_output(config, "Trainer", "model")
-    assert report["models"]["fp32_baseline"]["uri"] == _newest_output(config, "Fp32BaselineTrainer", "model")
+    assert report["models"]["candidate"]["uri"] == first_run.outputs[("Trainer", "model")]
+    assert report["models"]["fp32_baseline"]["uri"] == first_run.outputs[("Fp32BaselineTrainer", "model")]
     # The standard ModelBlessing in MLMD says the same, and names the blessed model (TFX's resolver reads this).
-    blessing = _newest_mlmd_artifact(config, "ModelBlessing")
+    blessing = first_run.facts["blessing"]
     assert blessing.uri == blessing_dir and blessing.custom_properties["blessed"].int_value == 1
     assert blessing.custom_properties["current_model_id"].int_value == report["models"][chosen]["id"]
     checks = {(c["gate"], c["model"], c["metric"]): c for c in report["checks"]}
@@ -148,21 +216,23 @@ def test_precision_report_agrees_with_the_blessing(first_run):
 
 
 def test_tflite_variants_match_the_savedmodel_and_the_recommended_one_is_pushed(first_run):
-    config, summary = first_run
-    export_dir = _newest_output(config, "ModelExport", "exported_model")
-    report = _report(config, "ModelExport", "exported_model", "export_report.json")
+    summary = first_run.summary
+    export_dir = first_run.outputs[("ModelExport", "exported_model")]
+    report = _report(first_run, "ModelExport", "exported_model", "export_report.json")
     assert set(report["variants"]) == set(TFLITE_VARIANTS)
     saved_model = tf.saved_model.load(os.path.join(export_dir, "saved_model"))
-    serialized = tf.constant(_eval_examples(config)[:200])
+    serialized = tf.constant(_eval_examples(first_run)[:200])
     import models.taxi as model_module
-    raw = tf.io.parse_example(serialized, model_module.INPUTS)
-    ready = {k: v.numpy() for k, v in saved_model.signatures["preprocess"](**raw).items()}
+    assert report["inputs"] == "raw features" and report["compared_with"] == "serving_raw"
+    raw = {k: v.numpy() for k, v in tf.io.parse_example(serialized, model_module.INPUTS).items()}  # absent -> missing value
     expected = saved_model.signatures["serving_default"](examples=serialized)["probabilities"].numpy().reshape(-1)
+    from ai_edge_litert.interpreter import Interpreter  # LiteRT: no Flex delegate
     for variant, result in report["variants"].items():
         path = os.path.join(export_dir, result["file"])
         assert os.path.getsize(path) == result["size_bytes"]
-        runner = tf.lite.Interpreter(model_path=path).get_signature_runner()
-        got = np.array([runner(**{k: v[i:i + 1] for k, v in ready.items()})["probabilities"].reshape(-1)[0]
+        assert result["non_builtin_ops"] == [] and result["quantized_preprocessing_ops"] == []
+        runner = Interpreter(model_path=path).get_signature_runner()
+        got = np.array([runner(**{k: v[i:i + 1] for k, v in raw.items()})["probabilities"].reshape(-1)[0]
                         for i in range(len(expected))])
         assert np.abs(got - expected).mean() <= OUTPUT_TOLERANCE[variant], variant
         assert result["accepted"] == (result["auc_drop"] <= 0.01 and result["mean_abs_diff"] <= OUTPUT_TOLERANCE[variant])
@@ -184,8 +254,8 @@ def test_tflite_variants_match_the_savedmodel_and_the_recommended_one_is_pushed(
 
 
 def test_pushed_savedmodel_scores_raw_examples(first_run):
-    config, summary = first_run
-    serialized = _eval_examples(config)
+    summary = first_run.summary
+    serialized = _eval_examples(first_run)
     loaded = tf.saved_model.load(summary.pushed_to)
     serve = loaded.signatures["serving_default"]
     probabilities = serve(examples=tf.constant(serialized))["probabilities"].numpy().reshape(-1)
@@ -202,84 +272,61 @@ def test_pushed_savedmodel_scores_raw_examples(first_run):
     assert (positives[:, None] > negatives[None, :]).mean() > 0.8
 
 
-def test_next_span_trains_warm_started_and_is_evaluated_against_the_blessed_model(first_run, data_root):
-    config, first = first_run
+def test_next_span_trains_warm_started_and_is_evaluated_against_the_blessed_model(first_run, second_span):
+    first, summary = first_run.summary, second_span.summary
     blessed = first.evaluation["models"][first.evaluation["chosen_model"]]
-    write_taxi_span(data_root, span=2, max_rows=3000, first_row=3000, num_shards=2)
-
-    summary = run_local(config)
 
     statuses = {s.name: s.status for s in summary.steps}
     assert statuses["ImportSchemaGen"] == "cached" and statuses["TFRecordIngest"] == "ran", statuses
-    ingest = _report(config, "TFRecordIngest", "examples", "ingest_report.json")
+    ingest = _report(second_span, "TFRecordIngest", "examples", "ingest_report.json")
     assert ingest["spans"] == [2] and sum(ingest["counts"].values()) == 3000
-    validation = _report(config, "ValidationGate", "report", "validation_report.json")
+    validation = _report(second_span, "ValidationGate", "report", "validation_report.json")
     assert validation["blocking"] is False and validation["drift"]["previous_span"] == 1
     measured = validation["drift"]["splits"]["train"]
     assert {"fare", "trip_miles", "payment_type", "company"} <= set(measured)
     assert not any(feature["drifted"] for feature in measured.values())
     for node in ("Trainer", "Fp32BaselineTrainer"):  # both start from the first run's blessed model
-        warm = _report(config, node, "model_run", "training_report.json")["warm_start"]
+        warm = _report(second_span, node, "model_run", "training_report.json")["warm_start"]
         assert warm["applied"] is True and warm["base_model"].startswith(blessed["uri"] + os.sep), (node, warm)
     assert summary.evaluation["models"]["production"]["id"] == blessed["id"]
     assert any(check["gate"] == "vs_production" for check in summary.evaluation["checks"])
     assert summary.blessed == (summary.pushed_to is not None)
 
 
-def test_unchanged_rerun_is_served_from_the_cache_and_publishes_nothing(first_run, tree_digest, capsys):
-    config, first = first_run
-    before = tree_digest(config.push_dir)
-
-    summary = run_local(config)
-
+def test_unchanged_rerun_is_served_from_the_cache_and_publishes_nothing(first_run, cached_rerun):
+    summary, runs = cached_rerun.summary, cached_rerun.facts["runs"]
     assert [s.status for s in summary.steps if not s.name.endswith("_resolver")] == ["cached"] * 10, summary.steps
-    assert tree_digest(config.push_dir) == before
-    runs = list_runs(config)
+    assert cached_rerun.facts["push_dir_unchanged"]
     assert [run.spans for run in runs] == ["1", "2", "2"]
     assert runs[-1].outcome == "cached" and (runs[-1].ran, runs[-1].cached) == (0, 10)
     assert runs[0].outcome == "complete" and runs[0].blessing in ("candidate", "fp32_baseline")
-    assert runs[0].pushed_version == os.path.basename(first.pushed_to)
+    assert runs[0].pushed_version == os.path.basename(first_run.summary.pushed_to)
     assert runs[1].auc["production"] is not None and runs[0].auc.get("production") is None
-    assert cli_main(["status", "--output", config.output_dir]) == 0
-    table = capsys.readouterr().out.splitlines()
-    assert len(table) == 4 and "cached" in table[-1] and os.path.basename(first.pushed_to) in table[1]
+    table = cached_rerun.facts["status_table"]
+    assert cached_rerun.facts["status_code"] == 0
+    assert len(table) == 4 and "cached" in table[-1] and os.path.basename(first_run.summary.pushed_to) in table[1]
 
 
-def test_shifted_span_is_stopped_by_the_drift_gate_before_training(first_run, data_root, tree_digest):
-    config, _ = first_run
-    _write_shifted_span(os.path.join(data_root, "span-2"), os.path.join(data_root, "span-3"))
-    models_before = count_outputs(config, "Trainer", "model")
-    before = tree_digest(config.push_dir)
-
-    with pytest.raises(BlockingAnomaliesError, match="drifted") as raised:
-        run_local(config)
-
-    message = str(raised.value)
+def test_shifted_span_is_stopped_by_the_drift_gate_before_training(drift_blocked):
+    message = drift_blocked.facts["error"]
     for feature in ("fare", "trip_miles", "payment_type"):
         assert f"train: {feature}: drift" in message and "vs span 2" in message, message
     assert "company: drift" not in message  # left as it was: not reported
-    assert count_outputs(config, "Trainer", "model") == models_before
-    assert tree_digest(config.push_dir) == before
-    assert list_runs(config)[-1].outcome == "failed at ValidationGate"
+    assert drift_blocked.facts["models_added"] == 0
+    assert drift_blocked.facts["push_dir_unchanged"]
+    assert drift_blocked.facts["last_run"].outcome == "failed at ValidationGate"
 
 
-def test_a_degraded_candidate_is_not_blessed_and_the_pushed_version_is_untouched(first_run, data_root, tree_digest):
-    config, first = first_run
-    # A copy of the accepted span 2 with its labels shuffled: no drift to stop it, meaningless to learn.
-    _write_label_shuffled_span(os.path.join(data_root, "span-2"), os.path.join(data_root, "span-4"))
-    before = tree_digest(config.push_dir)
-    versions = sorted(os.listdir(config.push_dir))
-    summary = run_local(config)
+def test_a_degraded_candidate_is_not_blessed_and_the_pushed_version_is_untouched(degraded_run):
+    summary = degraded_run.summary
     assert summary.blessed is False and summary.pushed_to is None
     report = summary.evaluation
     assert report["blessed"] is False and report["chosen_model"] is None
     failed = {(c["gate"], c["model"]) for c in report["checks"] if not c["passed"]}
     assert ("min_auc", "candidate") in failed  # AUC near chance on meaningless labels
-    blessing_dir = _newest_output(config, "PrecisionEvaluator", "blessing")
-    assert os.path.exists(os.path.join(blessing_dir, "NOT_BLESSED"))
-    assert _report(config, "ModelExport", "exported_model", "export_report.json")["exported"] is False
-    assert sorted(os.listdir(config.push_dir)) == versions
-    assert tree_digest(config.push_dir) == before
+    assert os.path.exists(os.path.join(degraded_run.outputs[("PrecisionEvaluator", "blessing")], "NOT_BLESSED"))
+    assert _report(degraded_run, "ModelExport", "exported_model", "export_report.json")["exported"] is False
+    assert degraded_run.facts["versions_unchanged"] and degraded_run.facts["push_dir_unchanged"]
     assert "candidate not blessed" in summary.render() and "nothing pushed" in summary.render()
 
 

@@ -2,10 +2,12 @@
 
 Every case runs the real command line (`python -m pipeline run`, in process) on the same output directory
 as the production run: it must end with a clear error naming the file, record, feature, step or key at
-fault, a non-zero exit, and the pushed model byte-identical. Tests run in file order; the killed run,
-which may push a new version, comes last.
+fault, a non-zero exit, and the pushed model byte-identical. No test depends on another having run: the
+killed run (which may push a new version beside the production one) is one fixture from start to restart.
 """
+import contextlib
 import glob
+import io
 import os
 import re
 import signal
@@ -21,7 +23,7 @@ from components.trainer.train import BACKUP_METADATA
 from pipeline.cli import main as cli_main
 from pipeline.config import load_config
 from pipeline.run_guard import LOCK_FILE, LOCKED_EXIT_CODE
-from pipeline.run_report import REPORT_FILE
+from pipeline.run_report import NOT_STARTED_PREFIX, REPORT_FILE, REPORTS_DIR
 from span_files import count_outputs, read_span, write_records
 
 pytestmark = pytest.mark.e2e
@@ -61,6 +63,41 @@ def test_config_faults_exit_2_naming_the_key(unchanged_production, capsys, tmp_p
     code, stderr = _run(unchanged_production, unchanged_production.data_root, capsys, str(config_file))
     assert code == 2
     assert re.search(rf"^config error: .*\b{re.escape(key)}\b", stderr, re.MULTILINE), stderr
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("train: {epochs: 3\nevaluate: 1\n", r"bad\.yaml: line 2, column 9: not valid YAML"),  # malformed YAML
+    ("train: {model: models.taxi_typo}\n", r"train\.model: cannot import 'models\.taxi_typo'"),
+    ("train: {model: pipeline.data}\n", r"train\.model: 'pipeline\.data' \(.*\) lacks INPUTS, LABEL_INPUTS"),
+    ("schema_path: /nonexistent/schema.pbtxt\n", r"schema_path: /nonexistent/schema\.pbtxt: cannot be read"),
+], ids=["malformed_yaml", "model_not_importable", "model_without_contract", "schema_missing"])
+def test_malformed_config_and_unusable_references_exit_2_naming_them(unchanged_production, capsys, tmp_path, text,
+                                                                      expected):
+    config_file = tmp_path / "bad.yaml"
+    config_file.write_text(text)
+    runs_before = _execution_count(unchanged_production.config)
+    code, stderr = _run(unchanged_production, unchanged_production.data_root, capsys, str(config_file))
+    assert code == 2
+    assert re.search(rf"^config error: .*{expected}", stderr, re.MULTILINE), stderr
+    assert "Traceback" not in stderr and _execution_count(unchanged_production.config) == runs_before
+
+
+def test_a_run_that_never_started_leaves_every_report_as_it_was(unchanged_production, capsys, tmp_path):
+    reports = os.path.join(unchanged_production.config.output_dir, REPORTS_DIR)
+    before = {name: open(os.path.join(reports, name), "rb").read() for name in os.listdir(reports)}
+    assert before  # at least the production run's page
+
+    code, stderr = _run(unchanged_production, tmp_path / "no-such-data", capsys)  # fails inside create_pipeline
+
+    assert code == 1 and "ingestion error:" in stderr and "does not exist" in stderr, stderr
+    after = set(os.listdir(reports))
+    [own] = after - set(before)
+    assert own.startswith(NOT_STARTED_PREFIX)
+    for name, content in before.items():
+        assert open(os.path.join(reports, name), "rb").read() == content, f"{name} was rewritten"
+    page = open(os.path.join(reports, own)).read()
+    assert "NEVER STARTED: ingestion error:" in page and "This run never started" in page
+    assert open(os.path.join(unchanged_production.config.output_dir, REPORT_FILE)).read() == page
 
 
 # ----------------------------------------------------------------------------------------- TFRecord faults
@@ -223,39 +260,71 @@ def test_nan_loss_stops_training_naming_the_step(unchanged_production, capsys, t
     assert count_outputs(unchanged_production.config, "Trainer", "model") == models_before
 
 
-# ---------------------------------------------------- a run killed midway, and a second run started meanwhile
+# ---------------------------------------- a run killed midway (mid metadata write), and a second run meanwhile
 
 KILLABLE_TRAINING = ("train: {epochs: 20, batch_size: 64, steps_per_execution: 1, input_probe_steps: 0, "
                      "xla: 'off', precision: float32}\n")
 
 
 @pytest.fixture(scope="module")
-def interrupted(production, tmp_path_factory):
-    """Starts `python -m pipeline run` on the production directory with a longer training. After the baseline
-    trainer's first checkpoint it freezes the run (SIGSTOP), tries a second run, then kills the first (SIGKILL)."""
+def interrupted(production, tmp_path_factory, tree_digest):
+    """Starts `python -m pipeline run` on the production directory with a longer training. Once the baseline
+    trainer has written two checkpoints it freezes the run (SIGSTOP), tries a second run, kills the first
+    (SIGKILL) and truncates its last training_metadata.json, as a kill in the middle of writing it would
+    leave it. Then it runs again, as a user would after the kill, and records what that run did."""
     config_file = tmp_path_factory.mktemp("interrupted") / "config.yaml"
     config_file.write_text("evaluate: {min_auc: 0.8}\nexport: {latency_examples: 50}\n" + KILLABLE_TRAINING)
     config = load_config(str(config_file), data_root=production.data_root, output_dir=production.config.output_dir)
-    process = subprocess.Popen([sys.executable, "-m", "pipeline", "run", "--config", str(config_file),
-                                "--data", production.data_root, "--output", config.output_dir],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    command = [sys.executable, "-m", "pipeline", "run", "--config", str(config_file), "--data", production.data_root,
+               "--output", config.output_dir]
     checkpoints = os.path.join(config.pipeline_root, "checkpoints", "Fp32BaselineTrainer", "*", BACKUP_METADATA)
-    deadline = time.monotonic() + 300
-    while not glob.glob(checkpoints):
-        assert process.poll() is None, "the run ended before its first checkpoint"
-        assert time.monotonic() < deadline, "no checkpoint within 300 s"
-        time.sleep(0.05)
-    process.send_signal(signal.SIGSTOP)  # frozen mid-training, still holding the output directory
-    executions_before = _execution_count(config)
-    second = subprocess.run([sys.executable, "-m", "pipeline", "run", "--config", str(config_file),
-                             "--data", production.data_root, "--output", config.output_dir],
-                            capture_output=True, text=True, timeout=300)
-    executions_meanwhile = _execution_count(config)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert glob.glob(checkpoints), "the killed training left no checkpoint"
-    return {"config_file": str(config_file), "config": config, "pid": process.pid, "second": second,
-            "executions": (executions_before, executions_meanwhile)}
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:  # whatever fails here, no stopped process is left holding the output directory
+        deadline = time.monotonic() + 300
+        while not _whole_json(glob.glob(checkpoints + ".bkp")):  # a second checkpoint began: the first is the .bkp pair
+            assert process.poll() is None, "the run ended before its second checkpoint"
+            assert time.monotonic() < deadline, "no second checkpoint within 300 s"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGSTOP)  # frozen mid-training, still holding the output directory
+        executions_before = _execution_count(config)
+        second = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        executions_meanwhile = _execution_count(config)
+    finally:
+        process.kill()  # SIGKILL ends a stopped process too
+        process.wait()
+    [metadata] = glob.glob(checkpoints)
+    with open(metadata) as handle:
+        whole = handle.read()
+    with open(metadata, "w") as handle:
+        handle.write(whole[: len(whole) // 2])
+
+    from ml_metadata.proto import metadata_store_pb2
+    state = metadata_store_pb2.Execution.State
+    left_running = [e.id for e in _store(config).get_executions() if e.last_known_state == state.RUNNING]
+    examples_before = count_outputs(config, "TFRecordIngest", "examples")
+    pushed_before = tree_digest(production.pushed_dir)
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+        code = cli_main(["run", "--config", str(config_file), "--data", production.data_root,
+                         "--output", config.output_dir])
+    reports = sorted(glob.glob(os.path.join(config.pipeline_root, "Fp32BaselineTrainer", "model_run", "*",
+                                            "training_report.json")), key=os.path.getmtime)
+    return {"config": config, "pid": process.pid, "second": second,
+            "executions": (executions_before, executions_meanwhile), "left_running": left_running,
+            "restart": {"code": code, "stderr": stderr.getvalue(), "baseline_report": open(reports[-1]).read(),
+                        "examples_added": count_outputs(config, "TFRecordIngest", "examples") - examples_before,
+                        "pushed_unchanged": tree_digest(production.pushed_dir) == pushed_before}}
+
+
+def _whole_json(paths) -> bool:
+    """True when the one file in `paths` holds complete JSON (Keras copies the weights to .bkp before it)."""
+    import json
+    try:
+        with open(paths[0]) as handle:
+            json.load(handle)
+        return True
+    except (IndexError, OSError, ValueError):
+        return False
 
 
 def _store(config):
@@ -277,29 +346,22 @@ def test_a_second_run_on_the_same_output_is_refused_while_one_runs(interrupted):
     assert meanwhile == before  # the refused run wrote nothing to MLMD
 
 
-def test_a_killed_run_restarts_resumes_training_and_leaves_no_duplicate_or_orphan(
-        interrupted, production, capsys, tree_digest):
+def test_a_run_killed_mid_checkpoint_restarts_resumes_training_and_leaves_no_duplicate_or_orphan(interrupted):
     from ml_metadata.proto import metadata_store_pb2
-    config = interrupted["config"]
+    config, restart = interrupted["config"], interrupted["restart"]
     state = metadata_store_pb2.Execution.State
-    pushed_before = tree_digest(production.pushed_dir)
-    left_running = [e.id for e in _store(config).get_executions() if e.last_known_state == state.RUNNING]
-    assert len(left_running) == 1  # the baseline trainer the kill interrupted
-    examples_before = count_outputs(production.config, "TFRecordIngest", "examples")
+    assert len(interrupted["left_running"]) == 1  # the baseline trainer the kill interrupted
 
-    code, stderr = _run(production, production.data_root, capsys, interrupted["config_file"])
-
-    assert code == 0, stderr
+    assert restart["code"] == 0, restart["stderr"]  # the truncated training metadata did not wedge it
     store = _store(config)
     executions = store.get_executions()
     assert not [e.id for e in executions if e.last_known_state in (state.NEW, state.RUNNING)]
-    assert {e.id: e.last_known_state for e in executions}[left_running[0]] == state.CANCELED
-    # Resumed: the restarted baseline trainer began at its checkpoint.
-    reports = sorted(glob.glob(os.path.join(config.pipeline_root, "Fp32BaselineTrainer", "model_run", "*",
-                                            "training_report.json")), key=os.path.getmtime)
-    assert '"resumed_from_step": 0' not in open(reports[-1]).read()
+    assert {e.id: e.last_known_state for e in executions}[interrupted["left_running"][0]] == state.CANCELED
+    # Resumed: the restarted baseline trainer began at the checkpoint before the torn one, not at step 0.
+    assert '"resumed_from_step": 0' not in restart["baseline_report"]
+    assert '"resumed_from_step"' in restart["baseline_report"]
     # No duplicate: ingestion and validation were reused from the cache, not run again.
-    assert count_outputs(production.config, "TFRecordIngest", "examples") == examples_before
+    assert restart["examples_added"] == 0
     # No orphan: every output folder on disk is an artifact in MLMD, and every artifact's folder exists.
     uris = {os.path.normpath(a.uri) for a in store.get_artifacts()}
     folders = {os.path.normpath(p) for p in glob.glob(os.path.join(config.pipeline_root, "*", "*", "*"))
@@ -307,4 +369,4 @@ def test_a_killed_run_restarts_resumes_training_and_leaves_no_duplicate_or_orpha
     assert folders - uris == set(), "output folders no artifact refers to"
     assert all(os.path.exists(uri) for uri in uris)
     # The model pushed before is byte-identical (a new version, if any, sits beside it).
-    assert tree_digest(production.pushed_dir) == pushed_before
+    assert restart["pushed_unchanged"]
