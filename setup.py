@@ -16,6 +16,7 @@ setup(
         "tensorflow-model-analysis>=0.47,<0.48",
         "ml-metadata>=1.16,<1.17",
         "pyyaml>=6",
+        "ai-edge-litert>=2.3,<2.4",  # LiteRT: ModelExport scores each TFLite variant in the device runtime
     ],
     extras_require={
         "kfp": ["kfp>=2.13,<2.14", "kfp-pipeline-spec>=0.6,<0.7"],

@@ -5,9 +5,10 @@
 For each model: trains it with the Trainer (float32, no XLA) on the bundled taxi data as gzip TFRecords
 (shards 0-2 train, shard 3 eval), then runs the pipeline's own export step (`export_model`, as the
 ModelExport component does): float32, float16, dynamic-range int8 and full int8 (calibrated on 300 training
-examples), each scored in the TFLite interpreter over the eval shard. Prints each variant's file size and
-weight bytes, median single-example invoke() latency (one thread, 1,000 examples) and AUC, and the ratios
-to float32.
+examples), each a device model that takes raw features with the preprocessing inside, scored in LiteRT over
+the eval shard and compared with the SavedModel's serving_raw on the same raw features. Prints each variant's
+file size, weight bytes, median single-example invoke() latency (one thread, 1,000 examples), AUC and the
+mean / max difference from serving_raw, the ratios to float32, and the ops the files use.
 """
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ def main() -> None:
         variants = report["variants"]
         float32 = variants["float32"]
         print(f"\n{model_name}: SavedModel AUC {report['savedmodel']['auc']:.4f} on {report['eval_examples']} eval "
-              f"examples")
+              f"examples; TFLite inputs: {report['inputs']}, scored in {report['runtime']} against "
+              f"{report['compared_with']}")
         print(f"{'variant':<14}{'size (bytes)':>14}{'vs float32':>12}{'weights':>12}{'vs float32':>12}"
               f"{'median µs':>11}{'vs float32':>12}"
               f"{'AUC':>9}{'AUC drop':>10}{'diff mean':>10}{'diff max':>10}  verdict")
@@ -64,6 +66,11 @@ def main() -> None:
                   f"{result['median_latency_us'] / float32['median_latency_us']:>11.2f}x"
                   f"{result['auc']:>9.4f}{result['auc_drop']:>10.4f}{result['mean_abs_diff']:>10.4f}"
                   f"{result['max_abs_diff']:>10.4f}  {verdict}", flush=True)
+        for variant, reason in report["failed_variants"].items():
+            print(f"{variant:<14}not converted: {reason}")
+        for variant, result in variants.items():
+            print(f"  {variant} ops: {', '.join(result['ops'])}; preprocessing constants "
+                  f"{result['preprocessing_bytes']:,} bytes; non-builtin ops: {result['non_builtin_ops'] or 'none'}")
 
 
 if __name__ == "__main__":

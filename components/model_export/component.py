@@ -2,9 +2,11 @@
 
 Consumes: `examples` (train split calibrates full int8; eval split scores every variant), `model` and
 `baseline_model` (the two Trainers' outputs: the blessing says which one is blessed), `blessing`.
-Produces: `exported_model` holding saved_model/, tflite/<variant>.tflite and export_report.json/.md;
-custom properties `exported` (0 when nothing was blessed) and `recommended_tflite`.
-Parameters: `model_module` (parses raw examples), `settings` (JSON: the `export` config section).
+Produces: `exported_model` holding saved_model/, tflite/<variant>.tflite (device models: raw features in,
+the model's preprocessing inside, TFLite builtin ops only) and export_report.json/.md; custom properties
+`exported` (0 when nothing was blessed) and `recommended_tflite`.
+Parameters: `model_module` (parses raw examples; its INPUTS are the device inputs, their defaults the
+missing-value convention), `settings` (JSON: the `export` config section).
 """
 from tfx import types
 from tfx.dsl.components.base import base_component, executor_spec

@@ -1,4 +1,5 @@
-"""ModelExport executor: the blessed model's SavedModel plus the TFLite ladder, each variant re-evaluated."""
+"""ModelExport executor: the blessed model's SavedModel plus the TFLite ladder of device models (raw features
+in, preprocessing inside, builtin ops only), each variant re-evaluated in LiteRT against serving_raw."""
 from __future__ import annotations
 
 import importlib
@@ -21,7 +22,7 @@ from components import artifact_files
 from components.model_export import tflite
 from components.model_export.variants import judge_variants, recommended_variant
 from components.precision_evaluator.blessing import chosen_model, is_blessed
-from components.trainer.export import (MODEL_READY_FILE, PREPROCESS_SIGNATURE, SERVING_SIGNATURE, TRANSFORM_SIGNATURE,
+from components.trainer.export import (MODEL_READY_FILE, PREPROCESSING_FILE, RAW_SIGNATURE, TRANSFORM_SIGNATURE,
                                        model_ready_dir)
 
 SAVED_MODEL_DIR = "saved_model"
@@ -29,6 +30,7 @@ TFLITE_DIR = "tflite"
 REPORT_FILE = "export_report.json"
 REPORT_MARKDOWN = "export_report.md"
 _BATCH = 1024
+INPUTS_DESCRIPTION = "raw features"  # what every TFLite variant takes (the report's "inputs")
 
 
 class Executor(base_executor.BaseExecutor):
@@ -61,41 +63,57 @@ class Executor(base_executor.BaseExecutor):
 
 def export_model(serving_model_dir: str, model_module, train_files: list[str], eval_files: list[str],
                  output_dir: str, settings: dict) -> dict:
-    """Input: a trained model's serving SavedModel (with the model-ready Keras file beside it), the model module,
-    gzip TFRecord files (train: full-int8 calibration; eval: scoring), an output folder and the `export`
-    config section.
+    """Input: a trained model's serving SavedModel (with the preprocessing and model-ready Keras files beside
+    it), the model module, gzip TFRecord files (train: full-int8 calibration; eval: scoring), an output folder
+    and the `export` config section.
 
     Output: the export report; writes <output_dir>/saved_model and <output_dir>/tflite/<variant>.tflite.
+    Every variant takes raw features (model_module.INPUTS, batch size 1) and is scored in LiteRT on every
+    eval record against the SavedModel's serving_raw signature on the same raw features. A variant that
+    cannot be converted with builtin ops only is left out of the ladder and named in "failed_variants".
     """
     artifact_files.copy_tree(serving_model_dir, os.path.join(output_dir, SAVED_MODEL_DIR))
     saved_model = tf.saved_model.load(serving_model_dir)
     eval_split = _score_savedmodel(saved_model, model_module, eval_files)
     reference = tflite.score(eval_split["labels"], eval_split["probabilities"])
-    representative = _model_ready(saved_model, model_module, train_files, settings["representative_examples"])
-    keras_model = keras.saving.load_model(os.path.join(model_ready_dir(serving_model_dir), MODEL_READY_FILE))
-    results = {}
+    representative = raw_features(model_module, train_files, settings["representative_examples"])
+    keras_dir = model_ready_dir(serving_model_dir)
+    preprocessing = keras.saving.load_model(os.path.join(keras_dir, PREPROCESSING_FILE))
+    model = keras.saving.load_model(os.path.join(keras_dir, MODEL_READY_FILE))
+    results, failed = {}, {}
     with tempfile.TemporaryDirectory() as scratch:
-        single_example = tflite.write_single_example_savedmodel(keras_model, os.path.join(scratch, "model"))
+        device_model = tflite.write_device_savedmodel(preprocessing, model, model_module.INPUTS,
+                                                      os.path.join(scratch, "device_model"))
         for variant in settings["tflite_variants"]:
             logging.info("ModelExport: converting and scoring the %s TFLite variant", variant)
-            flatbuffer = tflite.convert(single_example, variant, representative)
+            try:
+                flatbuffer = tflite.convert(device_model, variant, representative)
+            except tflite.ConversionError as error:
+                logging.warning("ModelExport: the %s TFLite variant was not converted: %s", variant, error)
+                failed[variant] = str(error)
+                continue
             relative_path = f"{TFLITE_DIR}/{variant}.tflite"
             artifact_files.write_bytes(os.path.join(output_dir, relative_path), flatbuffer)
-            interpreter = tflite.SingleExampleInterpreter(flatbuffer)
-            probabilities = interpreter.predict(eval_split["model_ready"])
+            interpreter = tflite.DeviceInterpreter(flatbuffer)
+            probabilities = interpreter.predict(eval_split["raw"])
             results[variant] = {
                 **tflite.score(eval_split["labels"], probabilities),
                 "size_bytes": len(flatbuffer),
-                "weight_bytes": tflite.constant_bytes(flatbuffer),
-                "median_latency_us": 1e6 * interpreter.median_latency_seconds(eval_split["model_ready"],
+                **tflite.weight_bytes(flatbuffer),
+                "median_latency_us": 1e6 * interpreter.median_latency_seconds(eval_split["raw"],
                                                                               settings["latency_examples"]),
                 **_differences(probabilities, eval_split["probabilities"]),
+                "ops": tflite.operators(flatbuffer),
+                "non_builtin_ops": tflite.non_builtin_ops(flatbuffer),
+                "quantized_preprocessing_ops": tflite.quantized_preprocessing_ops(flatbuffer),
                 "file": relative_path,
             }
     judged = judge_variants(results, reference["auc"], settings["max_tflite_auc_drop"])
     return {"exported": True, "eval_examples": len(eval_split["labels"]), "savedmodel": reference,
-            "max_tflite_auc_drop": settings["max_tflite_auc_drop"], "variants": judged,
-            "recommended": recommended_variant(judged)}
+            "inputs": INPUTS_DESCRIPTION, "device_inputs": tflite.input_conventions(model_module.INPUTS),
+            "device_output": f"{tflite.OUTPUT_NAME}: float32 [1, 1]", "compared_with": RAW_SIGNATURE,
+            "runtime": tflite.runtime_name(), "max_tflite_auc_drop": settings["max_tflite_auc_drop"],
+            "variants": judged, "failed_variants": failed, "recommended": recommended_variant(judged)}
 
 
 def _differences(probabilities: np.ndarray, reference: np.ndarray) -> dict[str, float]:
@@ -114,29 +132,30 @@ def _records(files: list[str]) -> tf.data.Dataset:
     return tf.data.TFRecordDataset(files, compression_type="GZIP").batch(_BATCH)
 
 
+def _parse_raw(model_module, serialized: tf.Tensor) -> dict[str, tf.Tensor]:
+    """Raw features as a device caller passes them: an absent feature becomes its INPUTS default, which is
+    the missing-value convention of the device model (and what serving_default does with the record)."""
+    return tf.io.parse_example(serialized, model_module.INPUTS)
+
+
 def _score_savedmodel(saved_model, model_module, files: list[str]) -> dict[str, Any]:
-    """The SavedModel's probabilities, the labels and the model-ready features for every record in `files`."""
-    parts: dict[str, list] = {"labels": [], "probabilities": [], "model_ready": []}
+    """For every record in `files`: the label, the raw features and the SavedModel's serving_raw probability."""
+    parts: dict[str, list] = {"labels": [], "probabilities": [], "raw": []}
     for serialized in _records(files):
+        raw = _parse_raw(model_module, serialized)
         parts["labels"].append(saved_model.signatures[TRANSFORM_SIGNATURE](examples=serialized)[
             model_module.LABEL_KEY].numpy().reshape(-1))
-        parts["probabilities"].append(saved_model.signatures[SERVING_SIGNATURE](examples=serialized)[
+        parts["probabilities"].append(saved_model.signatures[RAW_SIGNATURE](**raw)[
             "probabilities"].numpy().reshape(-1))
-        parts["model_ready"].append(_preprocess(saved_model, model_module, serialized))
+        parts["raw"].append({name: tensor.numpy() for name, tensor in raw.items()})
     return {"labels": np.concatenate(parts["labels"]), "probabilities": np.concatenate(parts["probabilities"]),
-            "model_ready": {name: np.concatenate([batch[name] for batch in parts["model_ready"]])
-                            for name in parts["model_ready"][0]}}
+            "raw": {name: np.concatenate([batch[name] for batch in parts["raw"]]) for name in parts["raw"][0]}}
 
 
-def _model_ready(saved_model, model_module, files: list[str], rows: int) -> dict[str, np.ndarray]:
-    """The first `rows` records of `files` as model-ready features (the full-int8 calibration set)."""
+def raw_features(model_module, files: list[str], rows: int) -> dict[str, np.ndarray]:
+    """The first `rows` records of `files` as raw features, name -> array (the full-int8 calibration set)."""
     serialized = next(iter(tf.data.TFRecordDataset(files, compression_type="GZIP").batch(rows)))
-    return _preprocess(saved_model, model_module, serialized)
-
-
-def _preprocess(saved_model, model_module, serialized: tf.Tensor) -> dict[str, np.ndarray]:
-    raw = tf.io.parse_example(serialized, model_module.INPUTS)
-    return {name: tensor.numpy() for name, tensor in saved_model.signatures[PREPROCESS_SIGNATURE](**raw).items()}
+    return {name: tensor.numpy() for name, tensor in _parse_raw(model_module, serialized).items()}
 
 
 def _write_reports(directory: str, report: dict) -> None:
@@ -145,7 +164,7 @@ def _write_reports(directory: str, report: dict) -> None:
 
 
 def render_markdown(report: dict) -> str:
-    """The export report as a Markdown table: one row per TFLite variant."""
+    """The export report as Markdown: the device model's inputs, then one row per TFLite variant."""
     if not report["exported"]:
         return f"# Export\n\nNot exported: {report['reason']}.\n"
     reference = report["savedmodel"]
@@ -154,9 +173,19 @@ def render_markdown(report: dict) -> str:
     lines = ["# Export", "",
              f"SavedModel on {report['eval_examples']} eval examples: AUC {reference['auc']:.4f}, "
              f"accuracy {reference['binary_accuracy']:.4f}.", "",
-             "| variant | AUC | AUC drop | accuracy | size (bytes) | size vs float32 | weights vs float32 | median latency (µs) | "
-             "latency vs float32 | output diff mean / max | verdict |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             f"TFLite inputs: {report.get('inputs', 'model-ready tensors')}, one example per call (shape [1] each); "
+             f"output {report.get('device_output', 'probabilities')}. Each variant was scored in "
+             f"{report.get('runtime', 'the TFLite interpreter')} on every eval record and compared with the "
+             f"SavedModel's {report.get('compared_with', 'output')} on the same raw features.", ""]
+    if report.get("device_inputs"):
+        lines += ["| input | dtype | pass when the trip lacks it |", "| --- | --- | --- |"]
+        lines += [f"| {item['name']} | {item['dtype']} | "
+                  f"{'(required)' if item['missing_value'] is None else repr(item['missing_value'])} |"
+                  for item in report["device_inputs"]]
+        lines.append("")
+    lines += ["| variant | AUC | AUC drop | accuracy | size (bytes) | size vs float32 | weights vs float32 | "
+              "median latency (µs) | latency vs float32 | output diff mean / max | verdict |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for variant, result in variants.items():
         size_ratio = f"{result['size_bytes'] / float32['size_bytes']:.2f}x" if float32 else "n/a"
         weight_ratio = f"{result['weight_bytes'] / float32['weight_bytes']:.2f}x" if float32 else "n/a"
@@ -166,5 +195,10 @@ def render_markdown(report: dict) -> str:
         lines.append(f"| {variant} | {result['auc']:.4f} | {result['auc_drop']:.4f} | {result['binary_accuracy']:.4f} "
                      f"| {result['size_bytes']:,} | {size_ratio} | {weight_ratio} | {result['median_latency_us']:.1f} | {latency_ratio} "
                      f"| {result['mean_abs_diff']:.2g} / {result['max_abs_diff']:.2g} | {verdict} |")
-    lines += ["", f"Recommended for devices: {report['recommended'] or 'none (every variant was rejected)'}.", ""]
+    for variant, reason in report.get("failed_variants", {}).items():
+        lines.append(f"| {variant} | | | | | | | | | | not converted: {reason} |")
+    lines += ["", f"Recommended for devices: {report['recommended'] or 'none (no variant was accepted)'}.", ""]
+    ops = sorted({op for result in variants.values() for op in result.get("ops", [])})
+    if ops:
+        lines += [f"Ops (TFLite builtins, no Flex): {', '.join(ops)}.", ""]
     return "\n".join(lines)

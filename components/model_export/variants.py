@@ -1,10 +1,13 @@
 """The TFLite ladder and the pure rules that accept, reject and recommend its variants (no TensorFlow here).
 
-Variants, from the TensorFlow post-training quantization guide:
+Variants, from the TensorFlow post-training quantization guide; each takes raw features and carries the
+preprocessing, which stays exact in all of them:
   float32       plain conversion, the reference for size and latency
   float16       weights stored as float16
   dynamic_int8  weights int8, activations quantized on the fly
-  full_int8     weights and activations int8, calibrated on a representative dataset (float in and out)
+  full_int8     the model core's weights and activations int8, calibrated on a representative dataset;
+                preprocessing in its own types (float32 normalization, integer lookups and bins), raw inputs
+                and the float output as they are
 """
 from __future__ import annotations
 
@@ -21,7 +24,9 @@ def judge_variants(results: dict[str, dict], reference_auc: float, max_auc_drop:
     """Input: variant -> {"auc", "size_bytes", "mean_abs_diff", ...}, the SavedModel's AUC, the allowed drop.
 
     Output: the same dicts with "auc_drop", "accepted", "reasons" (why a variant was rejected) and
-    "recommended" (True for the smallest accepted file, False for the rest).
+    "recommended" (True for the smallest accepted file, False for the rest). A variant that holds an op
+    outside TFLite's builtins ("non_builtin_ops", e.g. Flex) or computes preprocessing in a quantized type
+    ("quantized_preprocessing_ops") is rejected whatever its AUC.
     """
     judged = {}
     for variant, result in results.items():
@@ -33,6 +38,10 @@ def judge_variants(results: dict[str, dict], reference_auc: float, max_auc_drop:
         if result["mean_abs_diff"] > OUTPUT_TOLERANCE[variant]:
             reasons.append(f"outputs differ from the SavedModel's by {result['mean_abs_diff']:.4g} on average "
                            f"(tolerance {OUTPUT_TOLERANCE[variant]})")
+        if result.get("non_builtin_ops"):
+            reasons.append(f"needs ops outside TFLite's builtins: {', '.join(result['non_builtin_ops'])}")
+        if result.get("quantized_preprocessing_ops"):
+            reasons.append(f"preprocessing quantized: {', '.join(result['quantized_preprocessing_ops'][:3])}")
         judged[variant] = {**result, "auc_drop": auc_drop, "output_tolerance": OUTPUT_TOLERANCE[variant],
                            "accepted": not reasons, "reasons": reasons, "recommended": False}
     accepted = [variant for variant, result in judged.items() if result["accepted"]]

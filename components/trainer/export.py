@@ -1,5 +1,6 @@
 """Exports preprocessing + trained model as one SavedModel whose signatures take and return float32, and
-the model alone (model-ready inputs) and the preprocessing as Keras files (TFLite conversion, warm start).
+the model alone (model-ready inputs) and the fitted preprocessing as Keras files: ModelExport traces the
+two together into the device model (raw features in, TFLite), and a later training warm-starts from them.
 
 The trained model may compute in float16/bfloat16; its variables are float32. Export rebuilds the model
 under the float32 policy and copies the weights, so the serving graph holds no half-precision op and runs
@@ -17,7 +18,7 @@ SERVING_SIGNATURE = "serving_default"  # serialized tf.Example -> probabilities
 RAW_SIGNATURE = "serving_raw"  # one tensor per raw feature -> probabilities
 TRANSFORM_SIGNATURE = "transform_features"  # serialized tf.Example -> label (TFMA derives labels with it)
 PREPROCESS_SIGNATURE = "preprocess"  # one tensor per raw feature -> model-ready tensors (host side)
-MODEL_READY_DIR = "Format-Keras"  # beside the serving SavedModel: the model alone, model-ready tensors in
+MODEL_READY_DIR = "Format-Keras"  # beside the serving SavedModel: the model and its preprocessing as Keras files
 MODEL_READY_FILE = "model_ready.keras"
 PREPROCESSING_FILE = "preprocessing.keras"  # beside it: the fitted preprocessing (a later warm start reuses it)
 
@@ -71,9 +72,9 @@ def export_serving_model(model_module, preprocessing: keras.Model, model: keras.
 
 
 def _export_keras_files(preprocessing: keras.Model, model: keras.Model, export_dir: str) -> None:
-    """Saves the model alone (model-ready inputs, no lookup tables, which TFLite's builtin ops cannot run)
-    as a Keras file, so the TFLite export can trace it at the input shape devices use; and the fitted
-    preprocessing, so a later training can warm-start from this model."""
+    """Saves the model alone (model-ready inputs) and the fitted preprocessing as Keras files: the TFLite
+    export traces preprocessing + model at the input shape devices use (one raw example, the same
+    computation as serving_raw), and a later training can warm-start from this model."""
     fileio.makedirs(export_dir)
     model.save(os.path.join(export_dir, MODEL_READY_FILE))
     preprocessing.save(os.path.join(export_dir, PREPROCESSING_FILE))

@@ -41,7 +41,10 @@ def load_warm_start(model_module, base_serving_dir: str | None, enabled: bool) -
         weights = keras.models.load_model(os.path.join(folder, MODEL_READY_FILE)).get_weights()
     except (OSError, ValueError, TypeError) as error:
         return _skipped(base_serving_dir, f"the base model in {folder} cannot be loaded ({error})")
-    expected = [weight.shape for weight in _float32_model(model_module, preprocessing).get_weights()]
+    try:  # a base from older model code (other preprocessing layers) does not fit what this code builds
+        expected = [weight.shape for weight in _float32_model(model_module, preprocessing).get_weights()]
+    except (ValueError, KeyError, TypeError) as error:
+        return _skipped(base_serving_dir, f"the base model does not fit the model this code builds ({error})")
     if expected != [weight.shape for weight in weights]:
         return _skipped(base_serving_dir, "the base model's weights do not fit the model this code builds")
     return WarmStart(base_serving_dir, preprocessing, weights)

@@ -21,3 +21,16 @@ def test_outputs_beyond_a_variants_tolerance_reject_it():
                             reference_auc=0.95, max_auc_drop=0.01)
     assert not judged["float16"]["accepted"] and "outputs differ" in judged["float16"]["reasons"][0]
     assert recommended_variant(judged) is None
+
+
+def test_a_variant_with_a_flex_op_or_quantized_preprocessing_is_rejected_whatever_its_auc():
+    flex = {"non_builtin_ops": ["custom:FlexStringToHashBucketFast"]}
+    quantized = {"quantized_preprocessing_ops": ["LOG -> raw_preprocessing/fare_log/Log1p"]}
+    clean = {"non_builtin_ops": [], "quantized_preprocessing_ops": []}
+    judged = judge_variants({"float32": {**_result(0.95, 1000), **flex},
+                             "full_int8": {**_result(0.95, 250, diff=0.004), **quantized},
+                             "float16": {**_result(0.95, 500), **clean}},
+                            reference_auc=0.95, max_auc_drop=0.01)
+    assert "outside TFLite's builtins: custom:FlexStringToHashBucketFast" in judged["float32"]["reasons"][0]
+    assert "preprocessing quantized: LOG" in judged["full_int8"]["reasons"][0]
+    assert recommended_variant(judged) == "float16"

@@ -1,0 +1,252 @@
+"""The device model: every TFLite variant takes raw features, carries the model's preprocessing, uses builtin
+ops only and runs in LiteRT (`ai-edge-litert`, no Flex delegate) in a process without TensorFlow, scoring
+what the SavedModel's serving_raw scores; absent features follow the documented convention."""
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import models.taxi as taxi
+from components.model_export import tflite
+from components.model_export.executor import export_model, raw_features, render_markdown
+from components.model_export.variants import OUTPUT_TOLERANCE, TFLITE_VARIANTS
+from components.trainer.train import TrainingJob, train
+from pipeline.config import load_config
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def exported(taxi_span_root, tmp_path_factory):
+    """A float32 taxi model trained briefly on shard 0 and put through ModelExport's export step (eval: shard 1).
+    Output: (report, export folder, serving SavedModel folder, eval file)."""
+    root = tmp_path_factory.mktemp("device-model")
+    shards = sorted(tf.io.gfile.glob(os.path.join(taxi_span_root, "span-1", "*.gz")))
+    settings = dataclasses.asdict(load_config(train={"batch_size": 64, "epochs": 3, "input_probe_steps": 0,
+                                                     "precision": "float32", "xla": "off"}).train)
+    serving = str(root / "model" / "Format-Serving")
+    train(TrainingJob(settings=settings, train_files=[shards[0]], eval_files=[shards[1]], serving_model_dir=serving,
+                      run_dir=str(root / "run"), checkpoint_dir=str(root / "checkpoints")))
+    export = dataclasses.asdict(load_config(export={"latency_examples": 50}).export)
+    report = export_model(serving, taxi, [shards[0]], [shards[1]], str(root / "export"), export)
+    return report, str(root / "export"), serving, shards[1]
+
+
+def _serving_raw(serving_dir: str, features: dict[str, np.ndarray]) -> np.ndarray:
+    signature = tf.saved_model.load(serving_dir).signatures["serving_raw"]
+    outputs = signature(**{name: tf.constant(values) for name, values in features.items()})
+    return outputs["probabilities"].numpy().reshape(-1)
+
+
+LITERT_ONLY = textwrap.dedent("""
+    # Runs in a fresh process that never imports TensorFlow: only LiteRT (which has no Flex delegate) and NumPy.
+    import json, sys
+    import numpy as np
+    from ai_edge_litert.interpreter import Interpreter
+    features = dict(np.load(sys.argv[1]))
+    result = {}
+    for path in sys.argv[2:]:
+        runner = Interpreter(model_path=path, num_threads=1).get_signature_runner("serving_default")
+        inputs = runner.get_input_details()
+        rows = len(features[next(iter(inputs))])
+        probabilities = [float(runner(**{name: features[name][i:i + 1] for name in inputs})["probabilities"][0, 0])
+                         for i in range(rows)]
+        result[path] = {"inputs": {name: [d["dtype"].__name__, d["shape"].tolist()] for name, d in inputs.items()},
+                        "probabilities": probabilities}
+    result["tensorflow_imported"] = "tensorflow" in sys.modules
+    print(json.dumps(result))
+""")
+
+
+def test_every_variant_takes_raw_features_and_runs_in_litert_without_tensorflow(exported, tmp_path):
+    report, export_dir, serving, eval_file = exported
+    assert set(report["variants"]) == set(TFLITE_VARIANTS) and not report["failed_variants"]
+    raw = raw_features(taxi, [eval_file], 400)
+    features = tmp_path / "raw.npz"  # strings as fixed-width bytes: what an app's byte strings are
+    np.savez(features, **{name: values.astype(np.bytes_) if values.dtype == object else values
+                          for name, values in raw.items()})
+    paths = [os.path.join(export_dir, result["file"]) for result in report["variants"].values()]
+    run = subprocess.run([sys.executable, "-c", LITERT_ONLY, str(features), *paths], capture_output=True, text=True,
+                         cwd=PROJECT_ROOT, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    litert = json.loads(run.stdout.strip().splitlines()[-1])
+    assert litert.pop("tensorflow_imported") is False
+    expected = _serving_raw(serving, raw)
+    dtypes = {tf.float32: "float32", tf.int64: "int64", tf.string: "bytes_"}
+    for variant, path in zip(report["variants"], paths):
+        # One input per raw feature, under its own name and dtype (strings as strings), one example per call.
+        assert litert[path]["inputs"] == {name: [dtypes[spec.dtype], [1]] for name, spec in taxi.INPUTS.items()}
+        difference = np.abs(np.array(litert[path]["probabilities"]) - expected)
+        assert difference.mean() <= OUTPUT_TOLERANCE[variant], variant
+        if variant == "float32":
+            assert difference.max() < 1e-5  # the same computation: log(1 + x) for log1p(x) is the only difference
+
+
+def test_the_ladder_is_scored_in_litert_against_serving_raw_on_the_whole_eval_split(exported):
+    report, export_dir, _, eval_file = exported
+    records = sum(1 for _ in tf.data.TFRecordDataset(eval_file, compression_type="GZIP"))
+    assert report["eval_examples"] == records
+    assert report["inputs"] == "raw features" and report["compared_with"] == "serving_raw"
+    assert report["runtime"].startswith("LiteRT (ai-edge-litert ")
+    for variant, result in report["variants"].items():
+        assert result["auc_drop"] <= report["max_tflite_auc_drop"], variant
+        assert 0 <= result["mean_abs_diff"] <= result["max_abs_diff"] <= 1
+        assert result["median_latency_us"] > 0 and result["size_bytes"] == os.path.getsize(
+            os.path.join(export_dir, result["file"]))
+    markdown = render_markdown(report)
+    assert "TFLite inputs: raw features" in markdown and "| company | string | '' |" in markdown
+
+
+def test_no_variant_holds_a_flex_or_custom_op_and_full_int8_quantizes_the_core_only(exported):
+    report, export_dir, _, _ = exported
+    for variant, result in report["variants"].items():
+        flatbuffer = open(os.path.join(export_dir, result["file"]), "rb").read()
+        ops = tflite.operators(flatbuffer)
+        assert ops == result["ops"] and not [op for op in ops if op.startswith("custom:") or "Flex" in op], variant
+        assert {"EQUAL", "BUCKETIZE", "LOG"} <= set(ops), variant  # the preprocessing is inside the file
+        assert tflite.quantized_preprocessing_ops(flatbuffer) == [], variant
+        # No op outputs a string: such a tensor is dynamically sized and would keep XNNPACK off the whole graph.
+        interpreter = tf.lite.Interpreter(model_content=flatbuffer)
+        dtypes = {detail["index"]: detail["dtype"] for detail in interpreter.get_tensor_details()}
+        assert not [op["op_name"] for op in interpreter._get_ops_details()
+                    if any(dtypes[i] == np.bytes_ for i in op["outputs"])], variant
+    weights = {variant: result["weight_bytes"] for variant, result in report["variants"].items()}
+    assert weights["float16"] <= 0.55 * weights["float32"]
+    assert weights["dynamic_int8"] <= 0.4 * weights["float32"]
+    assert weights["full_int8"] <= 0.3 * weights["float32"]
+    assert "QUANTIZE" in report["variants"]["full_int8"]["ops"]  # float normalization in, int8 core after it
+    # The preprocessing's constants (vocabularies, normalization) are not weights: none is quantized to int8.
+    preprocessing = {variant: result["preprocessing_bytes"] for variant, result in report["variants"].items()}
+    assert preprocessing["dynamic_int8"] == preprocessing["full_int8"] == preprocessing["float32"] > 0
+
+
+def _example_features(serialized: bytes, conventions: list[dict]) -> dict[str, np.ndarray]:
+    """A device caller's inputs for one tf.Example: each feature's value, or the documented missing value."""
+    example = tf.train.Example.FromString(serialized)
+    features = {}
+    for item in conventions:
+        feature = example.features.feature.get(item["name"])
+        kind = feature.WhichOneof("kind") if feature is not None else None
+        values = list(getattr(feature, kind).value) if kind else []
+        value = values[0] if values else item["missing_value"]
+        dtype = {"float32": np.float32, "int64": np.int64, "string": np.bytes_}[item["dtype"]]
+        features[item["name"]] = np.array([value.encode() if isinstance(value, str) else value], dtype=dtype)
+    return features
+
+
+def test_absent_features_take_the_documented_value_and_score_as_in_the_savedmodel(exported):
+    report, export_dir, serving, eval_file = exported
+    conventions = report["device_inputs"]
+    assert [item["name"] for item in conventions] == list(taxi.INPUTS)
+    missing = {item["name"]: item["missing_value"] for item in conventions}
+    assert missing["company"] == "" and missing["trip_start_hour"] == -1 and missing["fare"] == 0.0
+    assert {item["dtype"] for item in conventions} == {"float32", "int64", "string"}
+    # Records that lack features (about a third lack `company`), scored from the tf.Example with the feature
+    # absent by the SavedModel, and by each device variant with the documented value passed in its place.
+    records = [r.numpy() for r in tf.data.TFRecordDataset(eval_file, compression_type="GZIP")]
+    present = [set(tf.train.Example.FromString(r).features.feature) for r in records]
+    lacking = [r for r, names in zip(records, present) if "company" not in names][:60]
+    lacking += [r for r, names in zip(records, present) if "dropoff_census_tract" not in names][:20]
+    assert len(lacking) >= 60
+    expected = tf.saved_model.load(serving).signatures["serving_default"](examples=tf.constant(lacking))[
+        "probabilities"].numpy().reshape(-1)
+    from ai_edge_litert.interpreter import Interpreter
+    for variant, result in report["variants"].items():
+        runner = Interpreter(model_path=os.path.join(export_dir, result["file"])).get_signature_runner()
+        got = np.array([runner(**_example_features(r, conventions))["probabilities"].reshape(-1)[0] for r in lacking])
+        assert np.abs(got - expected).mean() <= OUTPUT_TOLERANCE[variant], variant
+        if variant == "float32":
+            assert np.abs(got - expected).max() < 1e-5
+
+
+def _last_preprocessing_tensor(interpreter, feature: str) -> int:
+    """Index of the last tensor the preprocessing computes for `feature` in its exact type (float32 or an
+    integer): the model-ready value the model core receives (full int8: the input of its QUANTIZE op)."""
+    tensors = {detail["index"]: detail for detail in interpreter.get_tensor_details()}
+    found = None
+    for op in interpreter._get_ops_details():  # in execution order
+        for index in op["outputs"]:
+            detail = tensors[index]
+            if (f"{tflite.PREPROCESSING_SCOPE}/" in detail["name"] and f"/{feature}_" in detail["name"]
+                    and detail["dtype"] in (np.float32, np.int32, np.int64)):
+                found = index
+    assert found is not None, feature
+    return found
+
+
+def test_preprocessing_inside_every_variant_computes_exactly_the_savedmodels_preprocess(exported):
+    """In each shipped file, the values the preprocessing hands to the model core are the SavedModel's
+    `preprocess` outputs: the same indices and bins, the same normalized numbers (log(1 + x) for log1p(x)
+    aside), full int8 and float16 included."""
+    report, export_dir, serving, eval_file = exported
+    raw = raw_features(taxi, [eval_file], 200)
+    expected = {name: tensor.numpy() for name, tensor in tf.saved_model.load(serving).signatures["preprocess"](
+        **{name: tf.constant(values) for name, values in raw.items()}).items()}
+    for variant, result in report["variants"].items():
+        interpreter = tf.lite.Interpreter(model_path=os.path.join(export_dir, result["file"]),
+                                          experimental_preserve_all_tensors=True)
+        interpreter.allocate_tensors()
+        runner = interpreter.get_signature_runner()
+        inputs = {name: detail["index"] for name, detail in runner.get_input_details().items()}
+        del runner
+        last = {name: _last_preprocessing_tensor(interpreter, name) for name in expected}
+        got = {name: [] for name in expected}
+        for row in range(len(raw["fare"])):
+            for name, index in inputs.items():
+                interpreter.set_tensor(index, raw[name][row:row + 1])
+            interpreter.invoke()
+            for name, index in last.items():
+                got[name].append(interpreter.get_tensor(index).reshape(-1)[0])
+        for name, values in expected.items():
+            if values.dtype.kind == "f":
+                assert np.abs(np.array(got[name], np.float32) - values).max() < 1e-5, (variant, name)
+            else:
+                assert np.array_equal(np.array(got[name], np.int64), values.astype(np.int64)), (variant, name)
+
+
+def test_a_preprocessing_layer_without_builtin_kernels_is_named_and_not_shipped(tmp_path):
+    inputs = {"tract": keras.Input(shape=(), name="tract", dtype="int64")}
+    hashed = keras.layers.Hashing(16, name="tract_hash")(inputs["tract"])
+    preprocessing = keras.Model(inputs, {"tract": hashed})
+    ready = {"tract": keras.Input(shape=(), name="tract", dtype="int64")}
+    model = keras.Model(ready, keras.layers.Dense(1, activation="sigmoid")(
+        keras.layers.Reshape((4,))(keras.layers.Embedding(16, 4)(ready["tract"]))))
+    saved = tflite.write_device_savedmodel(preprocessing, model, {"tract": tf.io.FixedLenFeature([], tf.int64, -1)},
+                                           str(tmp_path / "device"))
+    with pytest.raises(tflite.ConversionError, match="StringToHashBucketFast") as error:
+        tflite.convert(saved, "float32")
+    assert "device-safe" in str(error.value)
+
+
+def test_vocabulary_gives_keras_lookup_indices_and_survives_saving(tmp_path):
+    tracts = np.array([17031081500, 17031839100, -1, 17031081500, 17031320100, -1, 17031081500], np.int64)
+    layer = taxi.Vocabulary.adapted(tracts, 500, name="tract_lookup")
+    assert layer.vocabulary == [17031081500, -1, 17031320100, 17031839100]  # by frequency, then value
+    queries = np.array([17031081500, -1, 17031839100, 17031839101, 0], np.int64)
+    lookup = keras.layers.IntegerLookup(vocabulary=layer.vocabulary)
+    assert np.array_equal(layer(queries).numpy(), lookup(queries).numpy())
+    payments = np.array([b"Cash", b"Credit Card", b"Cash", b""], dtype=object)
+    strings = taxi.Vocabulary.adapted(payments, 10, name="pay_lookup")
+    assert strings.vocabulary == ["Cash", "", "Credit Card"]
+    words = tf.constant(["Cash", "", "Credit Card", "Dispute"])
+    string_lookup = keras.layers.StringLookup(vocabulary=strings.vocabulary)
+    assert np.array_equal(strings(words).numpy(), string_lookup(words).numpy())
+    inputs = keras.Input(shape=(), dtype="string", name="pay")
+    saved = tmp_path / "vocabulary.keras"
+    keras.Model(inputs, strings(inputs)).save(saved)
+    assert np.array_equal(keras.saving.load_model(saved)(words).numpy(), strings(words).numpy())
+
+
+def test_standardize_constants_are_exact_in_half_precision():
+    layer = taxi.Standardize.fitted(np.log1p(np.array([3.25, 6.05, 12.5, 40.0, 5.85])), name="fare_norm")
+    for constant in (layer.mean, layer.scale):
+        assert float(np.float32(np.float16(constant))) == float(np.float32(constant))
+    values = layer(np.log1p(np.array([3.25, 6.05, 12.5, 40.0, 5.85], np.float32))).numpy()
+    assert abs(values.mean()) < 0.01 and abs(values.std() - 1) < 0.01
