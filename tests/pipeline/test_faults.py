@@ -370,3 +370,40 @@ def test_a_run_killed_mid_checkpoint_restarts_resumes_training_and_leaves_no_dup
     assert all(os.path.exists(uri) for uri in uris)
     # The model pushed before is byte-identical (a new version, if any, sits beside it).
     assert restart["pushed_unchanged"]
+
+
+def _push_after_barrier(barrier, files, push_dir, results):
+    from components.atomic_pusher.publish import publish
+
+    barrier.wait()
+    results.put(publish(files, push_dir))
+
+
+def test_concurrent_pushers_to_a_production_serving_dir_each_publish_a_whole_version(production, tmp_path,
+                                                                                       tree_digest):
+    """Two pushes of the production model race for one serving directory (a copy of production's): each
+    publishes a whole, distinct version, and the version already served stays byte-identical."""
+    import multiprocessing
+    import shutil
+
+    from components.atomic_pusher.publish import versions
+
+    serving = tmp_path / "serving"
+    shutil.copytree(production.config.push_dir, serving)
+    served = serving / os.path.basename(production.pushed_dir)
+    before = tree_digest(served)
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(2), context.Queue()
+    files = {name: os.path.join(production.pushed_dir, name) for name in os.listdir(production.pushed_dir)}
+    pushers = [context.Process(target=_push_after_barrier, args=(barrier, files, str(serving), results))
+               for _ in range(2)]
+    for pusher in pushers:
+        pusher.start()
+    for pusher in pushers:
+        pusher.join(timeout=300)
+        assert pusher.exitcode == 0
+    published = sorted(results.get(timeout=5) for _ in pushers)
+    assert len(set(published)) == 2 and len(versions(str(serving))) == 3
+    assert tree_digest(served) == before
+    assert {tree_digest(path) for path in published} == {tree_digest(production.pushed_dir)}  # whole copies
+    assert not [name for name in os.listdir(serving) if name.startswith(".")]  # no staging left behind
