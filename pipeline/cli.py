@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     compile_.add_argument("--output", required=True, help="pipeline spec JSON to write")
     compile_.add_argument("--config", help="YAML file of config overrides (see pipeline/config.py)")
     compile_.add_argument("--data", help="data root as the steps see it (URI or absolute path)")
-    compile_.add_argument("--serving-dir", help="push directory as the pusher's pod sees it (absolute path)")
+    compile_.add_argument("--serving-dir", help="push directory as the pusher's pod sees it (absolute path or gs:// / s3:// URI)")
     compile_.add_argument("--verbose", action="store_true")
 
     args = parser.parse_args(argv)
