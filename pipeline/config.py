@@ -49,7 +49,8 @@ class TrainConfig:
     xla: str = "auto"  # auto (on for GPUs, TPUs and bf16 CPUs, when the model compiles) | on | off
     gpu_memory_growth: bool = True
     gpu_memory_limit_mb: int = 0  # per GPU; 0 = no limit
-    checkpoint_every_steps: int = 0  # 0 = once per pass over the data
+    checkpoint_every_steps: int = 0  # training interval, a checkpoint at its end; 0 = one pass over the data
+    checkpoint_min_seconds: float = 30.0  # skip an interval's checkpoint until this long after the last one
     input_probe_steps: int = 200  # steps on in-memory batches to measure input wait; 0 = skip
     profile_from_step: int = 10  # TensorBoard profiler trace window start...
     profile_steps: int = 0  # ...and length in steps; 0 = no trace
@@ -147,6 +148,7 @@ _RULES = {
     "train.gpu_memory_limit_mb": (lambda v: v >= 0, "must not be negative"),
     "train.checkpoint_every_steps": (lambda v: v >= 0, "must not be negative"),
     "train.input_probe_steps": (lambda v: v >= 0, "must not be negative"),
+    "train.checkpoint_min_seconds": (lambda v: v >= 0, "must not be negative"),
     "train.profile_from_step": (lambda v: v >= 1, "must be at least 1"),
     "train.profile_steps": (lambda v: v >= 0, "must not be negative"),
     "evaluate.min_auc": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),

@@ -78,7 +78,8 @@ def create_pipeline(config: PipelineConfig, pipeline_root: str | None = None,
     checkpoint_root = os.path.join(pipeline_root, "checkpoints")
     trainer = _trainer(config, ingest, schema_gen, base_model, "Trainer", checkpoint_root, vertex_training)
     baseline_trainer = _trainer(config, ingest, schema_gen, base_model, FP32_BASELINE_TRAINER, checkpoint_root,
-                                vertex_training, precision="float32", xla="off")
+                                vertex_training, precision="float32", xla="off",
+                                input_probe_steps=0)  # the reference: its input wait is not what we tune
     for node in (trainer, baseline_trainer):
         node.add_upstream_node(validation_gate)  # blocking anomalies and drift stop the run before any training
     model_module = importlib.import_module(config.train.model)

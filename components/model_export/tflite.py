@@ -15,6 +15,7 @@ by name, so normalization runs in float32 and the core's first op quantizes its 
 """
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import re
 import statistics
@@ -141,7 +142,9 @@ def _calibration_value(value: bytes) -> np.ndarray:
     return np.array([value], dtype=np.bytes_)
 
 
+@functools.lru_cache(maxsize=8)  # the report asks several questions of each variant's file
 def _model(flatbuffer: bytes):
+    """The parsed flatbuffer (TFLite's object API); callers only read it."""
     from tensorflow.lite.tools import flatbuffer_utils
     return flatbuffer_utils.convert_bytearray_to_object(bytearray(flatbuffer))
 

@@ -1,4 +1,5 @@
-"""Keras callbacks the trainer adds to every fit: throughput, loss-scale history, divergence stop."""
+"""Keras callbacks the trainer adds to every fit: spaced checkpoints, throughput, loss-scale history,
+divergence stop."""
 from __future__ import annotations
 
 import math
@@ -89,3 +90,26 @@ class StopOnDivergence(keras.callbacks.Callback):
             raise TrainingDivergedError(
                 f"training loss became {float(loss)} at step {step}: the model diverged (loss scaling cannot "
                 f"recover this); lower train.learning_rate or check the data for extreme values")
+
+
+class SpacedBackupAndRestore(keras.callbacks.BackupAndRestore):
+    """Keras' BackupAndRestore (a checkpoint at the end of an interval, the previous one kept as `.bkp`,
+    restored when a restarted job begins) that writes a checkpoint only when `min_seconds` have passed
+    since training began or since the last one: a kill then loses at most `min_seconds` plus one interval
+    of training. Short intervals are why: writing the weights and optimizer state took longer than the
+    demo's 0.3-second intervals of training. 0 = a checkpoint at the end of every interval."""
+
+    def __init__(self, backup_dir: str, min_seconds: float):
+        super().__init__(backup_dir, save_freq="epoch", double_checkpoint=True)
+        self.min_seconds = min_seconds
+        self.checkpoints_written = 0
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        self._last_written = time.monotonic()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if time.monotonic() - self._last_written >= self.min_seconds:
+            super().on_epoch_end(epoch, logs)
+            self._last_written = time.monotonic()
+            self.checkpoints_written += 1

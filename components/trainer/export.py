@@ -53,6 +53,7 @@ def export_serving_model(model_module, preprocessing: keras.Model, model: keras.
     def preprocess(features):
         return preprocessing(features)
 
+    @tf.function(input_signature=raw_spec)  # traced once, called by serve_examples too
     def serve_raw(features):
         return {"probabilities": tf.cast(model(preprocessing(features), training=False), tf.float32)}
 

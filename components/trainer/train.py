@@ -32,6 +32,7 @@ from components.trainer.export import export_serving_model, float32_copy
 from components.trainer.input_pipeline import count_records, fits_in_memory, make_dataset
 from components.trainer.warm_start import apply_warm_start, load_warm_start
 
+PROBE_BATCHES = 20  # distinct in-memory batches the XLA and input-wait timings cycle through
 ADAPT_SAMPLE_SIZE = 20_000  # rows used to fit the preprocessing layers (vocabularies, normalization)
 REPORT_FILE = "training_report.json"
 BACKUP_METADATA = "training_metadata.json"  # written by keras.callbacks.BackupAndRestore...
@@ -110,10 +111,15 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
     keras.utils.set_random_seed(settings["seed"])
     keras.config.set_dtype_policy("float32")
     warm = load_warm_start(model_module, job.base_model, settings.get("warm_start", True))
-    preprocessing = warm.preprocessing or model_module.build_preprocessing(
-        read_sample(job.train_files, model_module.INPUTS, ADAPT_SAMPLE_SIZE))
+    sample_rows = None  # rows in the adapt sample: all training records when fewer than ADAPT_SAMPLE_SIZE
+    preprocessing = warm.preprocessing
+    if preprocessing is None:
+        sample = read_sample(job.train_files, model_module.INPUTS, ADAPT_SAMPLE_SIZE)
+        sample_rows = len(next(iter(sample.values())))
+        preprocessing = model_module.build_preprocessing(sample)
 
-    train_examples = count_records(job.train_files)
+    small = sample_rows is not None and sample_rows < ADAPT_SAMPLE_SIZE  # the sample read every record
+    train_examples = sample_rows if small else count_records(job.train_files)
     if replicas > 1 and settings["steps_per_execution"] > 1:
         # Keras 3 fails to run several steps per call under a multi-replica strategy (keras#19246).
         logging.info("steps_per_execution 1 instead of %d: %d replicas", settings["steps_per_execution"], replicas)
@@ -128,7 +134,9 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
                             preprocess=preprocessing, shuffle_buffer=settings["shuffle_buffer"] if training else 0,
                             repeat=training, cache=cache, seed=settings["seed"], shard_by_data=multi_worker)
 
-    probe_batch = next(iter(dataset(job.train_files, False, batch_size=8 * replicas, cache=False)))
+    def probe_batch():  # a few examples to check that XLA compiles when no timing does it
+        return next(iter(dataset(job.train_files, False, batch_size=8 * replicas, cache=False)))
+
     memory_batches = _in_memory_batches(dataset(job.train_files, True, cache=False), settings)
     with strategy.scope():
         model, precision, xla, memory_rate = _build_for_device(
@@ -144,8 +152,8 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
     resumed_from_step = _checkpointed_interval(checkpoint_dir) * plan["steps_per_interval"]
     meter = training_callbacks.ThroughputMeter(plan["global_batch"])
     loss_scale = training_callbacks.LossScaleRecorder()
-    callbacks = [keras.callbacks.BackupAndRestore(checkpoint_dir, save_freq="epoch", double_checkpoint=True),
-                 training_callbacks.StopOnDivergence(plan["steps_per_interval"]), meter, loss_scale,
+    checkpoints = training_callbacks.SpacedBackupAndRestore(checkpoint_dir, settings["checkpoint_min_seconds"])
+    callbacks = [checkpoints, training_callbacks.StopOnDivergence(plan["steps_per_interval"]), meter, loss_scale,
                  keras.callbacks.TensorBoard(os.path.join(job.run_dir, "logs"), profile_batch=_profile_window(settings)),
                  *extra_callbacks]
     with strategy.scope():
@@ -169,6 +177,7 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
         "train_examples": train_examples, "cached_in_memory": cache, **plan,
         "steps_per_execution": settings["steps_per_execution"],
         "warm_start": warm.to_json(), "resumed_from_step": resumed_from_step, "steps_run": meter.steps,
+        "checkpoints_written": checkpoints.checkpoints_written,
         "examples_per_second": meter.examples_per_second, "step_seconds": meter.step_seconds,
         "in_memory_examples_per_second": memory_rate,
         "input_wait_fraction": _input_wait(meter.examples_per_second, memory_rate),
@@ -238,18 +247,23 @@ def _build_for_device(model_module, preprocessing, device: DeviceDescription, se
         precision = choose_precision(device, xla=xla == "on", override=config_override(settings["precision"]))
         model = _build_and_compile(model_module, preprocessing, settings, plan, precision.value, xla == "on",
                                    multi_worker)
-        if xla == "on":
-            try:
-                with _variables_restored(model):
-                    model.train_on_batch(*probe_batch)
-            except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.NotFoundError) as error:
-                failure = _xla_failure(str(error))
-                logging.warning("XLA failed for %s, training without it: %s", settings["model"], failure)
-                if candidates[-1] == "on":  # XLA was asked for: fall back to no XLA
-                    candidates.append("off")
-                continue
-        rate = _in_memory_throughput(model, memory_batches, plan["global_batch"], settings["steps_per_execution"],
-                                     settings["input_probe_steps"]) if measure else 0.0
+        try:  # the timing compiles the model first: with XLA that is also the check that it compiles at all
+            if measure:
+                rate = _in_memory_throughput(model, memory_batches, plan["global_batch"],
+                                             settings["steps_per_execution"], settings["input_probe_steps"])
+            else:
+                rate = 0.0
+                if xla == "on":
+                    with _variables_restored(model):
+                        model.train_on_batch(*probe_batch())
+        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.NotFoundError) as error:
+            if xla != "on":
+                raise
+            failure = _xla_failure(str(error))
+            logging.warning("XLA failed for %s, training without it: %s", settings["model"], failure)
+            if candidates[-1] == "on":  # XLA was asked for: fall back to no XLA
+                candidates.append("off")
+            continue
         built.append((model, precision, xla, rate))
         if not measure:
             break
@@ -308,8 +322,9 @@ def _variables_restored(model: keras.Model):
 
 
 def _in_memory_batches(train_data: tf.data.Dataset, settings: dict) -> tf.data.Dataset:
-    """The first `input_probe_steps` training batches, read once into memory and repeated."""
-    steps = max(settings["steps_per_execution"], settings["input_probe_steps"])
+    """The first training batches (up to PROBE_BATCHES, at least one execution's worth), read once into
+    memory and repeated: the timing measures compute, which does not depend on which batches it sees."""
+    steps = max(settings["steps_per_execution"], min(settings["input_probe_steps"], PROBE_BATCHES))
     batches = train_data.take(steps).cache()
     if settings["input_probe_steps"]:
         for _ in batches:  # fill the cache now, not while timing

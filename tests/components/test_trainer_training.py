@@ -152,7 +152,7 @@ def test_multi_worker_mirrored_strategy_across_two_processes(files, tmp_path):
 
 @pytest.mark.training
 def test_killed_training_resumes_from_its_last_checkpoint(files, tmp_path):
-    overrides = {"checkpoint_every_steps": 10, "steps_per_execution": 5, "epochs": 6}
+    overrides = {"checkpoint_every_steps": 10, "checkpoint_min_seconds": 0, "steps_per_execution": 5, "epochs": 6}
     code, log = _finish(_start_job(files, tmp_path, overrides=overrides, kill_after_interval=2))
     assert code == -9, log[-3000:]  # SIGKILL right after the second checkpoint
     assert not (tmp_path / "run" / "training_report.json").exists()
@@ -221,8 +221,10 @@ def test_mixed_precision_model_serves_float32_in_a_fresh_process(files, tmp_path
 
 
 @pytest.mark.training
-def test_model_that_xla_cannot_compile_trains_without_xla(files, tmp_path):
-    report = _train_here(files, tmp_path, model="tests.components.unjittable_model", xla="on", epochs=2)
+@pytest.mark.parametrize("input_probe_steps", [20, 0])  # XLA's compile failure met by the timing, or by the check
+def test_model_that_xla_cannot_compile_trains_without_xla(files, tmp_path, input_probe_steps):
+    report = _train_here(files, tmp_path, model="tests.components.unjittable_model", xla="on", epochs=2,
+                         input_probe_steps=input_probe_steps)
     assert report["xla"] is False
     assert "AsString" in report["xla_reason"]
     # The policy this device gets without XLA: float32 on a CPU (bf16 pays only with XLA), mixed_float16 on a
@@ -365,3 +367,21 @@ def test_a_kill_during_the_metadata_write_falls_back_to_the_previous_checkpoint_
     checkpoint.mkdir()  # killed after the first weights, before any metadata: dropped too
     model.save_weights(str(weights))
     assert repair_checkpoint(str(checkpoint)) == "dropped" and _checkpointed_interval(str(checkpoint)) == 0
+
+
+@pytest.mark.parametrize("min_seconds, written", [(0, 4), (3600, 0)])
+def test_checkpoints_are_spaced_by_min_seconds(tmp_path, min_seconds, written):
+    """An interval's checkpoint is written only once `checkpoint_min_seconds` passed since the last one."""
+    from components.trainer.callbacks import SpacedBackupAndRestore
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    checkpoints = SpacedBackupAndRestore(str(tmp_path / "backup"), min_seconds)
+    seen = []  # what a kill after each interval would find on disk
+    record = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: seen.append(
+        json.loads((tmp_path / "backup" / "training_metadata.json").read_text())["epoch"]
+        if (tmp_path / "backup" / "training_metadata.json").exists() else None))
+    data = tf.data.Dataset.from_tensors((tf.ones([4, 2]), tf.ones([4, 1]))).repeat()
+    model.fit(data, steps_per_epoch=2, epochs=4, callbacks=[checkpoints, record], verbose=0)
+    assert checkpoints.checkpoints_written == written
+    assert seen == ([1, 2, 3, 4] if written else [None] * 4)

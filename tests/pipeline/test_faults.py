@@ -263,7 +263,7 @@ def test_nan_loss_stops_training_naming_the_step(unchanged_production, capsys, t
 # ---------------------------------------- a run killed midway (mid metadata write), and a second run meanwhile
 
 KILLABLE_TRAINING = ("train: {epochs: 20, batch_size: 64, steps_per_execution: 1, input_probe_steps: 0, "
-                     "xla: 'off', precision: float32}\n")
+                     "checkpoint_min_seconds: 0, xla: 'off', precision: float32}\n")
 
 
 @pytest.fixture(scope="module")
