@@ -1,0 +1,78 @@
+"""The names the pipeline's pieces share, defined once: channel keys, execution parameters, artifact
+properties, report files and SavedModel signatures. Components, the pipeline wiring, the run report and
+the MLMD readers import them from here; no component imports another component's executor to reach one.
+
+Keys that TFX's own components use (examples, schema, model, ...) are spelled as in TFX's
+`tfx/types/standard_component_specs.py` (a test checks that they agree). Plain strings only: importing
+this module imports nothing else.
+"""
+
+# ------------------------------------------------------------------ channel keys (component inputs and outputs)
+EXAMPLES = "examples"  # Examples: TFRecordIngest's output; StatisticsGen, Trainer, evaluator and export read it
+SCHEMA = "schema"  # Schema: ImportSchemaGen's output
+STATISTICS = "statistics"  # ExampleStatistics: StatisticsGen's output
+ANOMALIES = "anomalies"  # ExampleAnomalies: ExampleValidator's output
+MODEL = "model"  # Model: a Trainer's output; the candidate in the evaluator and ModelExport; a resolver's
+MODEL_RUN = "model_run"  # ModelRun: a Trainer's logs and training_report.json
+BASE_MODEL = "base_model"  # Trainer input: the model to warm-start from
+BASELINE_MODEL = "baseline_model"  # the FP32 baseline trainer's model
+PRODUCTION_MODEL = "production_model"  # the latest blessed model (optional evaluator input)
+EVALUATION = "evaluation"  # ModelEvaluation: TFMA's output plus precision_report.json
+BLESSING = "blessing"  # ModelBlessing: the evaluator's verdict
+MODEL_BLESSING = "model_blessing"  # the blessed-model resolver's blessing channel
+VALIDATION_REPORT = "report"  # ValidationReport: the ValidationGate's output
+PREVIOUS_VALIDATION_REPORT = "previous_report"  # the previous span's ValidationReport (drift reference)
+EXPORTED_MODEL = "exported_model"  # ExportedModel: SavedModel plus TFLite variants
+PUSHED_MODEL = "pushed_model"  # PushedModel: the AtomicPusher's output
+
+# ------------------------------------------------------------------------------------- execution parameters
+INPUT_BASE = "input_base"
+EVAL_FRACTION = "eval_fraction"
+SPAN_WINDOW = "span_window"
+INPUT_FINGERPRINT = "input_fingerprint"
+SETTINGS = "settings"  # the evaluator's and ModelExport's config section, as JSON
+MODEL_MODULE = "model_module"
+PUSH_DIR = "push_dir"
+
+# ------------------------------------------------------------------------ artifact custom properties
+SPANS_PROPERTY = "spans"  # Examples (and artifacts made from them): the span numbers read, comma-separated
+FINGERPRINT_PROPERTY = "input_fingerprint"  # Examples (and artifacts made from them): digest of the input files
+SPAN_PROPERTY = "span"  # the newest span an artifact was made from
+SPLIT_EXAMPLES_PROPERTY = "{split}_examples"  # Examples: records per split
+INPUT_FILES_PROPERTY = "input_files"
+INPUT_DIR_PROPERTY = "input_dir"
+BLOCKING_PROPERTY = "blocking"  # ValidationReport: 1 when the run must stop
+BLESSED_PROPERTY = "blessed"  # ModelBlessing: 1 when blessed (TFX's ARTIFACT_PROPERTY_BLESSED_KEY)
+CHOSEN_PROPERTY = "chosen"  # ModelBlessing: which model the blessing is for ("candidate" or "baseline")
+EXPORTED_PROPERTY = "exported"
+SOURCE_MODEL_URI_PROPERTY = "source_model_uri"
+RECOMMENDED_TFLITE_PROPERTY = "recommended_tflite"
+PUSHED_PROPERTY = "pushed"  # PushedModel: 1 when pushed (as TFX's Pusher)
+PUSHED_DESTINATION_PROPERTY = "pushed_destination"
+PUSHED_VERSION_PROPERTY = "pushed_version"
+
+# ---------------------------------------------------------------------- files inside artifacts
+INGEST_REPORT_FILE = "ingest_report.json"  # Examples
+STATISTICS_FILE = "FeatureStats.pb"  # what StatisticsGen writes in each split folder
+ANOMALIES_FILE = "SchemaDiff.pb"  # what ExampleValidator writes in each split folder
+VALIDATION_REPORT_FILE = "validation_report.json"  # ValidationReport
+STATISTICS_COPY_DIR = "statistics"  # ValidationReport: this span's statistics, the next run's drift reference
+TRAINING_REPORT_FILE = "training_report.json"  # ModelRun
+PRECISION_REPORT_FILE = "precision_report.json"  # ModelEvaluation: the decision, every check, the metrics
+PRECISION_REPORT_MARKDOWN = "precision_report.md"
+EXPORT_REPORT_FILE = "export_report.json"  # ExportedModel
+EXPORT_REPORT_MARKDOWN = "export_report.md"
+SAVED_MODEL_DIR = "saved_model"  # ExportedModel: the serving SavedModel
+TFLITE_DIR = "tflite"  # ExportedModel: one .tflite file per variant
+PUSHED_TFLITE_FILE = "model.tflite"  # a pushed version: the recommended variant beside the SavedModel
+PUSH_INFO_FILE = "push_info.json"  # a pushed version: where it came from
+
+# ------------------------------------------------------------- the SavedModel's signatures and Keras files
+SERVING_SIGNATURE = "serving_default"  # serialized tf.Example -> probabilities
+RAW_SIGNATURE = "serving_raw"  # one tensor per raw feature -> probabilities
+TRANSFORM_SIGNATURE = "transform_features"  # serialized tf.Example -> label (TFMA derives labels with it)
+PREPROCESS_SIGNATURE = "preprocess"  # one tensor per raw feature -> model-ready tensors (host side)
+OUTPUT_NAME = "probabilities"  # every signature's output, and the device model's
+MODEL_READY_DIR = "Format-Keras"  # beside the serving SavedModel: the model and its preprocessing as Keras files
+MODEL_READY_FILE = "model_ready.keras"
+PREPROCESSING_FILE = "preprocessing.keras"  # the fitted preprocessing (a later warm start reuses it)
