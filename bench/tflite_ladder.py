@@ -13,9 +13,7 @@ mean / max difference from serving_raw, the ratios to float32, and the ops the f
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import glob
-import importlib
 import os
 import sys
 import tempfile
@@ -24,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from components.model_export.executor import export_model  # noqa: E402
 from components.trainer.train import TrainingJob, train  # noqa: E402
+from models.interface import load_model_module  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 from pipeline.data import write_taxi_span  # noqa: E402
 
@@ -39,16 +38,16 @@ def main() -> None:
     shards = sorted(glob.glob(os.path.join(span_dir, "*.gz")))
     train_files, eval_files = shards[:3], shards[3:]
     print(f"{rows} taxi rows in {span_dir}: 3 shards train, 1 shard eval", flush=True)
-    settings = dataclasses.asdict(load_config(export={"latency_examples": 1000}).export)
+    settings = load_config(export={"latency_examples": 1000}).export
     for model_name in args.models:
         output = os.path.join(work, model_name)
-        train_settings = dataclasses.asdict(load_config(train={
-            "model": model_name, "epochs": args.epochs, "precision": "float32", "xla": "off"}).train)
+        train_settings = load_config(train={
+            "model": model_name, "epochs": args.epochs, "precision": "float32", "xla": "off"}).train
         serving = os.path.join(output, "model", "Format-Serving")
         train(TrainingJob(settings=train_settings, train_files=train_files, eval_files=eval_files,
                           serving_model_dir=serving, run_dir=os.path.join(output, "run"),
                           checkpoint_dir=os.path.join(output, "ckpt")))
-        report = export_model(serving, importlib.import_module(model_name), train_files, eval_files,
+        report = export_model(serving, load_model_module(model_name), train_files, eval_files,
                               os.path.join(output, "export"), settings)
         variants = report["variants"]
         float32 = variants["float32"]

@@ -13,9 +13,7 @@ the real TFRecord input / throughput on the same batches served from memory).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import glob
-import importlib
 import os
 import sys
 import tempfile
@@ -27,13 +25,14 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from components.trainer.train import ADAPT_SAMPLE_SIZE, TrainingJob, read_sample, train  # noqa: E402
+from models.interface import load_model_module  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 from pipeline.data import write_taxi_span  # noqa: E402
 
 
 def plain_keras_throughput(model_name: str, train_files: list[str], batch_size: int, steps: int) -> float:
     """Examples/s of the plain loop over `steps` steps (after 20 warm-up steps)."""
-    module = importlib.import_module(model_name)
+    module = load_model_module(model_name)
     spec = {**module.INPUTS, **module.LABEL_INPUTS}
     keras.config.set_dtype_policy("float32")
     preprocessing = module.build_preprocessing(read_sample(train_files, module.INPUTS, ADAPT_SAMPLE_SIZE))
@@ -52,7 +51,7 @@ def plain_keras_throughput(model_name: str, train_files: list[str], batch_size: 
 
 
 def trainer_report(model_name: str, files: dict, output: str, **overrides) -> dict:
-    settings = dataclasses.asdict(load_config(train={"model": model_name, **overrides}).train)
+    settings = load_config(train={"model": model_name, **overrides}).train
     return train(TrainingJob(settings=settings, serving_model_dir=os.path.join(output, "serving"),
                              run_dir=os.path.join(output, "run"), checkpoint_dir=os.path.join(output, "ckpt"),
                              **files))

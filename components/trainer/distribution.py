@@ -1,4 +1,5 @@
-"""Applies the device decisions to TensorFlow: GPU memory settings and the tf.distribute strategy.
+"""Applies the device decisions to TensorFlow: GPU memory settings and the tf.distribute strategy, and the
+workarounds Keras 3 needs to train under a multi-replica or multi-worker strategy.
 
 Call `configure_gpus` and `make_strategy` before any other TensorFlow work in the process: GPU memory
 options and multi-worker collectives can only be set up before the runtime starts.
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+import keras
 import tensorflow as tf
 from absl import logging
 
@@ -46,6 +48,37 @@ def make_strategy(name: str, device: DeviceDescription) -> tf.distribute.Strateg
         devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
         return tf.distribute.MirroredStrategy([d.name for d in devices])
     return tf.distribute.OneDeviceStrategy("/gpu:0" if device.gpus else "/cpu:0")
+
+
+def supported_steps_per_execution(steps_per_execution: int, replicas: int) -> int:
+    """Output: the steps per execution Keras can run with this many replicas in sync: the setting, or 1
+    with several replicas (Keras 3 fails to run several steps per call under a multi-replica strategy,
+    keras#19246)."""
+    if replicas > 1 and steps_per_execution > 1:
+        logging.info("steps_per_execution 1 instead of %d: %d replicas", steps_per_execution, replicas)
+        return 1
+    return steps_per_execution
+
+
+def work_around_keras_multi_worker_fit(model: keras.Model) -> None:
+    """Keras 3's fit fails under MultiWorkerMirroredStrategy (tensorflow#72388) in two places; the model
+    here is already built, so both can be sidestepped without changing what is trained:
+    - fit reduces a sample batch across workers to build the model, and tf.distribute cannot reduce a dict
+      of features there: without its own strategy the model skips that and takes the strategy from the
+      enclosing scope;
+    - each step reduces the scalar metrics along axis 0 across workers: inside a replica they are
+      returned with shape [1], which that reduction turns back into scalars.
+    """
+    model._distribute_strategy = None
+    plain_results = model.get_metrics_result
+
+    def metrics_result():
+        results = plain_results()
+        if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():
+            return {name: tf.reshape(value, [1]) for name, value in results.items()}
+        return results
+
+    model.get_metrics_result = metrics_result
 
 
 def _tf_config(tf_config: str | None) -> dict:

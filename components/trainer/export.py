@@ -14,34 +14,36 @@ import keras
 import tensorflow as tf
 from tfx.dsl.io import fileio
 
-SERVING_SIGNATURE = "serving_default"  # serialized tf.Example -> probabilities
-RAW_SIGNATURE = "serving_raw"  # one tensor per raw feature -> probabilities
-TRANSFORM_SIGNATURE = "transform_features"  # serialized tf.Example -> label (TFMA derives labels with it)
-PREPROCESS_SIGNATURE = "preprocess"  # one tensor per raw feature -> model-ready tensors (host side)
-MODEL_READY_DIR = "Format-Keras"  # beside the serving SavedModel: the model and its preprocessing as Keras files
-MODEL_READY_FILE = "model_ready.keras"
-PREPROCESSING_FILE = "preprocessing.keras"  # beside it: the fitted preprocessing (a later warm start reuses it)
+from components import contract
+from models.interface import ModelModule
 
 
 def model_ready_dir(serving_model_dir: str) -> str:
     """Where the model-ready Keras file (the input of TFLite conversion) sits for a serving SavedModel."""
     # Not os.path.normpath: it turns s3://bucket/x into s3:/bucket/x, a local relative path.
-    return os.path.join(os.path.dirname(serving_model_dir.rstrip("/")), MODEL_READY_DIR)
+    return os.path.join(os.path.dirname(serving_model_dir.rstrip("/")), contract.MODEL_READY_DIR)
 
 
-def float32_copy(model_module, preprocessing: keras.Model, trained: keras.Model) -> keras.Model:
-    """Input: the model module, its preprocessing, the trained model. Output: the same model in float32."""
+def build_float32(model_module: ModelModule, preprocessing: keras.Model) -> keras.Model:
+    """Output: the model module's model on `preprocessing`, built under the float32 policy (whatever policy
+    is set, and set again afterwards)."""
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("float32")
     try:
-        copy = model_module.build_model(preprocessing)
+        return model_module.build_model(preprocessing)
     finally:
         keras.config.set_dtype_policy(previous)
+
+
+def float32_copy(model_module: ModelModule, preprocessing: keras.Model, trained: keras.Model) -> keras.Model:
+    """Input: the model module, its preprocessing, the trained model. Output: the same model in float32."""
+    copy = build_float32(model_module, preprocessing)
     copy.set_weights(trained.get_weights())
     return copy
 
 
-def export_serving_model(model_module, preprocessing: keras.Model, model: keras.Model, export_dir: str) -> None:
+def export_serving_model(model_module: ModelModule, preprocessing: keras.Model, model: keras.Model,
+                         export_dir: str) -> None:
     """Writes `export_dir` as a SavedModel with the serving_default, serving_raw and transform_features
     signatures; `model` must already be float32 (see float32_copy)."""
     archive = keras.export.ExportArchive()
@@ -55,7 +57,7 @@ def export_serving_model(model_module, preprocessing: keras.Model, model: keras.
 
     @tf.function(input_signature=raw_spec)  # traced once, called by serve_examples too
     def serve_raw(features):
-        return {"probabilities": tf.cast(model(preprocessing(features), training=False), tf.float32)}
+        return {contract.OUTPUT_NAME: tf.cast(model(preprocessing(features), training=False), tf.float32)}
 
     def serve_examples(serialized):
         return serve_raw(tf.io.parse_example(serialized, model_module.INPUTS))
@@ -64,10 +66,10 @@ def export_serving_model(model_module, preprocessing: keras.Model, model: keras.
         features = tf.io.parse_example(serialized, model_module.LABEL_INPUTS)
         return {model_module.LABEL_KEY: model_module.make_label(features)}
 
-    archive.add_endpoint(SERVING_SIGNATURE, serve_examples, input_signature=example_spec)
-    archive.add_endpoint(RAW_SIGNATURE, serve_raw, input_signature=raw_spec)
-    archive.add_endpoint(TRANSFORM_SIGNATURE, transform_features, input_signature=example_spec)
-    archive.add_endpoint(PREPROCESS_SIGNATURE, preprocess, input_signature=raw_spec)
+    archive.add_endpoint(contract.SERVING_SIGNATURE, serve_examples, input_signature=example_spec)
+    archive.add_endpoint(contract.RAW_SIGNATURE, serve_raw, input_signature=raw_spec)
+    archive.add_endpoint(contract.TRANSFORM_SIGNATURE, transform_features, input_signature=example_spec)
+    archive.add_endpoint(contract.PREPROCESS_SIGNATURE, preprocess, input_signature=raw_spec)
     archive.write_out(export_dir, verbose=False)
     _export_keras_files(preprocessing, model, model_ready_dir(export_dir))
 
@@ -77,5 +79,5 @@ def _export_keras_files(preprocessing: keras.Model, model: keras.Model, export_d
     export traces preprocessing + model at the input shape devices use (one raw example, the same
     computation as serving_raw), and a later training can warm-start from this model."""
     fileio.makedirs(export_dir)
-    model.save(os.path.join(export_dir, MODEL_READY_FILE))
-    preprocessing.save(os.path.join(export_dir, PREPROCESSING_FILE))
+    model.save(os.path.join(export_dir, contract.MODEL_READY_FILE))
+    preprocessing.save(os.path.join(export_dir, contract.PREPROCESSING_FILE))

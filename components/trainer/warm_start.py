@@ -14,7 +14,9 @@ import keras
 import numpy as np
 from absl import logging
 
-from components.trainer.export import MODEL_READY_FILE, PREPROCESSING_FILE, model_ready_dir
+from components import contract
+from components.trainer.export import build_float32, model_ready_dir
+from models.interface import ModelModule
 
 
 @dataclasses.dataclass
@@ -28,7 +30,7 @@ class WarmStart:
         return {"base_model": self.base_model, "applied": self.weights is not None, "reason": self.reason}
 
 
-def load_warm_start(model_module, base_serving_dir: str | None, enabled: bool) -> WarmStart:
+def load_warm_start(model_module: ModelModule, base_serving_dir: str | None, enabled: bool) -> WarmStart:
     """Input: the model module, the base model's serving directory (TFX's fn_args.base_model; None when no
     model is blessed yet) and the config switch. Output: what to start from, or why not."""
     if not enabled:
@@ -37,12 +39,12 @@ def load_warm_start(model_module, base_serving_dir: str | None, enabled: bool) -
         return WarmStart("", reason="no blessed model yet")
     folder = model_ready_dir(base_serving_dir)
     try:
-        preprocessing = keras.models.load_model(os.path.join(folder, PREPROCESSING_FILE))
-        weights = keras.models.load_model(os.path.join(folder, MODEL_READY_FILE)).get_weights()
+        preprocessing = keras.models.load_model(os.path.join(folder, contract.PREPROCESSING_FILE))
+        weights = keras.models.load_model(os.path.join(folder, contract.MODEL_READY_FILE)).get_weights()
     except (OSError, ValueError, TypeError) as error:
         return _skipped(base_serving_dir, f"the base model in {folder} cannot be loaded ({error})")
     try:  # a base from older model code (other preprocessing layers) does not fit what this code builds
-        expected = [weight.shape for weight in _float32_model(model_module, preprocessing).get_weights()]
+        expected = [weight.shape for weight in build_float32(model_module, preprocessing).get_weights()]
     except (ValueError, KeyError, TypeError) as error:
         return _skipped(base_serving_dir, f"the base model does not fit the model this code builds ({error})")
     if expected != [weight.shape for weight in weights]:
@@ -55,15 +57,6 @@ def apply_warm_start(model: keras.Model, warm: WarmStart) -> None:
     if warm.weights is not None:
         model.set_weights(warm.weights)
         logging.info("Warm start from %s", warm.base_model)
-
-
-def _float32_model(model_module, preprocessing: keras.Model) -> keras.Model:
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy("float32")
-    try:
-        return model_module.build_model(preprocessing)
-    finally:
-        keras.config.set_dtype_policy(previous)
 
 
 def _skipped(base_model: str, reason: str) -> WarmStart:

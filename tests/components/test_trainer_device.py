@@ -111,3 +111,12 @@ def test_gpu_memory_settings_reach_every_described_gpu(monkeypatch):
     calls.clear()
     configure_gpus(memory_growth=True, memory_limit_mb=4096)  # a limit replaces growth
     assert calls == [("limit", gpu.name, [4096]) for gpu in gpus]
+
+
+def test_several_replicas_run_one_step_per_execution():
+    """Keras 3 cannot run several steps per call under a multi-replica strategy (keras#19246)."""
+    from components.trainer.distribution import supported_steps_per_execution
+
+    assert supported_steps_per_execution(10, replicas=1) == 10
+    assert supported_steps_per_execution(10, replicas=2) == 1
+    assert supported_steps_per_execution(1, replicas=4) == 1

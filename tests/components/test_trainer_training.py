@@ -15,10 +15,13 @@ import keras
 import pytest
 import tensorflow as tf
 
+from components import contract
+from components.trainer.callbacks import TrainingDivergedError
+from components.trainer.checkpoints import BACKUP_METADATA, BACKUP_WEIGHTS, checkpointed_interval, repair_checkpoint
 from components.trainer.device import choose_precision, device_from_json
 from components.trainer.distribution import is_chief, worker_task
-from components.trainer.callbacks import TrainingDivergedError
-from components.trainer.train import TrainingJob, train, training_plan, WarmupThenConstant
+from components.trainer.plan import WarmupThenConstant, training_plan
+from components.trainer.train import TrainingJob, train
 from pipeline.config import ConfigError, load_config
 
 JOB_SCRIPT = os.path.join(os.path.dirname(__file__), "trainer_job.py")
@@ -33,7 +36,7 @@ def files(taxi_span_root):
 
 
 def _settings(**overrides):
-    return dataclasses.asdict(load_config(train={"epochs": 3, "batch_size": 64, "input_probe_steps": 20, **overrides}).train)
+    return load_config(train={"epochs": 3, "batch_size": 64, "input_probe_steps": 20, **overrides}).train
 
 
 def _train_here(files, output, base_model=None, **overrides):
@@ -84,7 +87,7 @@ def _finish_together(processes, timeout=300):
 
 
 def _report(output):
-    return json.loads((output / "run" / "training_report.json").read_text())
+    return json.loads((output / "run" / contract.TRAINING_REPORT_FILE).read_text())
 
 
 @pytest.mark.training
@@ -94,8 +97,8 @@ def test_mirrored_strategy_over_two_logical_cpus(files, tmp_path):
     report = _report(tmp_path)
     assert (report["strategy"], report["replicas"]) == ("mirrored", 2)
     settings = _settings()
-    assert report["global_batch"] == 2 * settings["batch_size"]
-    assert report["learning_rate"] == pytest.approx(2 * settings["learning_rate"])  # linear scaling
+    assert report["global_batch"] == 2 * settings.batch_size
+    assert report["learning_rate"] == pytest.approx(2 * settings.learning_rate)  # linear scaling
     assert report["steps_per_execution"] == 1  # Keras 3 cannot run several steps per call with replicas
     assert report["final_metrics"]["val_auc"] > 0.85
     assert tf.saved_model.contains_saved_model(str(tmp_path / "serving"))
@@ -155,8 +158,8 @@ def test_killed_training_resumes_from_its_last_checkpoint(files, tmp_path):
     overrides = {"checkpoint_every_steps": 10, "checkpoint_min_seconds": 0, "steps_per_execution": 5, "epochs": 6}
     code, log = _finish(_start_job(files, tmp_path, overrides=overrides, kill_after_interval=2))
     assert code == -9, log[-3000:]  # SIGKILL right after the second checkpoint
-    assert not (tmp_path / "run" / "training_report.json").exists()
-    metadata = json.loads((tmp_path / "checkpoints" / "training_metadata.json").read_text())
+    assert not (tmp_path / "run" / contract.TRAINING_REPORT_FILE).exists()
+    metadata = json.loads((tmp_path / "checkpoints" / BACKUP_METADATA).read_text())
     assert metadata["epoch"] == 2
 
     code, log = _finish(_start_job(files, tmp_path, overrides=overrides))
@@ -184,8 +187,9 @@ SERVE_IN_FRESH_PROCESS = textwrap.dedent("""
     labels = loaded.signatures["transform_features"](examples=tf.constant(serialized))["big_tipper"].numpy()
     raw = loaded.signatures["serving_raw"]
     import os, keras, models.taxi
-    from components.trainer.export import MODEL_READY_FILE, model_ready_dir
-    model_ready = keras.saving.load_model(os.path.join(model_ready_dir(model_dir), MODEL_READY_FILE))
+    from components import contract
+    from components.trainer.export import model_ready_dir
+    model_ready = keras.saving.load_model(os.path.join(model_ready_dir(model_dir), contract.MODEL_READY_FILE))
     features = tf.io.parse_example(tf.constant(serialized), models.taxi.INPUTS)
     ready = model_ready(loaded.signatures["preprocess"](**features)).numpy().reshape(-1)
     print(json.dumps({
@@ -238,7 +242,7 @@ def test_gradient_accumulation_trains_and_the_profiler_traces_its_window(files, 
     report = _train_here(files, tmp_path, gradient_accumulation_steps=2, xla="off", profile_from_step=5,
                          profile_steps=3)
     assert report["gradient_accumulation_steps"] == 2
-    assert report["learning_rate"] == pytest.approx(2 * _settings()["learning_rate"])
+    assert report["learning_rate"] == pytest.approx(2 * _settings().learning_rate)
     assert report["final_metrics"]["val_auc"] > 0.85
     traces = tf.io.gfile.glob(str(tmp_path / "run" / "logs" / "train" / "plugins" / "profile" / "*" / "*.xplane.pb"))
     assert traces, list(tmp_path.rglob("*"))
@@ -278,12 +282,34 @@ def test_training_plan_scales_batch_and_learning_rate_and_rounds_intervals():
     settings = _settings(batch_size=100, learning_rate=0.01, epochs=2, steps_per_execution=8,
                          gradient_accumulation_steps=3, checkpoint_every_steps=0)
     plan = training_plan(train_examples=1000, settings=settings, replicas=4)
-    assert plan["global_batch"] == 400
-    assert plan["learning_rate"] == pytest.approx(0.01 * 4 * 3)
+    assert plan.global_batch == 400 and plan.gradient_accumulation_steps == 3
+    assert plan.learning_rate == pytest.approx(0.01 * 4 * 3)
     # 3 steps per pass (ceil 1000/400), rounded up to whole executions of 8 steps; 2 passes = 6 steps.
-    assert plan["steps_per_interval"] == 8 and plan["intervals"] == 1 and plan["total_steps"] == 8
-    plan = training_plan(train_examples=10_000, settings={**settings, "checkpoint_every_steps": 20}, replicas=1)
-    assert plan["steps_per_interval"] == 24 and plan["total_steps"] >= 2 * 100
+    assert plan.steps_per_interval == 8 and plan.intervals == 1 and plan.total_steps == 8
+    plan = training_plan(train_examples=10_000, settings=dataclasses.replace(settings, checkpoint_every_steps=20),
+                         replicas=1)
+    assert plan.steps_per_interval == 24 and plan.total_steps >= 2 * 100
+
+
+def test_custom_config_becomes_the_train_config_and_keys_its_checkpoints():
+    """The Trainer's custom_config (TrainConfig fields, the checkpoint root, the code fingerprint and TFX's
+    Vertex AI keys) is rebuilt into a TrainConfig at the executor boundary; an unknown key is an error."""
+    from components.trainer.checkpoints import checkpoint_dir_for
+    from components.trainer.run_fn import train_config_from
+
+    settings = _settings(batch_size=32)
+    custom_config = {**dataclasses.asdict(settings), contract.CHECKPOINT_ROOT: "/ckpt",
+                     contract.CODE_FINGERPRINT: "abc123", "ai_platform_training_args": {"project": "p"}}
+    assert train_config_from(custom_config) == (settings, "/ckpt", "abc123")
+    with pytest.raises(ValueError, match="unknown training setting.*batch_sise"):
+        train_config_from({**custom_config, "batch_sise": 64})
+
+    # Only a restart of the same job (same data, settings and code) finds the same checkpoint directory.
+    key = checkpoint_dir_for("/ckpt", ["b", "a"], settings, "abc123")
+    assert key.startswith("/ckpt/") and key == checkpoint_dir_for("/ckpt", ["a", "b"], settings, "abc123")
+    assert len({key, checkpoint_dir_for("/ckpt", ["a"], settings, "abc123"),
+                checkpoint_dir_for("/ckpt", ["a", "b"], dataclasses.replace(settings, epochs=4), "abc123"),
+                checkpoint_dir_for("/ckpt", ["a", "b"], settings, "def456")}) == 4
 
 
 def test_warmup_rises_linearly_then_stays_at_the_peak():
@@ -310,7 +336,6 @@ def test_config_rejects_unknown_training_choices(key, value):
 
 
 def test_a_checkpoint_cut_off_by_a_kill_is_repaired_from_the_previous_one_or_dropped(tmp_path):
-    from components.trainer.train import BACKUP_METADATA, BACKUP_WEIGHTS, _checkpointed_interval, repair_checkpoint
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     checkpoint = tmp_path / "checkpoint"
     checkpoint.mkdir()
@@ -327,7 +352,7 @@ def test_a_checkpoint_cut_off_by_a_kill_is_repaired_from_the_previous_one_or_dro
     (checkpoint / BACKUP_METADATA).write_text('{"epoch": 2, "batch": 0}')
     weights.write_bytes(whole[:96])
     assert repair_checkpoint(str(checkpoint)) == "restored previous"
-    assert weights.read_bytes() == whole and _checkpointed_interval(str(checkpoint)) == 2
+    assert weights.read_bytes() == whole and checkpointed_interval(str(checkpoint)) == 2
     model.load_weights(str(weights))
 
     # Killed while writing the very first checkpoint: nothing to fall back on, so it is dropped.
@@ -335,13 +360,12 @@ def test_a_checkpoint_cut_off_by_a_kill_is_repaired_from_the_previous_one_or_dro
         (checkpoint / name).unlink()
     weights.write_bytes(whole[:96])
     assert repair_checkpoint(str(checkpoint)) == "dropped"
-    assert not checkpoint.exists() and _checkpointed_interval(str(checkpoint)) == 0
+    assert not checkpoint.exists() and checkpointed_interval(str(checkpoint)) == 0
 
 
 def test_a_kill_during_the_metadata_write_falls_back_to_the_previous_checkpoint_or_starts_over(tmp_path):
     """Keras writes the weights, then training_metadata.json: a kill in between leaves new weights beside a
     truncated JSON. The previous pair (.bkp) is restored; without one the checkpoint is dropped."""
-    from components.trainer.train import BACKUP_METADATA, BACKUP_WEIGHTS, _checkpointed_interval, repair_checkpoint
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     checkpoint = tmp_path / "checkpoint"
     checkpoint.mkdir()
@@ -354,7 +378,7 @@ def test_a_kill_during_the_metadata_write_falls_back_to_the_previous_checkpoint_
     metadata.write_text('{"epoch": 3, "ba')  # ...and its metadata cut off by the kill
 
     assert repair_checkpoint(str(checkpoint)) == "restored previous"
-    assert _checkpointed_interval(str(checkpoint)) == 2
+    assert checkpointed_interval(str(checkpoint)) == 2
     assert weights.read_bytes() == (checkpoint / f"{BACKUP_WEIGHTS}.bkp").read_bytes()
     model.load_weights(str(weights))
 
@@ -362,11 +386,11 @@ def test_a_kill_during_the_metadata_write_falls_back_to_the_previous_checkpoint_
         (checkpoint / name).unlink()
     metadata.write_text("")
     assert repair_checkpoint(str(checkpoint)) == "dropped"
-    assert not checkpoint.exists() and _checkpointed_interval(str(checkpoint)) == 0
+    assert not checkpoint.exists() and checkpointed_interval(str(checkpoint)) == 0
 
     checkpoint.mkdir()  # killed after the first weights, before any metadata: dropped too
     model.save_weights(str(weights))
-    assert repair_checkpoint(str(checkpoint)) == "dropped" and _checkpointed_interval(str(checkpoint)) == 0
+    assert repair_checkpoint(str(checkpoint)) == "dropped" and checkpointed_interval(str(checkpoint)) == 0
 
 
 @pytest.mark.parametrize("min_seconds, written", [(0, 4), (3600, 0)])
@@ -379,8 +403,8 @@ def test_checkpoints_are_spaced_by_min_seconds(tmp_path, min_seconds, written):
     checkpoints = SpacedBackupAndRestore(str(tmp_path / "backup"), min_seconds)
     seen = []  # what a kill after each interval would find on disk
     record = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: seen.append(
-        json.loads((tmp_path / "backup" / "training_metadata.json").read_text())["epoch"]
-        if (tmp_path / "backup" / "training_metadata.json").exists() else None))
+        json.loads((tmp_path / "backup" / BACKUP_METADATA).read_text())["epoch"]
+        if (tmp_path / "backup" / BACKUP_METADATA).exists() else None))
     data = tf.data.Dataset.from_tensors((tf.ones([4, 2]), tf.ones([4, 1]))).repeat()
     model.fit(data, steps_per_epoch=2, epochs=4, callbacks=[checkpoints, record], verbose=0)
     assert checkpoints.checkpoints_written == written

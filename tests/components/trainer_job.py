@@ -4,7 +4,6 @@ JOB.json: {"overrides": {TrainConfig keys}, "train_files": [...], "eval_files": 
 "logical_cpus": N (split the CPU into N devices first), "kill_after_interval": K (SIGKILL this process
 right after the K-th checkpoint is written)}. The report is written to <output>/run/training_report.json.
 """
-import dataclasses
 import json
 import os
 import signal
@@ -35,7 +34,7 @@ def main(path):
     if spec.get("logical_cpus"):
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * spec["logical_cpus"])
-    settings = dataclasses.asdict(load_config(train=spec.get("overrides", {})).train)
+    settings = load_config(train=spec.get("overrides", {})).train
     output = spec["output"]
     extra = (KillAfterInterval(spec["kill_after_interval"]),) if spec.get("kill_after_interval") else ()
     train(TrainingJob(settings=settings, train_files=spec["train_files"], eval_files=spec["eval_files"],

@@ -1,0 +1,164 @@
+"""Builds and compiles the model for this device, probing what the device decisions cannot know ahead:
+whether the model compiles under XLA, and whether XLA (with the precision it brings) is faster here.
+
+The probes train for real on a few in-memory batches and then restore every variable, so the model that
+`fit` trains starts from the configured seed as if no probe had run. The same in-memory timing gives the
+input-wait figure of the training report.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+from components.settings import TrainConfig
+from components.trainer.device import Decision, DeviceDescription, choose_precision, config_override, xla_candidates
+from components.trainer.distribution import work_around_keras_multi_worker_fit
+from components.trainer.plan import TrainingPlan, WarmupThenConstant
+from models.interface import ModelModule
+
+PROBE_BATCHES = 20  # distinct in-memory batches the XLA and input-wait timings cycle through
+
+
+def build_for_device(model_module: ModelModule, preprocessing: keras.Model, device: DeviceDescription,
+                     settings: TrainConfig, plan: TrainingPlan, probe_batch, memory_batches: tf.data.Dataset,
+                     multi_worker: bool) -> tuple[keras.Model, Decision, Decision, float]:
+    """Builds and compiles the model for this device; call inside the strategy's scope.
+
+    With `xla: auto` on a device that may gain from XLA (an accelerator or a bf16 CPU), two candidates are
+    built from the same initial weights and timed on the same in-memory batches: XLA with the policy the
+    device gets with XLA, and no XLA with the policy it gets without. The XLA one is kept unless the other
+    is at least 10% faster. A candidate whose first training step does not compile under XLA is dropped
+    (with `xla: on`, training goes on without XLA). `probe_batch()` gives a few examples to check that XLA
+    compiles when no timing does it.
+    Output: (compiled model, precision Decision, XLA Decision, in-memory examples/s or 0.0 when not timed).
+    """
+    wanted = settings.xla
+    measure = bool(settings.input_probe_steps)
+    compare = wanted == "auto" and measure  # every candidate is timed and the faster kept
+    candidates = xla_candidates(device, wanted)
+    if candidates == ["on"]:  # XLA was asked for: without it, should the model not compile under XLA
+        candidates = ["on", "off"]
+    built, failure = [], ""
+    for xla in candidates:
+        precision = choose_precision(device, xla=xla == "on", override=config_override(settings.precision))
+        model = _build_and_compile(model_module, preprocessing, settings, plan, precision.value, xla == "on",
+                                   multi_worker)
+        try:  # the timing compiles the model first: with XLA that is also the check that it compiles at all
+            if measure:
+                rate = _in_memory_throughput(model, memory_batches, plan.global_batch,
+                                             settings.steps_per_execution, settings.input_probe_steps)
+            else:
+                rate = 0.0
+                if xla == "on":
+                    with _variables_restored(model):
+                        model.train_on_batch(*probe_batch())
+        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.NotFoundError) as error:
+            if xla != "on":
+                raise
+            failure = _xla_failure(str(error))
+            logging.warning("XLA failed for %s, training without it: %s", settings.model, failure)
+            continue
+        built.append((model, precision, xla, rate))
+        if not compare:
+            break
+    model, precision, xla, rate = built[0]
+    if failure:
+        reason = f"XLA failed for this model on this strategy: {failure}"
+    elif len(built) == 2:
+        (_, with_policy, _, with_rate), (_, without_policy, _, without_rate) = built
+        reason = (f"measured on in-memory batches: {with_rate:,.0f} examples/s with XLA ({with_policy.value}), "
+                  f"{without_rate:,.0f} without ({without_policy.value})")
+        if without_rate > 1.1 * with_rate:
+            model, precision, xla, rate = built[1]
+    elif wanted == "auto":
+        reason = "plain CPU: nothing for XLA to gain"
+    else:
+        reason = "set in the config"
+    return model, precision, Decision(xla, reason), rate
+
+
+def _build_and_compile(model_module: ModelModule, preprocessing: keras.Model, settings: TrainConfig,
+                       plan: TrainingPlan, policy: str, xla: bool, multi_worker: bool) -> keras.Model:
+    """Builds the model under `policy` from the configured seed (float32 output guaranteed), compiled."""
+    keras.utils.set_random_seed(settings.seed)
+    keras.config.set_dtype_policy(policy)
+    try:
+        model = model_module.build_model(preprocessing)
+        if model.output.dtype != "float32":  # the loss must see float32 outputs
+            model = keras.Model(model.input, keras.layers.Activation("linear", dtype="float32")(model.output))
+    finally:
+        keras.config.set_dtype_policy("float32")
+    if multi_worker:
+        work_around_keras_multi_worker_fit(model)
+    _compile(model, plan, settings, policy, xla)
+    return model
+
+
+def _compile(model: keras.Model, plan: TrainingPlan, settings: TrainConfig, precision: str, xla: bool) -> None:
+    """Adam with warmup and the scaled learning rate (wrapped for dynamic loss scaling under mixed_float16),
+    binary cross-entropy, AUC and accuracy; XLA and steps per execution as decided."""
+    accumulation = plan.gradient_accumulation_steps
+    optimizer = keras.optimizers.Adam(WarmupThenConstant(plan.learning_rate, settings.warmup_steps),
+                                      gradient_accumulation_steps=accumulation if accumulation > 1 else None)
+    if precision == "mixed_float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    model.compile(optimizer=optimizer, loss=keras.losses.BinaryCrossentropy(),
+                  metrics=[keras.metrics.AUC(name="auc"), keras.metrics.BinaryAccuracy(name="binary_accuracy")],
+                  jit_compile=xla, steps_per_execution=settings.steps_per_execution)
+
+
+def _xla_failure(message: str) -> str:
+    """Output: the gist of an XLA compile error: the op without an XLA kernel, else the first line."""
+    missing = re.search(r"No registered '(\w+)' OpKernel for (\w+)", message)
+    if missing:
+        return f"no {missing.group(2)} kernel for the op {missing.group(1)}"
+    return re.sub(r"^\{\{[^}]*\}\}\s*", "", message.strip()).splitlines()[0][:200]
+
+
+@contextlib.contextmanager
+def _variables_restored(model: keras.Model):
+    """Every model and optimizer variable gets its value back when the block ends (probes train for real)."""
+    model.optimizer.build(model.trainable_variables)
+    variables = model.variables + model.optimizer.variables
+    saved = [variable.numpy() for variable in variables]
+    try:
+        yield
+    finally:
+        for variable, value in zip(variables, saved):
+            variable.assign(value)
+
+
+def in_memory_batches(train_data: tf.data.Dataset, settings: TrainConfig) -> tf.data.Dataset:
+    """The first training batches (up to PROBE_BATCHES, at least one execution's worth), read once into
+    memory and repeated: the timing measures compute, which does not depend on which batches it sees."""
+    steps = max(settings.steps_per_execution, min(settings.input_probe_steps, PROBE_BATCHES))
+    batches = train_data.take(steps).cache()
+    if settings.input_probe_steps:
+        for _ in batches:  # fill the cache now, not while timing
+            pass
+    return batches.repeat()
+
+
+def _in_memory_throughput(model: keras.Model, batches: tf.data.Dataset, global_batch: int, execution: int,
+                          steps: int) -> float:
+    """Trains about `steps` steps on batches already in memory (compiling first), then restores every
+    variable. Output: examples/s with no input cost."""
+    steps = max(execution, steps // execution * execution)
+    with _variables_restored(model):
+        model.fit(batches, steps_per_epoch=execution, epochs=1, verbose=0)  # trace and compile
+        start = time.perf_counter()
+        model.fit(batches, steps_per_epoch=steps, epochs=1, verbose=0)
+        seconds = time.perf_counter() - start
+    return steps * global_batch / seconds
+
+
+def input_wait(real_rate: float, memory_rate: float) -> float | None:
+    """Share of step time spent waiting for input: 1 - (throughput on real input / on in-memory batches)."""
+    if not real_rate or not memory_rate:
+        return None
+    return max(0.0, 1.0 - real_rate / memory_rate)
