@@ -24,6 +24,8 @@ import time
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_ROOT)
 
+from components import contract  # noqa: E402 - plain strings, importable before TensorFlow
+
 STEPS = ("TFRecordIngest", "StatisticsGen", "ExampleValidator", "ValidationGate", "Fp32BaselineTrainer", "Trainer",
          "PrecisionEvaluator", "ModelExport", "AtomicPusher")
 STEP_LINE = re.compile(r"^\[(\w+)\] (ran|cached) in ([\d.]+) s$")
@@ -91,12 +93,14 @@ def _newest_json(pattern: str) -> dict:
 
 
 def _reports(root: str) -> dict:
-    return {"ingest": _newest_json(os.path.join(root, "TFRecordIngest", "examples", "*", "ingest_report.json")),
-            "trainer": _newest_json(os.path.join(root, "Trainer", "model_run", "*", "training_report.json")),
-            "baseline": _newest_json(os.path.join(root, "Fp32BaselineTrainer", "model_run", "*",
-                                                  "training_report.json")),
-            "evaluation": _newest_json(os.path.join(root, "PrecisionEvaluator", "evaluation", "*",
-                                                    "precision_report.json"))}
+    """The newest report of each kind under the pipeline root (<step>/<output key>/<execution id>/<file>)."""
+    def newest(step: str, output: str, file_name: str) -> dict:
+        return _newest_json(os.path.join(root, step, output, "*", file_name))
+
+    return {"ingest": newest("TFRecordIngest", contract.EXAMPLES, contract.INGEST_REPORT_FILE),
+            "trainer": newest("Trainer", contract.MODEL_RUN, contract.TRAINING_REPORT_FILE),
+            "baseline": newest("Fp32BaselineTrainer", contract.MODEL_RUN, contract.TRAINING_REPORT_FILE),
+            "evaluation": newest("PrecisionEvaluator", contract.EVALUATION, contract.PRECISION_REPORT_FILE)}
 
 
 def examples_per_second(run: dict) -> dict[str, float]:

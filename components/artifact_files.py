@@ -70,21 +70,30 @@ def write_json(path: str, value: Any) -> None:
 
 def read_bytes(path: str) -> bytes:
     register_filesystems_for(path)  # a reader of MLMD's URIs (status, the run report) may not know them yet
-    with fileio.open(path, "rb") as handle:
-        return handle.read()
+    return _read_registered(path)
 
 
 def read_json(path: str) -> Any:
-    return json.loads(read_bytes(path).decode("utf-8"))
+    return _parse_json(read_bytes(path))
 
 
 def read_json_if_exists(path: str) -> Any | None:
     """The JSON at `path`, or None when there is no such file or it does not parse."""
-    register_filesystems_for(path)
+    register_filesystems_for(path)  # once, for both the existence check and the read
     try:
-        return read_json(path) if path and fileio.exists(path) else None
+        return _parse_json(_read_registered(path)) if path and fileio.exists(path) else None
     except (ValueError, OSError):
         return None
+
+
+def _read_registered(path: str) -> bytes:
+    """The bytes at `path`, whose filesystem register_filesystems_for has made known."""
+    with fileio.open(path, "rb") as handle:
+        return handle.read()
+
+
+def _parse_json(data: bytes) -> Any:
+    return json.loads(data.decode("utf-8"))
 
 
 def copy_tree(source: str, destination: str, copy: Callable[[str, str], object] | None = None) -> list[str]:

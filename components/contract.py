@@ -33,6 +33,8 @@ INPUT_FINGERPRINT = "input_fingerprint"
 SETTINGS = "settings"  # the evaluator's and ModelExport's config section, as JSON
 MODEL_MODULE = "model_module"
 PUSH_DIR = "push_dir"
+CHECKPOINT_ROOT = "checkpoint_root"  # Trainer custom_config: where interrupted trainings keep checkpoints
+CODE_FINGERPRINT = "code_fingerprint"  # Trainer custom_config (and custom steps' executor flag): cache key only
 
 # ------------------------------------------------------------------------ artifact custom properties
 SPANS_PROPERTY = "spans"  # Examples (and artifacts made from them): the span numbers read, comma-separated

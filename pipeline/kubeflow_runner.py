@@ -21,10 +21,10 @@ from tfx.dsl.components.base import base_component
 
 from pipeline.config import PROJECT_ROOT, PipelineConfig, StepResources
 from pipeline.kfp_entrypoint import TFX_ENTRYPOINT
-from pipeline.pipeline import FP32_BASELINE_TRAINER, create_pipeline
+from pipeline.pipeline import FP32_BASELINE_TRAINER, TRAINER, create_pipeline
 
 ResourceSpec = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec.ResourceSpec
-STEP_ROLES = {"Trainer": "training", FP32_BASELINE_TRAINER: "training",
+STEP_ROLES = {TRAINER: "training", FP32_BASELINE_TRAINER: "training",
               "PrecisionEvaluator": "evaluation", "ModelExport": "evaluation"}  # any other step: "data"
 INGEST_STEP = "TFRecordIngest"
 IMAGE_PROJECT_ROOT = "/pipeline"  # where the Dockerfile puts the project

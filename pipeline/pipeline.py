@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib
-import json
 import os
 
 # Direct imports, not the `tfx.v1` umbrella: it also loads every other TFX component and the Google Cloud
@@ -34,8 +32,9 @@ from tfx.dsl.input_resolution.strategies.latest_artifact_strategy import LatestA
 from tfx.dsl.input_resolution.strategies.latest_blessed_model_strategy import LatestBlessedModelStrategy
 from tfx.dsl.io import fileio
 from tfx.orchestration import metadata, pipeline as tfx_pipeline
-from tfx.types import Channel, standard_artifacts
+from tfx.types import BaseChannel, Channel, standard_artifacts
 
+from components import contract
 from components.atomic_pusher.component import AtomicPusher
 from components.model_export.component import ModelExport
 from components.precision_evaluator.component import PrecisionEvaluator
@@ -44,10 +43,12 @@ from components.tfrecord_ingest.records import fingerprint_input
 from components.validation_gate.component import ValidationGate, ValidationReport
 from pipeline.code_fingerprint import code_fingerprint
 from pipeline.config import PipelineConfig
+from models.interface import load_model_module
 from pipeline.resolvers import LatestBlessedModelFromOtherData, LatestFromOtherData
 
 TRAINER_RUN_FN = "components.trainer.run_fn.run_fn"
 TRAINER_PACKAGE = "components.trainer"
+TRAINER = "Trainer"  # the candidate's node id (TFX's default id for its Trainer)
 FP32_BASELINE_TRAINER = "Fp32BaselineTrainer"
 
 
@@ -61,42 +62,46 @@ def create_pipeline(config: PipelineConfig, pipeline_root: str | None = None,
     data_fingerprint = fingerprint_input(config.data_root, config.ingest.span_window) if fingerprint_data else ""
     ingest = TFRecordIngest(input_base=config.data_root, eval_fraction=config.ingest.eval_fraction,
                             span_window=config.ingest.span_window, input_fingerprint=data_fingerprint)
-    statistics_gen = StatisticsGen(examples=ingest.outputs["examples"])
+    examples = ingest.outputs[contract.EXAMPLES]
+    statistics_gen = StatisticsGen(examples=examples)
+    statistics = statistics_gen.outputs[contract.STATISTICS]
     schema_gen = ImportSchemaGen(schema_file=config.schema_path)
-    example_validator = ExampleValidator(
-        statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"])
+    schema = schema_gen.outputs[contract.SCHEMA]
+    example_validator = ExampleValidator(statistics=statistics, schema=schema)
     previous_validation = _resolver("previous_validation_resolver", data_fingerprint,
-                                    previous_report=Channel(type=ValidationReport))
+                                    **{contract.PREVIOUS_VALIDATION_REPORT: Channel(type=ValidationReport)})
     validation_gate = ValidationGate(
-        anomalies=example_validator.outputs["anomalies"], statistics=statistics_gen.outputs["statistics"],
-        schema=schema_gen.outputs["schema"], examples=ingest.outputs["examples"],
-        previous_report=previous_validation.outputs["previous_report"])
+        anomalies=example_validator.outputs[contract.ANOMALIES], statistics=statistics, schema=schema,
+        examples=examples, previous_report=previous_validation.outputs[contract.PREVIOUS_VALIDATION_REPORT])
     latest_blessed = _resolver("latest_blessed_model_resolver", data_fingerprint, blessed_model=True,
-                               model=Channel(type=standard_artifacts.Model),
-                               model_blessing=Channel(type=standard_artifacts.ModelBlessing))
-    base_model = latest_blessed.outputs["model"] if config.train.warm_start else None
+                               **{contract.MODEL: Channel(type=standard_artifacts.Model),
+                                  contract.MODEL_BLESSING: Channel(type=standard_artifacts.ModelBlessing)})
+    production_model = latest_blessed.outputs[contract.MODEL]
+    base_model = production_model if config.train.warm_start else None
     checkpoint_root = os.path.join(pipeline_root, "checkpoints")
-    trainer = _trainer(config, ingest, schema_gen, base_model, "Trainer", checkpoint_root, vertex_training)
-    baseline_trainer = _trainer(config, ingest, schema_gen, base_model, FP32_BASELINE_TRAINER, checkpoint_root,
+    trainer = _trainer(config, examples, schema, base_model, TRAINER, checkpoint_root, vertex_training)
+    baseline_trainer = _trainer(config, examples, schema, base_model, FP32_BASELINE_TRAINER, checkpoint_root,
                                 vertex_training, precision="float32", xla="off",
                                 input_probe_steps=0)  # the reference: its input wait is not what we tune
     for node in (trainer, baseline_trainer):
         node.add_upstream_node(validation_gate)  # blocking anomalies and drift stop the run before any training
-    model_module = importlib.import_module(config.train.model)
+    model, baseline_model = trainer.outputs[contract.MODEL], baseline_trainer.outputs[contract.MODEL]
     evaluator = PrecisionEvaluator(
-        examples=ingest.outputs["examples"],
-        model=trainer.outputs["model"],
-        baseline_model=baseline_trainer.outputs["model"],
-        production_model=latest_blessed.outputs["model"],
-        settings=json.dumps({**dataclasses.asdict(config.evaluate), "label_key": model_module.LABEL_KEY}))
+        examples=examples,
+        model=model,
+        baseline_model=baseline_model,
+        production_model=production_model,
+        settings=config.evaluate,
+        label_key=load_model_module(config.train.model).LABEL_KEY)
+    blessing = evaluator.outputs[contract.BLESSING]
     export = ModelExport(
-        examples=ingest.outputs["examples"],
-        model=trainer.outputs["model"],
-        baseline_model=baseline_trainer.outputs["model"],
-        blessing=evaluator.outputs["blessing"],
+        examples=examples,
+        model=model,
+        baseline_model=baseline_model,
+        blessing=blessing,
         model_module=config.train.model,
-        settings=json.dumps(dataclasses.asdict(config.export)))
-    pusher = AtomicPusher(exported_model=export.outputs["exported_model"], blessing=evaluator.outputs["blessing"],
+        settings=config.export)
+    pusher = AtomicPusher(exported_model=export.outputs[contract.EXPORTED_MODEL], blessing=blessing,
                           push_dir=_absolute(config.push_dir))
     for node in (ingest, validation_gate, evaluator, pusher):
         _key_cache_on_code(node)
@@ -125,18 +130,19 @@ def _resolver(node_id: str, data_fingerprint: str, blessed_model: bool = False, 
     pipeline/resolvers.py), else TFX's stock strategy (the only kind Kubeflow Pipelines v2 runs)."""
     if data_fingerprint:
         strategy = LatestBlessedModelFromOtherData if blessed_model else LatestFromOtherData
-        return Resolver(strategy_class=strategy, config={"input_fingerprint": data_fingerprint},
-                                **channels).with_id(node_id)
+        return Resolver(strategy_class=strategy, config={contract.INPUT_FINGERPRINT: data_fingerprint},
+                        **channels).with_id(node_id)
     strategy = (LatestBlessedModelStrategy if blessed_model
                 else LatestArtifactStrategy)
     return Resolver(strategy_class=strategy, **channels).with_id(node_id)
 
 
-def _trainer(config: PipelineConfig, ingest, schema_gen, base_model, node_id: str, checkpoint_root: str,
-             vertex_training: dict | None, **train_overrides) -> Trainer:
-    """The GPU-aware Trainer as node `node_id`, warm-started from `base_model` (a channel, or None), with
-    `train_overrides` applied to the train config; TFX's Vertex AI Trainer with `vertex_training` merged
-    into its custom_config when given (the same run_fn then runs in every replica of the CustomJob)."""
+def _trainer(config: PipelineConfig, examples: BaseChannel, schema: BaseChannel, base_model: BaseChannel | None,
+             node_id: str, checkpoint_root: str, vertex_training: dict | None, **train_overrides) -> Trainer:
+    """The GPU-aware Trainer as node `node_id` on the `examples` and `schema` channels, warm-started from
+    `base_model` (a channel, or None), with `train_overrides` applied to the train config; TFX's Vertex AI
+    Trainer with `vertex_training` merged into its custom_config when given (the same run_fn then runs in
+    every replica of the CustomJob)."""
     custom_config = trainer_custom_config(config, os.path.join(checkpoint_root, node_id), **train_overrides)
     trainer_class = Trainer
     if vertex_training:
@@ -144,8 +150,8 @@ def _trainer(config: PipelineConfig, ingest, schema_gen, base_model, node_id: st
         custom_config = {**custom_config, **vertex_training}
     return trainer_class(
         run_fn=TRAINER_RUN_FN,
-        examples=ingest.outputs["examples"],
-        schema=schema_gen.outputs["schema"],
+        examples=examples,
+        schema=schema,
         base_model=base_model,
         custom_config=custom_config).with_id(node_id)
 
@@ -155,15 +161,15 @@ def trainer_custom_config(config: PipelineConfig, checkpoint_dir: str, **train_o
     package, the model module (wherever it lives) and the project code they import, so that code changes
     bust the cache."""
     return {**dataclasses.asdict(config.train), **train_overrides,
-            "code_fingerprint": code_fingerprint(TRAINER_PACKAGE, config.train.model),
-            "checkpoint_root": checkpoint_dir}
+            contract.CODE_FINGERPRINT: code_fingerprint(TRAINER_PACKAGE, config.train.model),
+            contract.CHECKPOINT_ROOT: checkpoint_dir}
 
 
 def _key_cache_on_code(node, *extra_modules: str) -> None:
     """Adds `--code_fingerprint=<digest>` to the node's own executor spec (TFX copies the class's spec per
     node): the digest of the node's component package and `extra_modules` (see code_fingerprint)."""
     package = type(node).__module__.rpartition(".")[0]
-    node.executor_spec.add_extra_flags([f"--code_fingerprint={code_fingerprint(package, *extra_modules)}"])
+    node.executor_spec.add_extra_flags([f"--{contract.CODE_FINGERPRINT}={code_fingerprint(package, *extra_modules)}"])
 
 
 def _file_digest(path: str) -> str:

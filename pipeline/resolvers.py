@@ -16,12 +16,12 @@ from tfx import types
 from tfx.components.evaluator import constants
 from tfx.dsl.components.common import resolver
 
-from components.tfrecord_ingest.executor import FINGERPRINT_PROPERTY
+from components import contract
 
 
 def _from_other_data(artifacts: list[types.Artifact], input_fingerprint: str) -> list[types.Artifact]:
     return [artifact for artifact in artifacts
-            if artifact.get_string_custom_property(FINGERPRINT_PROPERTY) != input_fingerprint]
+            if artifact.get_string_custom_property(contract.FINGERPRINT_PROPERTY) != input_fingerprint]
 
 
 class LatestFromOtherData(resolver.ResolverStrategy):
@@ -47,11 +47,11 @@ class LatestBlessedModelFromOtherData(resolver.ResolverStrategy):
     def resolve_artifacts(self, store, input_dict: dict[str, list[types.Artifact]]) -> dict:
         blessings = {
             blessing.get_int_custom_property(constants.ARTIFACT_PROPERTY_CURRENT_MODEL_ID_KEY): blessing
-            for blessing in sorted(_from_other_data(input_dict["model_blessing"], self._input_fingerprint),
+            for blessing in sorted(_from_other_data(input_dict[contract.MODEL_BLESSING], self._input_fingerprint),
                                    key=lambda a: a.id)
             if blessing.get_int_custom_property(constants.ARTIFACT_PROPERTY_BLESSED_KEY)
             == constants.BLESSED_VALUE}
-        for model in sorted(input_dict["model"], key=lambda a: a.id, reverse=True):
+        for model in sorted(input_dict[contract.MODEL], key=lambda a: a.id, reverse=True):
             if model.id in blessings:
-                return {"model": [model], "model_blessing": [blessings[model.id]]}
-        return {"model": [], "model_blessing": []}
+                return {contract.MODEL: [model], contract.MODEL_BLESSING: [blessings[model.id]]}
+        return {contract.MODEL: [], contract.MODEL_BLESSING: []}

@@ -10,15 +10,16 @@ from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 
+from components import contract
 from components.atomic_pusher import executor
 from components.model_export.component import ExportedModel
 
 
 class AtomicPusherSpec(ComponentSpec):
-    PARAMETERS = {"push_dir": ExecutionParameter(type=str)}
-    INPUTS = {"exported_model": ChannelParameter(type=ExportedModel),
-              "blessing": ChannelParameter(type=standard_artifacts.ModelBlessing)}
-    OUTPUTS = {"pushed_model": ChannelParameter(type=standard_artifacts.PushedModel)}
+    PARAMETERS = {contract.PUSH_DIR: ExecutionParameter(type=str)}
+    INPUTS = {contract.EXPORTED_MODEL: ChannelParameter(type=ExportedModel),
+              contract.BLESSING: ChannelParameter(type=standard_artifacts.ModelBlessing)}
+    OUTPUTS = {contract.PUSHED_MODEL: ChannelParameter(type=standard_artifacts.PushedModel)}
 
 
 class AtomicPusher(base_component.BaseComponent):

@@ -6,14 +6,16 @@ Produces: `exported_model` holding saved_model/, tflite/<variant>.tflite (device
 the model's preprocessing inside, TFLite builtin ops only) and export_report.json/.md; custom properties
 `exported` (0 when nothing was blessed) and `recommended_tflite`.
 Parameters: `model_module` (parses raw examples; its INPUTS are the device inputs, their defaults the
-missing-value convention), `settings` (JSON: the `export` config section).
+missing-value convention), `settings` (JSON: the `export` config section, executor.settings_json).
 """
 from tfx import types
 from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 
+from components import contract
 from components.model_export import executor
+from components.settings import ExportConfig
 
 
 class ExportedModel(types.Artifact):
@@ -22,14 +24,15 @@ class ExportedModel(types.Artifact):
 
 
 class ModelExportSpec(ComponentSpec):
-    PARAMETERS = {"model_module": ExecutionParameter(type=str), "settings": ExecutionParameter(type=str)}
+    PARAMETERS = {contract.MODEL_MODULE: ExecutionParameter(type=str),
+                  contract.SETTINGS: ExecutionParameter(type=str)}
     INPUTS = {
-        "examples": ChannelParameter(type=standard_artifacts.Examples),
-        "model": ChannelParameter(type=standard_artifacts.Model),
-        "baseline_model": ChannelParameter(type=standard_artifacts.Model),
-        "blessing": ChannelParameter(type=standard_artifacts.ModelBlessing),
+        contract.EXAMPLES: ChannelParameter(type=standard_artifacts.Examples),
+        contract.MODEL: ChannelParameter(type=standard_artifacts.Model),
+        contract.BASELINE_MODEL: ChannelParameter(type=standard_artifacts.Model),
+        contract.BLESSING: ChannelParameter(type=standard_artifacts.ModelBlessing),
     }
-    OUTPUTS = {"exported_model": ChannelParameter(type=ExportedModel)}
+    OUTPUTS = {contract.EXPORTED_MODEL: ChannelParameter(type=ExportedModel)}
 
 
 class ModelExport(base_component.BaseComponent):
@@ -37,7 +40,8 @@ class ModelExport(base_component.BaseComponent):
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
 
     def __init__(self, examples: types.BaseChannel, model: types.BaseChannel, baseline_model: types.BaseChannel,
-                 blessing: types.BaseChannel, model_module: str, settings: str):
+                 blessing: types.BaseChannel, model_module: str, settings: ExportConfig):
         super().__init__(spec=ModelExportSpec(
             examples=examples, model=model, baseline_model=baseline_model, blessing=blessing,
-            model_module=model_module, settings=settings, exported_model=types.Channel(type=ExportedModel)))
+            model_module=model_module, settings=executor.settings_json(settings),
+            exported_model=types.Channel(type=ExportedModel)))

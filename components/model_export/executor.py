@@ -2,7 +2,7 @@
 in, preprocessing inside, builtin ops only), each variant re-evaluated in LiteRT against serving_raw."""
 from __future__ import annotations
 
-import importlib
+import dataclasses
 import json
 import os
 import tempfile
@@ -18,17 +18,14 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from components import artifact_files
+from components import artifact_files, contract
 from components.model_export import tflite
 from components.model_export.variants import judge_variants, recommended_variant
 from components.precision_evaluator.blessing import chosen_model, is_blessed
-from components.trainer.export import (MODEL_READY_FILE, PREPROCESSING_FILE, RAW_SIGNATURE, TRANSFORM_SIGNATURE,
-                                       model_ready_dir)
+from components.settings import ExportConfig
+from components.trainer.export import model_ready_dir
+from models.interface import ModelModule, load_model_module
 
-SAVED_MODEL_DIR = "saved_model"
-TFLITE_DIR = "tflite"
-REPORT_FILE = "export_report.json"
-REPORT_MARKDOWN = "export_report.md"
 _BATCH = 1024
 INPUTS_DESCRIPTION = "raw features"  # what every TFLite variant takes (the report's "inputs")
 
@@ -38,31 +35,41 @@ class Executor(base_executor.BaseExecutor):
 
     def Do(self, input_dict: dict[str, list[types.Artifact]], output_dict: dict[str, list[types.Artifact]],
            exec_properties: dict[str, Any]) -> None:
-        blessing = artifact_utils.get_single_instance(input_dict["blessing"])
-        exported = artifact_utils.get_single_instance(output_dict["exported_model"])
-        settings = json.loads(exec_properties["settings"])
+        blessing = artifact_utils.get_single_instance(input_dict[contract.BLESSING])
+        exported = artifact_utils.get_single_instance(output_dict[contract.EXPORTED_MODEL])
+        settings = read_settings(exec_properties[contract.SETTINGS])
         fileio.makedirs(exported.uri)
         if not is_blessed(blessing):
             report = {"exported": False, "reason": "the model was not blessed; nothing to export"}
-            exported.set_int_custom_property("exported", 0)
+            exported.set_int_custom_property(contract.EXPORTED_PROPERTY, 0)
             _write_reports(exported.uri, report)
             return
-        model = chosen_model(blessing, input_dict["model"] + input_dict["baseline_model"])
-        examples = artifact_utils.get_single_instance(input_dict["examples"])
+        model = chosen_model(blessing, input_dict[contract.MODEL] + input_dict[contract.BASELINE_MODEL])
+        examples = artifact_utils.get_single_instance(input_dict[contract.EXAMPLES])
         report = export_model(
             serving_model_dir=path_utils.serving_model_path(model.uri),
-            model_module=importlib.import_module(exec_properties["model_module"]),
+            model_module=load_model_module(exec_properties[contract.MODEL_MODULE]),
             train_files=_split_files(examples, "train"), eval_files=_split_files(examples, "eval"),
             output_dir=exported.uri, settings=settings)
         report["source_model"] = {"uri": model.uri, "id": model.id}
-        exported.set_int_custom_property("exported", 1)
-        exported.set_string_custom_property("source_model_uri", model.uri)
-        exported.set_string_custom_property("recommended_tflite", report["recommended"] or "")
+        exported.set_int_custom_property(contract.EXPORTED_PROPERTY, 1)
+        exported.set_string_custom_property(contract.SOURCE_MODEL_URI_PROPERTY, model.uri)
+        exported.set_string_custom_property(contract.RECOMMENDED_TFLITE_PROPERTY, report["recommended"] or "")
         _write_reports(exported.uri, report)
 
 
-def export_model(serving_model_dir: str, model_module, train_files: list[str], eval_files: list[str],
-                 output_dir: str, settings: dict) -> dict:
+def settings_json(settings: ExportConfig) -> str:
+    """Input: the `export` config section. Output: the exec property `settings`."""
+    return json.dumps(dataclasses.asdict(settings))
+
+
+def read_settings(settings_text: str) -> ExportConfig:
+    """Input: the exec property `settings` (settings_json's output). Output: the `export` config section."""
+    return ExportConfig(**json.loads(settings_text))
+
+
+def export_model(serving_model_dir: str, model_module: ModelModule, train_files: list[str], eval_files: list[str],
+                 output_dir: str, settings: ExportConfig) -> dict:
     """Input: a trained model's serving SavedModel (with the preprocessing and model-ready Keras files beside
     it), the model module, gzip TFRecord files (train: full-int8 calibration; eval: scoring), an output folder
     and the `export` config section.
@@ -72,19 +79,19 @@ def export_model(serving_model_dir: str, model_module, train_files: list[str], e
     eval record against the SavedModel's serving_raw signature on the same raw features. A variant that
     cannot be converted with builtin ops only is left out of the ladder and named in "failed_variants".
     """
-    artifact_files.copy_tree(serving_model_dir, os.path.join(output_dir, SAVED_MODEL_DIR))
+    artifact_files.copy_tree(serving_model_dir, os.path.join(output_dir, contract.SAVED_MODEL_DIR))
     saved_model = tf.saved_model.load(serving_model_dir)
     eval_split = _score_savedmodel(saved_model, model_module, eval_files)
     reference = tflite.score(eval_split["labels"], eval_split["probabilities"])
-    representative = raw_features(model_module, train_files, settings["representative_examples"])
+    representative = raw_features(model_module, train_files, settings.representative_examples)
     keras_dir = model_ready_dir(serving_model_dir)
-    preprocessing = keras.saving.load_model(os.path.join(keras_dir, PREPROCESSING_FILE))
-    model = keras.saving.load_model(os.path.join(keras_dir, MODEL_READY_FILE))
+    preprocessing = keras.saving.load_model(os.path.join(keras_dir, contract.PREPROCESSING_FILE))
+    model = keras.saving.load_model(os.path.join(keras_dir, contract.MODEL_READY_FILE))
     results, failed = {}, {}
     with tempfile.TemporaryDirectory() as scratch:
         device_model = tflite.write_device_savedmodel(preprocessing, model, model_module.INPUTS,
                                                       os.path.join(scratch, "device_model"))
-        for variant in settings["tflite_variants"]:
+        for variant in settings.tflite_variants:
             logging.info("ModelExport: converting and scoring the %s TFLite variant", variant)
             try:
                 flatbuffer = tflite.convert(device_model, variant, representative)
@@ -92,7 +99,7 @@ def export_model(serving_model_dir: str, model_module, train_files: list[str], e
                 logging.warning("ModelExport: the %s TFLite variant was not converted: %s", variant, error)
                 failed[variant] = str(error)
                 continue
-            relative_path = f"{TFLITE_DIR}/{variant}.tflite"
+            relative_path = f"{contract.TFLITE_DIR}/{variant}.tflite"
             artifact_files.write_bytes(os.path.join(output_dir, relative_path), flatbuffer)
             interpreter = tflite.DeviceInterpreter(flatbuffer)
             probabilities = interpreter.predict(eval_split["raw"])
@@ -101,18 +108,18 @@ def export_model(serving_model_dir: str, model_module, train_files: list[str], e
                 "size_bytes": len(flatbuffer),
                 **tflite.weight_bytes(flatbuffer),
                 "median_latency_us": 1e6 * interpreter.median_latency_seconds(eval_split["raw"],
-                                                                              settings["latency_examples"]),
+                                                                              settings.latency_examples),
                 **_differences(probabilities, eval_split["probabilities"]),
                 "ops": tflite.operators(flatbuffer),
                 "non_builtin_ops": tflite.non_builtin_ops(flatbuffer),
                 "quantized_preprocessing_ops": tflite.quantized_preprocessing_ops(flatbuffer),
                 "file": relative_path,
             }
-    judged = judge_variants(results, reference["auc"], settings["max_tflite_auc_drop"])
+    judged = judge_variants(results, reference["auc"], settings.max_tflite_auc_drop)
     return {"exported": True, "eval_examples": len(eval_split["labels"]), "savedmodel": reference,
             "inputs": INPUTS_DESCRIPTION, "device_inputs": tflite.input_conventions(model_module.INPUTS),
-            "device_output": f"{tflite.OUTPUT_NAME}: float32 [1, 1]", "compared_with": RAW_SIGNATURE,
-            "runtime": tflite.runtime_name(), "max_tflite_auc_drop": settings["max_tflite_auc_drop"],
+            "device_output": f"{contract.OUTPUT_NAME}: float32 [1, 1]", "compared_with": contract.RAW_SIGNATURE,
+            "runtime": tflite.runtime_name(), "max_tflite_auc_drop": settings.max_tflite_auc_drop,
             "variants": judged, "failed_variants": failed, "recommended": recommended_variant(judged)}
 
 
@@ -132,35 +139,35 @@ def _records(files: list[str]) -> tf.data.Dataset:
     return tf.data.TFRecordDataset(files, compression_type="GZIP").batch(_BATCH)
 
 
-def _parse_raw(model_module, serialized: tf.Tensor) -> dict[str, tf.Tensor]:
+def _parse_raw(model_module: ModelModule, serialized: tf.Tensor) -> dict[str, tf.Tensor]:
     """Raw features as a device caller passes them: an absent feature becomes its INPUTS default, which is
     the missing-value convention of the device model (and what serving_default does with the record)."""
     return tf.io.parse_example(serialized, model_module.INPUTS)
 
 
-def _score_savedmodel(saved_model, model_module, files: list[str]) -> dict[str, Any]:
+def _score_savedmodel(saved_model, model_module: ModelModule, files: list[str]) -> dict[str, Any]:
     """For every record in `files`: the label, the raw features and the SavedModel's serving_raw probability."""
     parts: dict[str, list] = {"labels": [], "probabilities": [], "raw": []}
     for serialized in _records(files):
         raw = _parse_raw(model_module, serialized)
-        parts["labels"].append(saved_model.signatures[TRANSFORM_SIGNATURE](examples=serialized)[
+        parts["labels"].append(saved_model.signatures[contract.TRANSFORM_SIGNATURE](examples=serialized)[
             model_module.LABEL_KEY].numpy().reshape(-1))
-        parts["probabilities"].append(saved_model.signatures[RAW_SIGNATURE](**raw)[
-            "probabilities"].numpy().reshape(-1))
+        parts["probabilities"].append(saved_model.signatures[contract.RAW_SIGNATURE](**raw)[
+            contract.OUTPUT_NAME].numpy().reshape(-1))
         parts["raw"].append({name: tensor.numpy() for name, tensor in raw.items()})
     return {"labels": np.concatenate(parts["labels"]), "probabilities": np.concatenate(parts["probabilities"]),
             "raw": {name: np.concatenate([batch[name] for batch in parts["raw"]]) for name in parts["raw"][0]}}
 
 
-def raw_features(model_module, files: list[str], rows: int) -> dict[str, np.ndarray]:
+def raw_features(model_module: ModelModule, files: list[str], rows: int) -> dict[str, np.ndarray]:
     """The first `rows` records of `files` as raw features, name -> array (the full-int8 calibration set)."""
     serialized = next(iter(tf.data.TFRecordDataset(files, compression_type="GZIP").batch(rows)))
     return {name: tensor.numpy() for name, tensor in _parse_raw(model_module, serialized).items()}
 
 
 def _write_reports(directory: str, report: dict) -> None:
-    artifact_files.write_json(os.path.join(directory, REPORT_FILE), report)
-    artifact_files.write_text(os.path.join(directory, REPORT_MARKDOWN), render_markdown(report))
+    artifact_files.write_json(os.path.join(directory, contract.EXPORT_REPORT_FILE), report)
+    artifact_files.write_text(os.path.join(directory, contract.EXPORT_REPORT_MARKDOWN), render_markdown(report))
 
 
 def render_markdown(report: dict) -> str:

@@ -25,12 +25,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from components import contract
 from components.model_export.variants import TFLITE_VARIANTS
 from components.native_stderr import native_stderr_to_log
 
 AUC_THRESHOLDS = 10_000  # as many as TFMA's AUC uses
-DEVICE_SIGNATURE = "serving_default"  # the .tflite file's one signature: raw features -> {"probabilities"}
-OUTPUT_NAME = "probabilities"
 PREPROCESSING_SCOPE = "raw_preprocessing"  # name scope of the preprocessing ops inside the device graph
 _INPUT_DTYPE_NAMES = {tf.float32: "float32", tf.int64: "int64", tf.string: "string"}
 _QUANTIZED_TYPES = ("INT8", "UINT8", "INT16", "INT4")
@@ -55,9 +54,10 @@ def write_device_savedmodel(preprocessing: keras.Model, model: keras.Model, inpu
     def probabilities(features):
         with tf.name_scope(PREPROCESSING_SCOPE):
             model_ready = preprocessing(features)
-        return {OUTPUT_NAME: tf.cast(model(model_ready, training=False), tf.float32)}
+        return {contract.OUTPUT_NAME: tf.cast(model(model_ready, training=False), tf.float32)}
 
-    archive.add_endpoint(DEVICE_SIGNATURE, probabilities, input_signature=[spec])
+    # The .tflite file's one signature, under the serving name: raw features -> {"probabilities"}.
+    archive.add_endpoint(contract.SERVING_SIGNATURE, probabilities, input_signature=[spec])
     archive.write_out(export_dir, verbose=False)
     return export_dir
 
@@ -87,7 +87,8 @@ def convert(saved_model_dir: str, variant: str, representative: dict[str, np.nda
     more. full_int8 quantizes all but the ops under PREPROCESSING_SCOPE, inputs and output stay float."""
     if variant not in TFLITE_VARIANTS:
         raise ValueError(f"unknown TFLite variant {variant!r} (known: {', '.join(TFLITE_VARIANTS)})")
-    converter = tf.lite.TFLiteConverter.from_saved_model(saved_model_dir, signature_keys=[DEVICE_SIGNATURE])
+    converter = tf.lite.TFLiteConverter.from_saved_model(saved_model_dir,
+                                                         signature_keys=[contract.SERVING_SIGNATURE])
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     converter.allow_custom_ops = False
     if variant != "float32":
@@ -285,9 +286,9 @@ class DeviceInterpreter:
         with native_stderr_to_log("TFLite interpreter"):
             self._interpreter = _interpreter_class()(model_content=flatbuffer, num_threads=1)
             self._interpreter.allocate_tensors()
-        runner = self._interpreter.get_signature_runner(DEVICE_SIGNATURE)
+        runner = self._interpreter.get_signature_runner(contract.SERVING_SIGNATURE)
         self._inputs = {name: detail["index"] for name, detail in runner.get_input_details().items()}
-        self._output = runner.get_output_details()[OUTPUT_NAME]["index"]
+        self._output = runner.get_output_details()[contract.OUTPUT_NAME]["index"]
         del runner  # it must not outlive allocate/invoke checks on the interpreter
 
     def _set_example(self, features: dict[str, np.ndarray], row: int) -> None:

@@ -11,9 +11,7 @@ import os
 from tfx import types
 from tfx.components.evaluator import constants
 
-from components import artifact_files
-
-CHOSEN_PROPERTY = "chosen"
+from components import artifact_files, contract
 
 
 def write_blessing(blessing: types.Artifact, blessed: bool, chosen: types.Artifact, chosen_name: str | None,
@@ -29,7 +27,7 @@ def write_blessing(blessing: types.Artifact, blessed: bool, chosen: types.Artifa
     blessing.set_int_custom_property(constants.ARTIFACT_PROPERTY_CURRENT_MODEL_ID_KEY, chosen.id)
     blessing.set_string_custom_property(constants.ARTIFACT_PROPERTY_BASELINE_MODEL_URI_KEY, baseline.uri)
     blessing.set_int_custom_property(constants.ARTIFACT_PROPERTY_BASELINE_MODEL_ID_KEY, baseline.id)
-    blessing.set_string_custom_property(CHOSEN_PROPERTY, chosen_name or "")
+    blessing.set_string_custom_property(contract.CHOSEN_PROPERTY, chosen_name or "")
 
 
 def is_blessed(blessing: types.Artifact) -> bool:

@@ -5,27 +5,29 @@ same Trainer at float32 without XLA), optional `production_model` (the latest bl
 LatestBlessedModelStrategy resolver).
 Produces: `evaluation` (ModelEvaluation: TFMA results plus precision_report.json/.md) and `blessing` (a
 standard ModelBlessing that refers to the candidate, or to the FP32 baseline after a fallback).
-Parameters: `settings`, JSON: the `evaluate` config section plus `label_key`.
+Parameters: `settings`, JSON: the `evaluate` config section plus `label_key` (executor.settings_json).
 """
 from tfx import types
 from tfx.dsl.components.base import base_beam_component, executor_spec
 from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 
+from components import contract
 from components.precision_evaluator import executor
+from components.settings import EvaluateConfig
 
 
 class PrecisionEvaluatorSpec(ComponentSpec):
-    PARAMETERS = {"settings": ExecutionParameter(type=str)}
+    PARAMETERS = {contract.SETTINGS: ExecutionParameter(type=str)}
     INPUTS = {
-        "examples": ChannelParameter(type=standard_artifacts.Examples),
-        "model": ChannelParameter(type=standard_artifacts.Model),
-        "baseline_model": ChannelParameter(type=standard_artifacts.Model),
-        "production_model": ChannelParameter(type=standard_artifacts.Model, optional=True),
+        contract.EXAMPLES: ChannelParameter(type=standard_artifacts.Examples),
+        contract.MODEL: ChannelParameter(type=standard_artifacts.Model),
+        contract.BASELINE_MODEL: ChannelParameter(type=standard_artifacts.Model),
+        contract.PRODUCTION_MODEL: ChannelParameter(type=standard_artifacts.Model, optional=True),
     }
     OUTPUTS = {
-        "evaluation": ChannelParameter(type=standard_artifacts.ModelEvaluation),
-        "blessing": ChannelParameter(type=standard_artifacts.ModelBlessing),
+        contract.EVALUATION: ChannelParameter(type=standard_artifacts.ModelEvaluation),
+        contract.BLESSING: ChannelParameter(type=standard_artifacts.ModelBlessing),
     }
 
 
@@ -34,8 +36,9 @@ class PrecisionEvaluator(base_beam_component.BaseBeamComponent):
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
 
     def __init__(self, examples: types.BaseChannel, model: types.BaseChannel, baseline_model: types.BaseChannel,
-                 settings: str, production_model: types.BaseChannel | None = None):
+                 settings: EvaluateConfig, label_key: str, production_model: types.BaseChannel | None = None):
         super().__init__(spec=PrecisionEvaluatorSpec(
             examples=examples, model=model, baseline_model=baseline_model, production_model=production_model,
-            settings=settings, evaluation=types.Channel(type=standard_artifacts.ModelEvaluation),
+            settings=executor.settings_json(settings, label_key),
+            evaluation=types.Channel(type=standard_artifacts.ModelEvaluation),
             blessing=types.Channel(type=standard_artifacts.ModelBlessing)))

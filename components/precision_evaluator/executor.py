@@ -8,6 +8,7 @@ and evaluator instead.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -21,14 +22,12 @@ from tfx.components.evaluator import executor as evaluator_executor
 from tfx.types import artifact_utils
 from tfx.utils import io_utils, path_utils
 
-from components import artifact_files
+from components import artifact_files, contract
 from components.precision_evaluator import batched_metrics, gates, scoring
 from components.precision_evaluator.blessing import write_blessing
-from components.tfrecord_ingest.executor import FINGERPRINT_PROPERTY, SPANS_PROPERTY
-from components.trainer.export import SERVING_SIGNATURE, TRANSFORM_SIGNATURE
+from components.settings import EvaluateConfig
 
-REPORT_FILE = gates.REPORT_FILE
-REPORT_MARKDOWN = "precision_report.md"
+LABEL_KEY_SETTING = "label_key"  # in the `settings` JSON, beside the evaluate section: the model's label
 METRICS = ("ExampleCount", "BinaryCrossEntropy", "BinaryAccuracy", "AUC", "Precision", "Recall")
 BATCH_SIZE = 4096  # eval examples per batch read, scored and summed together
 
@@ -45,32 +44,32 @@ class Executor(evaluator_executor.Executor):
 
     def Do(self, input_dict: dict[str, list[types.Artifact]], output_dict: dict[str, list[types.Artifact]],
            exec_properties: dict[str, Any]) -> None:
-        settings = json.loads(exec_properties["settings"])
-        candidate = artifact_utils.get_single_instance(input_dict["model"])
-        baseline = artifact_utils.get_single_instance(input_dict["baseline_model"])
+        settings, label_key = read_settings(exec_properties[contract.SETTINGS])
+        candidate = artifact_utils.get_single_instance(input_dict[contract.MODEL])
+        baseline = artifact_utils.get_single_instance(input_dict[contract.BASELINE_MODEL])
         models = {gates.CANDIDATE: candidate, gates.FP32_BASELINE: baseline}
-        if input_dict.get("production_model"):
-            models[gates.PRODUCTION] = artifact_utils.get_single_instance(input_dict["production_model"])
-        evaluation = artifact_utils.get_single_instance(output_dict["evaluation"])
-        blessing = artifact_utils.get_single_instance(output_dict["blessing"])
+        if input_dict.get(contract.PRODUCTION_MODEL):
+            models[gates.PRODUCTION] = artifact_utils.get_single_instance(input_dict[contract.PRODUCTION_MODEL])
+        evaluation = artifact_utils.get_single_instance(output_dict[contract.EVALUATION])
+        blessing = artifact_utils.get_single_instance(output_dict[contract.BLESSING])
 
-        eval_config = make_eval_config(sorted(models), settings["label_key"], settings["slice_feature"])
-        self._run_tfma(input_dict["examples"], models, eval_config, evaluation.uri)
+        eval_config = make_eval_config(sorted(models), label_key, settings.slice_feature)
+        self._run_tfma(input_dict[contract.EXAMPLES], models, eval_config, evaluation.uri)
         metrics = read_metrics(evaluation.uri)
         decision = gates.decide(metrics, settings)
         chosen = models[decision.chosen_model] if decision.chosen_model else candidate
         write_blessing(blessing, decision.blessed, chosen, decision.chosen_model, baseline)
-        examples = artifact_utils.get_single_instance(input_dict["examples"])
+        examples = artifact_utils.get_single_instance(input_dict[contract.EXAMPLES])
         # Which data this blessing was decided on: later runs resolve their production model by it.
-        blessing.set_int_custom_property("span", examples.span)
-        for key in (FINGERPRINT_PROPERTY, SPANS_PROPERTY):
+        blessing.set_int_custom_property(contract.SPAN_PROPERTY, examples.span)
+        for key in (contract.FINGERPRINT_PROPERTY, contract.SPANS_PROPERTY):
             blessing.set_string_custom_property(key, examples.get_string_custom_property(key))
-        report = {**decision.to_json(), "settings": settings,
+        report = {**decision.to_json(), "settings": settings_record(settings, label_key),
                   "models": {name: {"uri": model.uri, "id": model.id} for name, model in models.items()},
                   "metrics": metrics}
         for folder in (evaluation.uri, blessing.uri):  # the report sits next to both artifacts a gate reads
-            artifact_files.write_json(os.path.join(folder, REPORT_FILE), report)
-            artifact_files.write_text(os.path.join(folder, REPORT_MARKDOWN),
+            artifact_files.write_json(os.path.join(folder, contract.PRECISION_REPORT_FILE), report)
+            artifact_files.write_text(os.path.join(folder, contract.PRECISION_REPORT_MARKDOWN),
                                       gates.render_markdown(decision, metrics))
         logging.info("PrecisionEvaluator: %s", decision.summary)
 
@@ -101,6 +100,24 @@ class Executor(evaluator_executor.Executor):
                         extractors=extractors, evaluators=evaluators))
 
 
+def settings_record(settings: EvaluateConfig, label_key: str) -> dict:
+    """The `evaluate` config section and the model's label key as one JSON-ready dict (the report's "settings")."""
+    return {**dataclasses.asdict(settings), LABEL_KEY_SETTING: label_key}
+
+
+def settings_json(settings: EvaluateConfig, label_key: str) -> str:
+    """Input: the `evaluate` config section and the model's label key. Output: the exec property `settings`."""
+    return json.dumps(settings_record(settings, label_key))
+
+
+def read_settings(settings_text: str) -> tuple[EvaluateConfig, str]:
+    """Input: the exec property `settings` (settings_json's output). Output: the `evaluate` config section and
+    the model's label key."""
+    values = json.loads(settings_text)
+    label_key = values.pop(LABEL_KEY_SETTING)
+    return EvaluateConfig(**values), label_key
+
+
 def make_eval_config(model_names: list[str], label_key: str, slice_feature: str) -> tfma.EvalConfig:
     """Input: the model names, the label key, the feature to slice on ("" for none). Output: the TFMA config:
     every model on the same metrics, overall and per value of the slice feature, no thresholds (gates.py
@@ -109,8 +126,9 @@ def make_eval_config(model_names: list[str], label_key: str, slice_feature: str)
     if slice_feature:
         slicing_specs.append(tfma.SlicingSpec(feature_keys=[slice_feature]))
     return tfma.EvalConfig(
-        model_specs=[tfma.ModelSpec(name=name, signature_name=SERVING_SIGNATURE, label_key=label_key,
-                                    preprocessing_function_names=[TRANSFORM_SIGNATURE]) for name in model_names],
+        model_specs=[tfma.ModelSpec(name=name, signature_name=contract.SERVING_SIGNATURE, label_key=label_key,
+                                    preprocessing_function_names=[contract.TRANSFORM_SIGNATURE])
+                     for name in model_names],
         slicing_specs=slicing_specs,
         metrics_specs=[tfma.MetricsSpec(metrics=[tfma.MetricConfig(class_name=name) for name in METRICS],
                                         model_names=model_names)])

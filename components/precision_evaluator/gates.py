@@ -6,11 +6,14 @@ whole eval split under OVERALL.
 """
 from __future__ import annotations
 
+import typing
 from dataclasses import asdict, dataclass, field
+
+if typing.TYPE_CHECKING:  # annotations only: the rules stay free of the config's imports
+    from components.settings import EvaluateConfig
 
 CANDIDATE, FP32_BASELINE, PRODUCTION = "candidate", "fp32_baseline", "production"
 OVERALL = "overall"
-REPORT_FILE = "precision_report.json"  # the decision, every check and the metrics; beside evaluation and blessing
 AUC, ACCURACY = "auc", "binary_accuracy"
 
 
@@ -45,26 +48,26 @@ def _check(gate: str, model: str, metric: str, value: float | None, reference: f
     return GateCheck(gate, model, metric, value, reference, delta, tolerance, passed=delta >= -tolerance - 1e-12)
 
 
-def checks_for(model: str, metrics: dict, settings: dict) -> list[GateCheck]:
+def checks_for(model: str, metrics: dict, settings: EvaluateConfig) -> list[GateCheck]:
     """The gates one model must pass: the absolute AUC bar, parity with the FP32 baseline (candidate only)
     and no drop against the production model beyond tolerance (when one exists)."""
     overall = metrics[OVERALL]
     mine = overall[model]
-    checks = [_check("min_auc", model, AUC, mine[AUC], settings["min_auc"], 0.0)]
+    checks = [_check("min_auc", model, AUC, mine[AUC], settings.min_auc, 0.0)]
     if model == CANDIDATE:
         checks += [_check("fp32_parity", model, AUC, mine[AUC], overall[FP32_BASELINE][AUC],
-                          settings["max_auc_drop_vs_fp32"]),
+                          settings.max_auc_drop_vs_fp32),
                    _check("fp32_parity", model, ACCURACY, mine[ACCURACY], overall[FP32_BASELINE][ACCURACY],
-                          settings["max_accuracy_drop_vs_fp32"])]
+                          settings.max_accuracy_drop_vs_fp32)]
     if PRODUCTION in overall:
         checks += [_check("vs_production", model, AUC, mine[AUC], overall[PRODUCTION][AUC],
-                          settings["max_auc_drop_vs_production"]),
+                          settings.max_auc_drop_vs_production),
                    _check("vs_production", model, ACCURACY, mine[ACCURACY], overall[PRODUCTION][ACCURACY],
-                          settings["max_accuracy_drop_vs_production"])]
+                          settings.max_accuracy_drop_vs_production)]
     return checks
 
 
-def decide(metrics: dict, settings: dict) -> Decision:
+def decide(metrics: dict, settings: EvaluateConfig) -> Decision:
     """Input: metrics per slice and model; the `evaluate` config section. Output: the Decision.
 
     The candidate is blessed when it passes every gate. When it fails FP32 parity, the FP32 baseline is
@@ -78,7 +81,7 @@ def decide(metrics: dict, settings: dict) -> Decision:
     if "fp32_parity" not in failed:
         return Decision(False, None, summary, candidate)
     baseline = checks_for(FP32_BASELINE, metrics, settings)
-    if not settings["fallback_to_fp32"]:
+    if not settings.fallback_to_fp32:
         return Decision(False, None, summary + "; fallback to the FP32 baseline is off", candidate + baseline)
     if all(check.passed for check in baseline):
         return Decision(True, FP32_BASELINE, summary + "; FP32 baseline blessed instead (fallback)", candidate + baseline)

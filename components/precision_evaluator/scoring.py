@@ -21,10 +21,9 @@ import tensorflow_model_analysis as tfma
 from apache_beam.utils import shared
 from tensorflow_model_analysis.metrics import metric_util
 
-from components import artifact_files
+from components import artifact_files, contract
 
 STAGE_NAME = "ScoreBatches"
-DEFAULT_SIGNATURE = "serving_default"
 
 
 def extractor(eval_config: tfma.EvalConfig, model_paths: dict[str, str]) -> tfma.extractors.Extractor:
@@ -71,8 +70,8 @@ class _ScoreBatchFn(beam.DoFn):
                 features.update(_call(model, name, records))
             transformed[spec.name] = features
             labels[spec.name] = _label(spec, features, batch)
-            predictions[spec.name] = _prediction(spec, _call(model, spec.signature_name or DEFAULT_SIGNATURE, records),
-                                                 batch.num_rows)
+            signature = spec.signature_name or contract.SERVING_SIGNATURE  # TFMA's default too
+            predictions[spec.name] = _prediction(spec, _call(model, signature, records), batch.num_rows)
         result = dict(extracts)
         result[tfma.constants.TRANSFORMED_FEATURES_KEY] = transformed
         result[tfma.constants.LABELS_KEY] = labels

@@ -12,19 +12,20 @@ from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 
+from components import contract
 from components.tfrecord_ingest import executor
 
 
 class TFRecordIngestSpec(ComponentSpec):
     PARAMETERS = {
-        "input_base": ExecutionParameter(type=str),
-        "eval_fraction": ExecutionParameter(type=float),
-        "span_window": ExecutionParameter(type=int),  # how many of the latest spans to read
+        contract.INPUT_BASE: ExecutionParameter(type=str),
+        contract.EVAL_FRACTION: ExecutionParameter(type=float),
+        contract.SPAN_WINDOW: ExecutionParameter(type=int),  # how many of the latest spans to read
         # Digest of the input files: new data changes it, so the cache is not reused for new data.
-        "input_fingerprint": ExecutionParameter(type=str),
+        contract.INPUT_FINGERPRINT: ExecutionParameter(type=str),
     }
     INPUTS = {}
-    OUTPUTS = {"examples": ChannelParameter(type=standard_artifacts.Examples)}
+    OUTPUTS = {contract.EXAMPLES: ChannelParameter(type=standard_artifacts.Examples)}
 
 
 class TFRecordIngest(base_component.BaseComponent):

@@ -14,16 +14,13 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
 from tfx.components.util import examples_utils
 
-from components import artifact_files
+from components import artifact_files, contract
 from components.tfrecord_ingest import records
 
 SPLITS = ("train", "eval")
 SHARD_NAME = "data_tfrecord-{index:05d}-of-{count:05d}.gz"  # ExampleGen's naming: downstream readers see gzip
-REPORT_FILE = "ingest_report.json"
 SUMMARIES_DIR = ".file-summaries"  # per input file, written by the Beam workers, read and removed by Do()
 MAX_LISTED_BAD_RECORDS = 20
-SPANS_PROPERTY = "spans"  # custom property on Examples: the span numbers read, comma-separated
-FINGERPRINT_PROPERTY = "input_fingerprint"  # custom property on Examples: records.fingerprint_spans of them
 
 
 class Executor(base_beam_executor.BaseBeamExecutor):
@@ -32,24 +29,26 @@ class Executor(base_beam_executor.BaseBeamExecutor):
 
     def Do(self, input_dict: dict[str, list[types.Artifact]], output_dict: dict[str, list[types.Artifact]],
            exec_properties: dict[str, Any]) -> None:
-        examples = artifact_utils.get_single_instance(output_dict["examples"])
-        spans = records.resolve_spans(exec_properties["input_base"], int(exec_properties.get("span_window") or 1))
-        report = ingest([span_dir for _, span_dir in spans], examples.uri, float(exec_properties["eval_fraction"]),
-                        make_pipeline=self._make_beam_pipeline)
+        examples = artifact_utils.get_single_instance(output_dict[contract.EXAMPLES])
+        spans = records.resolve_spans(exec_properties[contract.INPUT_BASE],
+                                      int(exec_properties.get(contract.SPAN_WINDOW) or 1))
+        report = ingest([span_dir for _, span_dir in spans], examples.uri,
+                        float(exec_properties[contract.EVAL_FRACTION]), make_pipeline=self._make_beam_pipeline)
         examples.split_names = artifact_utils.encode_split_names(list(SPLITS))
         examples.span = spans[-1][0]
         examples_utils.set_payload_format(examples, example_gen_pb2.PayloadFormat.FORMAT_TF_EXAMPLE)
         for split in SPLITS:
-            examples.set_int_custom_property(f"{split}_examples", report["counts"][split])
-        examples.set_int_custom_property("input_files", len(report["files"]))
-        examples.set_string_custom_property("input_dir", ",".join(span_dir for _, span_dir in spans))
-        examples.set_string_custom_property(SPANS_PROPERTY, ",".join(str(span) for span, _ in spans))
+            examples.set_int_custom_property(contract.SPLIT_EXAMPLES_PROPERTY.format(split=split),
+                                             report["counts"][split])
+        examples.set_int_custom_property(contract.INPUT_FILES_PROPERTY, len(report["files"]))
+        examples.set_string_custom_property(contract.INPUT_DIR_PROPERTY, ",".join(span_dir for _, span_dir in spans))
+        examples.set_string_custom_property(contract.SPANS_PROPERTY, ",".join(str(span) for span, _ in spans))
         # What was read, fingerprinted as the pipeline fingerprints it: later runs use it to tell which
         # models and statistics came from which data.
-        examples.set_string_custom_property(FINGERPRINT_PROPERTY, records.fingerprint_spans(spans))
+        examples.set_string_custom_property(contract.FINGERPRINT_PROPERTY, records.fingerprint_spans(spans))
         report["span"] = spans[-1][0]
         report["spans"] = [span for span, _ in spans]
-        artifact_files.write_json(os.path.join(examples.uri, REPORT_FILE), report)
+        artifact_files.write_json(os.path.join(examples.uri, contract.INGEST_REPORT_FILE), report)
 
 
 def ingest(input_dirs: list[str], output_uri: str, eval_fraction: float,

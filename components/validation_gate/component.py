@@ -15,6 +15,7 @@ from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ComponentSpec
 
+from components import contract
 from components.validation_gate import executor
 
 
@@ -26,13 +27,13 @@ class ValidationReport(types.Artifact):
 class ValidationGateSpec(ComponentSpec):
     PARAMETERS = {}
     INPUTS = {
-        "anomalies": ChannelParameter(type=standard_artifacts.ExampleAnomalies),
-        "statistics": ChannelParameter(type=standard_artifacts.ExampleStatistics),
-        "schema": ChannelParameter(type=standard_artifacts.Schema),
-        "examples": ChannelParameter(type=standard_artifacts.Examples),
-        "previous_report": ChannelParameter(type=ValidationReport, optional=True),
+        contract.ANOMALIES: ChannelParameter(type=standard_artifacts.ExampleAnomalies),
+        contract.STATISTICS: ChannelParameter(type=standard_artifacts.ExampleStatistics),
+        contract.SCHEMA: ChannelParameter(type=standard_artifacts.Schema),
+        contract.EXAMPLES: ChannelParameter(type=standard_artifacts.Examples),
+        contract.PREVIOUS_VALIDATION_REPORT: ChannelParameter(type=ValidationReport, optional=True),
     }
-    OUTPUTS = {"report": ChannelParameter(type=ValidationReport)}
+    OUTPUTS = {contract.VALIDATION_REPORT: ChannelParameter(type=ValidationReport)}
 
 
 class ValidationGate(base_component.BaseComponent):

@@ -13,13 +13,8 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
-from components.tfrecord_ingest.executor import FINGERPRINT_PROPERTY, SPANS_PROPERTY
+from components import contract
 from components.validation_gate import drift
-
-ANOMALIES_FILE = "SchemaDiff.pb"  # what ExampleValidator writes in each split folder
-STATISTICS_FILE = "FeatureStats.pb"  # what StatisticsGen writes in each split folder
-STATISTICS_COPY_DIR = "statistics"  # in the report: this span's statistics, the next run's drift reference
-REPORT_FILE = "validation_report.json"
 
 
 class BlockingAnomaliesError(RuntimeError):
@@ -32,28 +27,28 @@ class Executor(base_executor.BaseExecutor):
 
     def Do(self, input_dict: dict[str, list[types.Artifact]], output_dict: dict[str, list[types.Artifact]],
            exec_properties: dict[str, Any]) -> None:
-        anomalies = artifact_utils.get_single_instance(input_dict["anomalies"])
-        statistics = artifact_utils.get_single_instance(input_dict["statistics"])
-        examples = artifact_utils.get_single_instance(input_dict["examples"])
+        anomalies = artifact_utils.get_single_instance(input_dict[contract.ANOMALIES])
+        statistics = artifact_utils.get_single_instance(input_dict[contract.STATISTICS])
+        examples = artifact_utils.get_single_instance(input_dict[contract.EXAMPLES])
         schema = io_utils.SchemaReader().read(io_utils.get_only_uri_in_dir(
-            artifact_utils.get_single_uri(input_dict["schema"])))
-        previous = (input_dict.get("previous_report") or [None])[-1]
-        report_artifact = artifact_utils.get_single_instance(output_dict["report"])
+            artifact_utils.get_single_uri(input_dict[contract.SCHEMA])))
+        previous = (input_dict.get(contract.PREVIOUS_VALIDATION_REPORT) or [None])[-1]
+        report_artifact = artifact_utils.get_single_instance(output_dict[contract.VALIDATION_REPORT])
 
         splits = artifact_utils.decode_split_names(anomalies.split_names)
         report = summarize({split: anomalies_pb2.Anomalies.FromString(io_utils.read_bytes_file(
-            os.path.join(anomalies.uri, f"Split-{split}", ANOMALIES_FILE))) for split in splits})
+            os.path.join(anomalies.uri, f"Split-{split}", contract.ANOMALIES_FILE))) for split in splits})
         report["span"] = examples.span
         if previous is not None:
             report["drift"] = _drift_against(previous, statistics, schema)
             report["blocking"] |= any(measured["drifted"] for features in report["drift"]["splits"].values()
                                       for measured in features.values())
-        _copy_statistics(statistics, os.path.join(report_artifact.uri, STATISTICS_COPY_DIR))
-        with tf.io.gfile.GFile(os.path.join(report_artifact.uri, REPORT_FILE), "w") as handle:
+        _copy_statistics(statistics, os.path.join(report_artifact.uri, contract.STATISTICS_COPY_DIR))
+        with tf.io.gfile.GFile(os.path.join(report_artifact.uri, contract.VALIDATION_REPORT_FILE), "w") as handle:
             json.dump(report, handle, indent=2)
-        report_artifact.set_int_custom_property("blocking", int(report["blocking"]))
-        report_artifact.set_int_custom_property("span", examples.span)
-        for key in (FINGERPRINT_PROPERTY, SPANS_PROPERTY):
+        report_artifact.set_int_custom_property(contract.BLOCKING_PROPERTY, int(report["blocking"]))
+        report_artifact.set_int_custom_property(contract.SPAN_PROPERTY, examples.span)
+        for key in (contract.FINGERPRINT_PROPERTY, contract.SPANS_PROPERTY):
             report_artifact.set_string_custom_property(key, examples.get_string_custom_property(key))
         if report["blocking"]:
             raise BlockingAnomaliesError(describe(report))
@@ -92,14 +87,15 @@ def describe(report: dict) -> str:
 
 def _drift_against(previous: types.Artifact, statistics: types.Artifact, schema) -> dict:
     """Drift of each split of `statistics` from the same split of the previous accepted span."""
-    result = {"previous_span": previous.get_int_custom_property("span"),
-              "previous_spans": previous.get_string_custom_property(SPANS_PROPERTY), "splits": {}}
+    result = {"previous_span": previous.get_int_custom_property(contract.SPAN_PROPERTY),
+              "previous_spans": previous.get_string_custom_property(contract.SPANS_PROPERTY), "splits": {}}
     for split in artifact_utils.decode_split_names(statistics.split_names):
-        previous_path = os.path.join(previous.uri, STATISTICS_COPY_DIR, f"Split-{split}", STATISTICS_FILE)
+        previous_path = os.path.join(previous.uri, contract.STATISTICS_COPY_DIR, f"Split-{split}",
+                                     contract.STATISTICS_FILE)
         if not tf.io.gfile.exists(previous_path):
             continue
         result["splits"][split] = drift.measure_drift(
-            tfdv.load_stats_binary(os.path.join(statistics.uri, f"Split-{split}", STATISTICS_FILE)),
+            tfdv.load_stats_binary(os.path.join(statistics.uri, f"Split-{split}", contract.STATISTICS_FILE)),
             tfdv.load_stats_binary(previous_path), schema)
     return result
 
@@ -108,5 +104,5 @@ def _copy_statistics(statistics: types.Artifact, destination: str) -> None:
     for split in artifact_utils.decode_split_names(statistics.split_names):
         split_dir = os.path.join(destination, f"Split-{split}")
         tf.io.gfile.makedirs(split_dir)
-        tf.io.gfile.copy(os.path.join(statistics.uri, f"Split-{split}", STATISTICS_FILE),
-                         os.path.join(split_dir, STATISTICS_FILE), overwrite=True)
+        tf.io.gfile.copy(os.path.join(statistics.uri, f"Split-{split}", contract.STATISTICS_FILE),
+                         os.path.join(split_dir, contract.STATISTICS_FILE), overwrite=True)

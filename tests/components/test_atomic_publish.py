@@ -17,6 +17,7 @@ from tfx.dsl.io import fileio
 
 from components.atomic_pusher import publish as publish_module
 from components.atomic_pusher.publish import COMPLETE_MARKER, STAGING_PREFIX, publish, versions
+from tests.components.pushing import push_after_barrier
 
 
 def _write_model(root) -> dict:
@@ -92,17 +93,12 @@ def test_stale_staging_is_removed_only_when_certainly_dead(model_files, tmp_path
                                                    unparsable_fresh.name])
 
 
-def _push_after_barrier(barrier, files, push_dir, results):
-    barrier.wait()
-    results.put(publish(files, push_dir))
-
-
 def test_concurrent_pushers_to_one_directory_each_publish_a_whole_version(model_files, tmp_path, tree_digest):
     push_dir = str(tmp_path / "serving")
     os.makedirs(push_dir)
     context = multiprocessing.get_context("spawn")
     barrier, results = context.Barrier(3), context.Queue()
-    pushers = [context.Process(target=_push_after_barrier, args=(barrier, model_files, push_dir, results))
+    pushers = [context.Process(target=push_after_barrier, args=(barrier, model_files, push_dir, results))
                for _ in range(3)]
     for pusher in pushers:
         pusher.start()

@@ -1,7 +1,6 @@
 """The device model: every TFLite variant takes raw features, carries the model's preprocessing, uses builtin
 ops only and runs in LiteRT (`ai-edge-litert`, no Flex delegate) in a process without TensorFlow, scoring
 what the SavedModel's serving_raw scores; absent features follow the documented convention."""
-import dataclasses
 import json
 import os
 import subprocess
@@ -14,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 import models.taxi as taxi
+from components import contract
 from components.model_export import tflite
 from components.model_export.executor import export_model, raw_features, render_markdown
 from components.model_export.variants import OUTPUT_TOLERANCE, TFLITE_VARIANTS
@@ -29,20 +29,20 @@ def exported(taxi_span_root, tmp_path_factory):
     Output: (report, export folder, serving SavedModel folder, eval file)."""
     root = tmp_path_factory.mktemp("device-model")
     shards = sorted(tf.io.gfile.glob(os.path.join(taxi_span_root, "span-1", "*.gz")))
-    settings = dataclasses.asdict(load_config(train={"batch_size": 64, "epochs": 3, "input_probe_steps": 0,
-                                                     "precision": "float32", "xla": "off"}).train)
+    settings = load_config(train={"batch_size": 64, "epochs": 3, "input_probe_steps": 0, "precision": "float32",
+                                  "xla": "off"}).train
     serving = str(root / "model" / "Format-Serving")
     train(TrainingJob(settings=settings, train_files=[shards[0]], eval_files=[shards[1]], serving_model_dir=serving,
                       run_dir=str(root / "run"), checkpoint_dir=str(root / "checkpoints")))
-    export = dataclasses.asdict(load_config(export={"latency_examples": 50}).export)
+    export = load_config(export={"latency_examples": 50}).export
     report = export_model(serving, taxi, [shards[0]], [shards[1]], str(root / "export"), export)
     return report, str(root / "export"), serving, shards[1]
 
 
 def _serving_raw(serving_dir: str, features: dict[str, np.ndarray]) -> np.ndarray:
-    signature = tf.saved_model.load(serving_dir).signatures["serving_raw"]
+    signature = tf.saved_model.load(serving_dir).signatures[contract.RAW_SIGNATURE]
     outputs = signature(**{name: tf.constant(values) for name, values in features.items()})
-    return outputs["probabilities"].numpy().reshape(-1)
+    return outputs[contract.OUTPUT_NAME].numpy().reshape(-1)
 
 
 LITERT_ONLY = textwrap.dedent("""
@@ -155,8 +155,8 @@ def test_absent_features_take_the_documented_value_and_score_as_in_the_savedmode
     lacking = [r for r, names in zip(records, present) if "company" not in names][:60]
     lacking += [r for r, names in zip(records, present) if "dropoff_census_tract" not in names][:20]
     assert len(lacking) >= 60
-    expected = tf.saved_model.load(serving).signatures["serving_default"](examples=tf.constant(lacking))[
-        "probabilities"].numpy().reshape(-1)
+    expected = tf.saved_model.load(serving).signatures[contract.SERVING_SIGNATURE](examples=tf.constant(lacking))[
+        contract.OUTPUT_NAME].numpy().reshape(-1)
     from ai_edge_litert.interpreter import Interpreter
     for variant, result in report["variants"].items():
         runner = Interpreter(model_path=os.path.join(export_dir, result["file"])).get_signature_runner()
@@ -187,8 +187,9 @@ def test_preprocessing_inside_every_variant_computes_exactly_the_savedmodels_pre
     aside), full int8 and float16 included."""
     report, export_dir, serving, eval_file = exported
     raw = raw_features(taxi, [eval_file], 200)
-    expected = {name: tensor.numpy() for name, tensor in tf.saved_model.load(serving).signatures["preprocess"](
-        **{name: tf.constant(values) for name, values in raw.items()}).items()}
+    preprocess = tf.saved_model.load(serving).signatures[contract.PREPROCESS_SIGNATURE]
+    expected = {name: tensor.numpy()
+                for name, tensor in preprocess(**{name: tf.constant(values) for name, values in raw.items()}).items()}
     for variant, result in report["variants"].items():
         interpreter = tf.lite.Interpreter(model_path=os.path.join(export_dir, result["file"]),
                                           experimental_preserve_all_tensors=True)

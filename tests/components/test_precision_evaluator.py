@@ -19,6 +19,7 @@ from tfx.proto import example_gen_pb2
 from tfx.components.util import examples_utils
 from tfx.types import artifact_utils, standard_artifacts
 
+from components import contract
 from components.model_export import executor as export_executor
 from components.model_export.component import ExportedModel
 from components.precision_evaluator import batched_metrics
@@ -51,8 +52,8 @@ def trained(taxi_span_root, tmp_path_factory):
     for name, model_id, overrides in (("fp32_baseline", 11, {"epochs": 3}),
                                       ("candidate", 12, {"epochs": 1, "learning_rate": 1e-7})):
         uri = root / name
-        settings = dataclasses.asdict(load_config(train={"batch_size": 64, "input_probe_steps": 0, "precision": "float32",
-                                                         "xla": "off", **overrides}).train)
+        settings = load_config(train={"batch_size": 64, "input_probe_steps": 0, "precision": "float32", "xla": "off",
+                                      **overrides}).train
         train(TrainingJob(settings=settings, train_files=[shards[0]], eval_files=[shards[1]],
                           serving_model_dir=str(uri / "Format-Serving"), run_dir=str(uri / "run"),
                           checkpoint_dir=str(uri / "checkpoints")))
@@ -68,16 +69,17 @@ def _evaluate(trained, output, executor_class=evaluator_executor.Executor, produ
     examples, models = trained
     evaluation = _artifact(standard_artifacts.ModelEvaluation, output / "evaluation")
     blessing = _artifact(standard_artifacts.ModelBlessing, output / "blessing")
-    settings = {**dataclasses.asdict(load_config(evaluate={"min_auc": 0.8, **evaluate}).evaluate),
-                "label_key": "big_tipper"}
+    settings = evaluator_executor.settings_json(load_config(evaluate={"min_auc": 0.8, **evaluate}).evaluate,
+                                                "big_tipper")
     context = base_beam_executor.BaseBeamExecutor.Context(beam_pipeline_args=["--direct_running_mode=in_memory"],
                                                           tmp_dir=str(output / "tmp"))
-    inputs = {"examples": [examples], "model": [models["candidate"]], "baseline_model": [models["fp32_baseline"]]}
+    inputs = {contract.EXAMPLES: [examples], contract.MODEL: [models["candidate"]],
+              contract.BASELINE_MODEL: [models["fp32_baseline"]]}
     if production:  # a third model: the baseline again, in the production role
-        inputs["production_model"] = [models["fp32_baseline"]]
-    executor_class(context).Do(inputs, {"evaluation": [evaluation], "blessing": [blessing]},
-                               {"settings": json.dumps(settings)})
-    with open(output / "evaluation" / evaluator_executor.REPORT_FILE) as handle:
+        inputs[contract.PRODUCTION_MODEL] = [models["fp32_baseline"]]
+    executor_class(context).Do(inputs, {contract.EVALUATION: [evaluation], contract.BLESSING: [blessing]},
+                               {contract.SETTINGS: settings})
+    with open(output / "evaluation" / contract.PRECISION_REPORT_FILE) as handle:
         return blessing, json.load(handle)
 
 
@@ -95,12 +97,13 @@ def test_candidate_failing_fp32_parity_falls_back_to_the_baseline_which_is_expor
 
     # ModelExport follows the blessing: it exports the baseline, not the candidate.
     exported = _artifact(ExportedModel, tmp_path / "export")
-    settings = dataclasses.asdict(load_config(export={"latency_examples": 20, "representative_examples": 100}).export)
+    settings = load_config(export={"latency_examples": 20, "representative_examples": 100}).export
     export_executor.Executor(base_executor.BaseExecutor.Context(tmp_dir=str(tmp_path / "tmp"))).Do(
-        {"examples": [examples], "model": [models["candidate"]], "baseline_model": [models["fp32_baseline"]],
-         "blessing": [blessing]},
-        {"exported_model": [exported]}, {"model_module": "models.taxi", "settings": json.dumps(settings)})
-    with open(tmp_path / "export" / export_executor.REPORT_FILE) as handle:
+        {contract.EXAMPLES: [examples], contract.MODEL: [models["candidate"]],
+         contract.BASELINE_MODEL: [models["fp32_baseline"]], contract.BLESSING: [blessing]},
+        {contract.EXPORTED_MODEL: [exported]},
+        {contract.MODEL_MODULE: "models.taxi", contract.SETTINGS: export_executor.settings_json(settings)})
+    with open(tmp_path / "export" / contract.EXPORT_REPORT_FILE) as handle:
         export_report = json.load(handle)
     assert export_report["source_model"]["id"] == models["fp32_baseline"].id
     assert abs(export_report["savedmodel"]["auc"] - overall["fp32_baseline"]["auc"]) < 0.005  # Keras vs TFMA AUC
@@ -115,7 +118,7 @@ def test_without_the_fallback_nothing_is_blessed(trained, tmp_path):
     assert blessing.get_int_custom_property("blessed") == 0
     assert blessing.get_int_custom_property("current_model_id") == models["candidate"].id
     assert os.path.exists(tmp_path / "blessing" / "NOT_BLESSED")
-    assert "**NOT BLESSED**" in (tmp_path / "evaluation" / evaluator_executor.REPORT_MARKDOWN).read_text()
+    assert "**NOT BLESSED**" in (tmp_path / "evaluation" / contract.PRECISION_REPORT_MARKDOWN).read_text()
 
 
 def test_the_pipeline_config_takes_the_batched_metrics():
@@ -127,6 +130,20 @@ def test_the_pipeline_config_takes_the_batched_metrics():
     with_other_metric.metrics_specs[0].metrics.add(class_name="MeanLabel")
     # A metric without a batched twin runs on TFMA's own evaluator instead (the executor falls back).
     assert "no batched twin" in batched_metrics.unsupported_reason(with_other_metric)
+
+
+def test_settings_travel_as_json_of_the_config_section_and_come_back_typed():
+    """The exec property `settings`: the config section's fields in order (the evaluator's plus the label key),
+    read back at the executor boundary as the same dataclass; an unknown setting is an error naming it."""
+    evaluate = load_config(evaluate={"min_auc": 0.7, "slice_feature": ""}).evaluate
+    text = evaluator_executor.settings_json(evaluate, "big_tipper")
+    assert list(json.loads(text).items()) == list(dataclasses.asdict(evaluate).items()) + [("label_key", "big_tipper")]
+    assert evaluator_executor.read_settings(text) == (evaluate, "big_tipper")
+    export = load_config(export={"tflite_variants": ["float16", "full_int8"]}).export
+    assert json.loads(export_executor.settings_json(export)) == dataclasses.asdict(export)
+    assert export_executor.read_settings(export_executor.settings_json(export)) == export
+    with pytest.raises(TypeError, match="no_such_setting"):
+        export_executor.read_settings(json.dumps({"no_such_setting": 1}))
 
 
 def test_batched_metrics_match_tfma_per_example_evaluator_on_the_models(trained, tmp_path):

@@ -1,6 +1,4 @@
 """The precision evaluator's gate rules on metric tables (what TFMA hands them), without TFX."""
-import dataclasses
-
 import pytest
 
 from components.precision_evaluator.gates import CANDIDATE, FP32_BASELINE, OVERALL, PRODUCTION, decide, render_markdown
@@ -8,7 +6,7 @@ from pipeline.config import load_config
 
 
 def _settings(**overrides):
-    return dataclasses.asdict(load_config(evaluate={"min_auc": 0.8, **overrides}).evaluate)
+    return load_config(evaluate={"min_auc": 0.8, **overrides}).evaluate
 
 
 def _metrics(candidate, baseline, production=None):

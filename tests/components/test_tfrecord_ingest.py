@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 from tfx.types import artifact_utils, standard_artifacts
 
+from components import contract
 from components.tfrecord_ingest import executor, records
 
 
@@ -125,8 +126,8 @@ def test_executor_writes_standard_examples_artifact_with_counts(tmp_path):
     examples = standard_artifacts.Examples()
     examples.uri = str(tmp_path / "artifact")
 
-    executor.Executor().Do({}, {"examples": [examples]},
-                           {"input_base": str(root), "eval_fraction": 0.3, "input_fingerprint": "x"})
+    executor.Executor().Do({}, {contract.EXAMPLES: [examples]}, {
+        contract.INPUT_BASE: str(root), contract.EVAL_FRACTION: 0.3, contract.INPUT_FINGERPRINT: "x"})
 
     assert artifact_utils.decode_split_names(examples.split_names) == ["train", "eval"]
     assert examples.span == 2  # the latest span is read
@@ -134,9 +135,9 @@ def test_executor_writes_standard_examples_artifact_with_counts(tmp_path):
     evaluation = examples.get_int_custom_property("eval_examples")
     assert train + evaluation == 200 and train > evaluation > 0
     assert len(_read_split(examples.uri, "train")) == train
-    report = json.load(open(os.path.join(examples.uri, executor.REPORT_FILE)))
+    report = json.load(open(os.path.join(examples.uri, contract.INGEST_REPORT_FILE)))
     assert report["counts"] == {"train": train, "eval": evaluation} and report["span"] == 2
-    assert examples.get_string_custom_property(executor.FINGERPRINT_PROPERTY) == records.fingerprint_input(str(root))
+    assert examples.get_string_custom_property(contract.FINGERPRINT_PROPERTY) == records.fingerprint_input(str(root))
 
 
 def test_rolling_window_reads_the_last_spans_together(tmp_path):
@@ -148,15 +149,16 @@ def test_rolling_window_reads_the_last_spans_together(tmp_path):
     examples = standard_artifacts.Examples()
     examples.uri = str(tmp_path / "artifact")
 
-    executor.Executor().Do({}, {"examples": [examples]}, {"input_base": str(root), "eval_fraction": 0.3,
-                                                          "input_fingerprint": "x", "span_window": 3})
+    executor.Executor().Do({}, {contract.EXAMPLES: [examples]}, {
+        contract.INPUT_BASE: str(root), contract.EVAL_FRACTION: 0.3, contract.INPUT_FINGERPRINT: "x",
+        contract.SPAN_WINDOW: 3})
 
-    report = json.load(open(os.path.join(examples.uri, executor.REPORT_FILE)))
+    report = json.load(open(os.path.join(examples.uri, contract.INGEST_REPORT_FILE)))
     assert report["spans"] == [2, 3, 10] and examples.span == 10
     assert sum(report["counts"].values()) == 70 + 90 + 110
     assert sorted(report["files"]) == ["span-10/part.tfrecord", "span-2/part.tfrecord", "span-3/part.tfrecord"]
-    assert examples.get_string_custom_property(executor.SPANS_PROPERTY) == "2,3,10"
-    assert (examples.get_string_custom_property(executor.FINGERPRINT_PROPERTY)
+    assert examples.get_string_custom_property(contract.SPANS_PROPERTY) == "2,3,10"
+    assert (examples.get_string_custom_property(contract.FINGERPRINT_PROPERTY)
             == records.fingerprint_input(str(root), window=3) != records.fingerprint_input(str(root), window=1))
 
 

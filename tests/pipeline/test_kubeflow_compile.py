@@ -1,5 +1,6 @@
 """The Kubeflow Pipelines v2 compile: the exact spec we would hand a KFP or Vertex AI backend."""
 import copy
+import dataclasses
 import json
 import subprocess
 import sys
@@ -80,6 +81,21 @@ def test_ingestion_always_runs_and_paths_are_the_pods(compiled):
     assert parameters["schema_file"]["runtimeValue"]["constant"] == \
         "/pipeline/schemas/taxi/schema.pbtxt"  # the bundled schema at its place in the image
     assert "gs://bucket/root/checkpoints/Trainer" in json.dumps(tasks["Trainer"])
+
+
+def test_the_evaluator_and_export_settings_travel_as_json_of_their_config_sections(compiled):
+    """The typed sections are serialized at the pipeline and rebuilt in the executors: on the wire they are
+    the JSON of the section's fields, in field order (the evaluator's with the model's label key last)."""
+    config, _, job = compiled
+    tasks = _tasks(job)
+
+    def settings(task):
+        return tasks[task]["inputs"]["parameters"]["settings"]["runtimeValue"]["constant"]
+
+    assert settings("PrecisionEvaluator") == json.dumps({**dataclasses.asdict(config.evaluate),
+                                                         "label_key": "big_tipper"})
+    assert settings("ModelExport") == json.dumps(dataclasses.asdict(config.export))
+    assert tasks["ModelExport"]["inputs"]["parameters"]["model_module"]["runtimeValue"]["constant"] == "models.taxi"
 
 
 def test_a_step_that_lost_its_resources_fails_the_check(compiled):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from components import contract
 from components.atomic_pusher.publish import COMPLETE_MARKER
 from pipeline.config import PROJECT_ROOT, load_config
 from pipeline.data import write_taxi_span
@@ -149,66 +150,73 @@ def test_first_run_every_step_succeeds_on_s3_and_pushes_a_model_that_serves(s3, 
             assert artifact[0].uri.startswith(f"{ROOT}/"), (step, artifact[0].uri)
             assert s3.keys(artifact[0].uri), f"{step} wrote nothing to {artifact[0].uri}"
     # Nothing blessed or accepted before this run: the resolvers answered with nothing.
-    assert first_run["latest_blessed_model_resolver-model-resolver"].outputs["model"] == []
-    assert first_run["previous_validation_resolver"].outputs["previous_report"] == []
+    assert first_run["latest_blessed_model_resolver-model-resolver"].outputs[contract.MODEL] == []
+    assert first_run["previous_validation_resolver"].outputs[contract.PREVIOUS_VALIDATION_REPORT] == []
 
-    blessing = _only(first_run, "PrecisionEvaluator", "blessing")
-    assert blessing.metadata["blessed"] == 1
+    blessing = _only(first_run, "PrecisionEvaluator", contract.BLESSING)
+    assert blessing.metadata[contract.BLESSED_PROPERTY] == 1
     assert "BLESSED" in s3.keys(blessing.uri)
     # TFX's entrypoint named the blessed model by its artifact name: what KFP's model resolver queries.
-    models = {_only(first_run, trainer, "model").name for trainer in ("Trainer", "Fp32BaselineTrainer")}
+    models = {_only(first_run, trainer, contract.MODEL).name for trainer in ("Trainer", "Fp32BaselineTrainer")}
     assert blessing.metadata["current_model_id"] in models
 
-    evaluation = _only(first_run, "PrecisionEvaluator", "evaluation")
-    report = s3.json(f"{evaluation.uri}/precision_report.json")
+    evaluation = _only(first_run, "PrecisionEvaluator", contract.EVALUATION)
+    report = s3.json(f"{evaluation.uri}/{contract.PRECISION_REPORT_FILE}")
     assert report["blessed"] is True and set(report["models"]) == {"candidate", "fp32_baseline"}
 
-    exported = _only(first_run, "ModelExport", "exported_model")
-    export_report = s3.json(f"{exported.uri}/export_report.json")
+    exported = _only(first_run, "ModelExport", contract.EXPORTED_MODEL)
+    export_report = s3.json(f"{exported.uri}/{contract.EXPORT_REPORT_FILE}")
     assert export_report["exported"] and export_report["recommended"]
     for variant in export_report["variants"].values():
         assert len(s3.read(f"{exported.uri}/{variant['file']}")) == variant["size_bytes"]
 
-    training = s3.json(f"{_only(first_run, 'Trainer', 'model_run').uri}/training_report.json")
-    assert training["train_examples"] == _only(first_run, "TFRecordIngest", "examples").metadata["train_examples"]
+    training = s3.json(f"{_only(first_run, 'Trainer', contract.MODEL_RUN).uri}/{contract.TRAINING_REPORT_FILE}")
+    examples = _only(first_run, "TFRecordIngest", contract.EXAMPLES)
+    assert training["train_examples"] == examples.metadata["train_examples"]
 
-    pushed = _only(first_run, "AtomicPusher", "pushed_model")
-    assert pushed.metadata["pushed"] == 1
-    destination = pushed.metadata["pushed_destination"]
+    pushed = _only(first_run, "AtomicPusher", contract.PUSHED_MODEL)
+    assert pushed.metadata[contract.PUSHED_PROPERTY] == 1
+    destination = pushed.metadata[contract.PUSHED_DESTINATION_PROPERTY]
     assert destination.startswith(f"{SERVING}/")
     files = s3.keys(destination)
-    assert {COMPLETE_MARKER, "saved_model.pb", "model.tflite", "push_info.json"} <= set(files)
+    assert {COMPLETE_MARKER, "saved_model.pb", contract.PUSHED_TFLITE_FILE, contract.PUSH_INFO_FILE} <= set(files)
     served = tf.saved_model.load(s3.download(destination))
-    examples = list(tf.data.TFRecordDataset(sorted(tf.io.gfile.glob(f"{span_dir}/*")), compression_type="GZIP").take(64))
-    probabilities = served.signatures["serving_default"](examples=tf.stack(examples))["probabilities"].numpy()
+    records = list(tf.data.TFRecordDataset(sorted(tf.io.gfile.glob(f"{span_dir}/*")), compression_type="GZIP").take(64))
+    probabilities = served.signatures[contract.SERVING_SIGNATURE](examples=tf.stack(records))[
+        contract.OUTPUT_NAME].numpy()
     assert probabilities.shape == (64, 1) and np.all((probabilities >= 0) & (probabilities <= 1))
     assert len(np.unique(probabilities.round(4))) > 10  # a trained model, not a constant
 
 
 def test_second_run_warm_starts_evaluates_against_and_checks_drift_from_the_first(s3, first_run, second_run):
     first_run, _ = first_run
-    blessed_model = _only(first_run, "PrecisionEvaluator", "blessing").metadata["current_model_id"]
-    resolved = _only(second_run, "latest_blessed_model_resolver-model-resolver", "model")
+    blessed_model = _only(first_run, "PrecisionEvaluator", contract.BLESSING).metadata["current_model_id"]
+    resolved = _only(second_run, "latest_blessed_model_resolver-model-resolver", contract.MODEL)
     assert resolved.name == blessed_model
 
     for trainer in ("Trainer", "Fp32BaselineTrainer"):
-        training = s3.json(f"{_only(second_run, trainer, 'model_run').uri}/training_report.json")
+        model_run = _only(second_run, trainer, contract.MODEL_RUN)
+        training = s3.json(f"{model_run.uri}/{contract.TRAINING_REPORT_FILE}")
         assert training["warm_start"]["applied"] is True, training["warm_start"]
         assert training["warm_start"]["base_model"].startswith(resolved.uri)
 
-    report = s3.json(f"{_only(second_run, 'PrecisionEvaluator', 'evaluation').uri}/precision_report.json")
+    evaluation = _only(second_run, "PrecisionEvaluator", contract.EVALUATION)
+    report = s3.json(f"{evaluation.uri}/{contract.PRECISION_REPORT_FILE}")
     assert report["models"]["production"]["uri"] == resolved.uri
 
-    previous = _only(second_run, "previous_validation_resolver", "previous_report")
-    assert previous.uri == _only(first_run, "ValidationGate", "report").uri
-    validation = s3.json(f"{_only(second_run, 'ValidationGate', 'report').uri}/validation_report.json")
+    previous = _only(second_run, "previous_validation_resolver", contract.PREVIOUS_VALIDATION_REPORT)
+    assert previous.uri == _only(first_run, "ValidationGate", contract.VALIDATION_REPORT).uri
+    gate_report = _only(second_run, "ValidationGate", contract.VALIDATION_REPORT)
+    validation = s3.json(f"{gate_report.uri}/{contract.VALIDATION_REPORT_FILE}")
     assert validation["drift"]["previous_span"] == 1 and validation["drift"]["splits"]
     assert validation["span"] == 2
 
-    first_destination = _only(first_run, "AtomicPusher", "pushed_model").metadata["pushed_destination"]
-    pushed = _only(second_run, "AtomicPusher", "pushed_model")
-    if pushed.metadata["pushed"] == 1:
-        assert pushed.metadata["pushed_destination"] > first_destination  # a newer version beside the first
+    first_pushed = _only(first_run, "AtomicPusher", contract.PUSHED_MODEL)
+    first_destination = first_pushed.metadata[contract.PUSHED_DESTINATION_PROPERTY]
+    pushed = _only(second_run, "AtomicPusher", contract.PUSHED_MODEL)
+    if pushed.metadata[contract.PUSHED_PROPERTY] == 1:
+        # A newer version beside the first.
+        assert pushed.metadata[contract.PUSHED_DESTINATION_PROPERTY] > first_destination
     assert COMPLETE_MARKER in s3.keys(first_destination)
 
 
@@ -231,7 +239,7 @@ def test_a_local_run_with_its_artifacts_and_serving_dir_on_s3(s3, taxi_span_root
     assert "blessed: yes" in result.stdout
     pushed_to = next(line.split("pushed to: ", 1)[1] for line in result.stdout.splitlines() if "pushed to: " in line)
     assert pushed_to.startswith(f"s3://{BUCKET}/local-serving/")
-    assert {COMPLETE_MARKER, "saved_model.pb", "model.tflite"} <= set(s3.keys(pushed_to))
+    assert {COMPLETE_MARKER, "saved_model.pb", contract.PUSHED_TFLITE_FILE} <= set(s3.keys(pushed_to))
     assert not (output / "pipeline").exists()  # no artifact landed on the local disk
     assert s3.keys(f"s3://{BUCKET}/local-root/Trainer")  # TFX's layout under the bucket root
     status = subprocess.run([sys.executable, "-m", "pipeline", "status", "--output", str(output)],
