@@ -35,8 +35,9 @@ from tfx.dsl.components.base import base_beam_executor  # noqa: E402
 from tfx.proto import example_gen_pb2  # noqa: E402
 from tfx.types import artifact_utils, standard_artifacts  # noqa: E402
 
+from components import contract  # noqa: E402
 from components.precision_evaluator import gates  # noqa: E402
-from pipeline import status  # noqa: E402
+from pipeline import mlmd  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 
 
@@ -44,7 +45,7 @@ def latest_inputs(output_dir: str) -> dict[str, object]:
     """Input: a pipeline output folder. Output: {"examples", "model", "baseline_model"}: the newest artifacts
     of TFRecordIngest, Trainer and Fp32BaselineTrainer in its MLMD, as TFX artifacts."""
     config = load_config(output_dir=output_dir)
-    store = status.open_store(config)
+    store = mlmd.open_store(config)
     if store is None:
         raise SystemExit(f"no MLMD under {output_dir}: run `python -m pipeline run --output {output_dir}` first")
     found = {}
@@ -53,7 +54,7 @@ def latest_inputs(output_dir: str) -> dict[str, object]:
         context = store.get_context_by_type_and_name("node", f"{config.pipeline_name}.{node}")
         executions = store.get_executions_by_context(context.id) if context else []
         newest = max(executions, key=lambda execution: execution.id) if executions else None
-        artifact = status.output_artifact(store, newest, output_key)
+        artifact = mlmd.output_artifact(store, newest, output_key)
         if artifact is None:
             raise SystemExit(f"no {node} output in {config.metadata_path}")
         artifact_type = store.get_artifact_types_by_id([artifact.type_id])[0]
@@ -107,7 +108,7 @@ def run_once(executor_class, inputs: dict, production: bool, beam_args: list[str
     executor_class(context).Do(input_dict, {"evaluation": [evaluation], "blessing": [blessing]},
                                {"settings": json.dumps(settings)})
     seconds = time.monotonic() - started
-    with open(os.path.join(evaluation.uri, gates.REPORT_FILE)) as handle:
+    with open(os.path.join(evaluation.uri, contract.PRECISION_REPORT_FILE)) as handle:
         return seconds, json.load(handle)
 
 

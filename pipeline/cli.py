@@ -16,6 +16,9 @@ import traceback
 import warnings
 
 
+CONFIG_HELP = "YAML file of config overrides (keys and defaults: components/settings.py)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -23,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("run", help="run the whole pipeline locally (LocalDagRunner, SQLite MLMD)")
     demo = commands.add_parser("demo", help="like run, writing the bundled taxi data as span-1 first if missing")
     for command in (run, demo):
-        command.add_argument("--config", help="YAML file of config overrides (see pipeline/config.py)")
+        command.add_argument("--config", help=CONFIG_HELP)
         command.add_argument("--data", help="data root: TFRecord files or span-N/ folders (overrides data_root)")
         command.add_argument("--output", help="output directory: pipeline root, MLMD, serving (overrides output_dir)")
         command.add_argument("--pipeline-root", help="where artifacts live, a path or URI such as s3://bucket/taxi "
@@ -41,13 +44,13 @@ def main(argv: list[str] | None = None) -> int:
 
     doctor = commands.add_parser("doctor", help="check this machine against the config: GPUs, TPUs, bf16, XLA, "
                                                 "strategy and precision, writable output; exit 1 on a problem")
-    doctor.add_argument("--config", help="YAML file of config overrides (see pipeline/config.py)")
+    doctor.add_argument("--config", help=CONFIG_HELP)
     doctor.add_argument("--output", help="output directory to check (overrides output_dir)")
     doctor.add_argument("--verbose", action="store_true")
 
     status = commands.add_parser("status", help="list past runs from MLMD: spans, outcome, AUCs, blessing, "
                                                 "pushed version, duration")
-    status.add_argument("--config", help="YAML file of config overrides (see pipeline/config.py)")
+    status.add_argument("--config", help=CONFIG_HELP)
     status.add_argument("--output", help="output directory whose MLMD to read (overrides output_dir)")
     status.add_argument("--verbose", action="store_true")
 
@@ -56,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     compile_.add_argument("--image", required=True, help="the step image (see Dockerfile)")
     compile_.add_argument("--pipeline-root", required=True, help="artifact root URI, e.g. gs://bucket/taxi")
     compile_.add_argument("--output", required=True, help="pipeline spec JSON to write")
-    compile_.add_argument("--config", help="YAML file of config overrides (see pipeline/config.py)")
+    compile_.add_argument("--config", help=CONFIG_HELP)
     compile_.add_argument("--data", help="data root as the steps see it (URI or absolute path)")
     compile_.add_argument("--serving-dir", help="push directory as the pusher's pod sees it (absolute path or gs:// / s3:// URI)")
     compile_.add_argument("--verbose", action="store_true")
@@ -195,7 +198,7 @@ def run_status(args) -> int:
     config = load_checked_config(args, check_references=False, output_dir=args.output)
     if config is None:
         return 2
-    from pipeline.status import list_runs, render_runs
+    from pipeline.run_facts import list_runs, render_runs
     print(render_runs(list_runs(config)))
     return 0
 
@@ -215,7 +218,7 @@ def run_pipeline(args, write_demo_data: bool = False) -> int:
         write_bundled_span(config.data_root)
     from pipeline.local_runner import locked_run
     from pipeline.run_guard import LOCKED_EXIT_CODE, RunLockedError
-    from pipeline.status import recorded_run_ids
+    from pipeline.mlmd import recorded_run_ids
     try:
         with locked_run(config):  # the report is written under the same lock as its run
             return _run_and_report(config, args.verbose, known_runs=recorded_run_ids(config))
@@ -240,16 +243,17 @@ def _run_and_report(config, verbose: bool, known_runs: frozenset[str]) -> int:
         write_report(config, f"{type(error).__name__}: {error}", known_runs)
         return 1
     print(summary.render())
-    write_report(config, None, known_runs)
+    write_report(config, None, known_runs, summary.facts)
     return 0
 
 
-def write_report(config, error: str | None, known_runs: frozenset[str] | None = None) -> None:
-    """Writes the HTML report of the run that MLMD did not hold as `known_runs` (or of a run that never
-    started) and says where; a report that cannot be written never changes the exit code."""
+def write_report(config, error: str | None, known_runs: frozenset[str] | None = None, facts=None) -> None:
+    """Writes the HTML report of the run whose `facts` the summary read, else of the run that MLMD did not
+    hold as `known_runs` (or of a run that never started), and says where; a report that cannot be written
+    never changes the exit code."""
     from pipeline.run_report import write_run_report
     try:
-        path = write_run_report(config, error, known_runs)
+        path = write_run_report(config, error, known_runs, facts)
     except Exception as report_error:  # noqa: BLE001 - the run's own outcome matters more than its report
         print(f"run report not written: {type(report_error).__name__}: {report_error}", file=sys.stderr)
         return

@@ -1,6 +1,7 @@
 """Runs create_pipeline(config) with LocalDagRunner (SQLite MLMD, caching) and summarizes the run.
 
-Prints one line per component as it starts and ends; returns a RunSummary read back from MLMD.
+Prints one line per component as it starts and ends; returns a RunSummary: the steps as they were printed
+and the run's facts read back from MLMD (pipeline/run_facts.py), which the run report renders too.
 `locked_run(config)` holds the output directory (see run_guard.py) for whatever must happen under the same
 lock as the run, such as writing its report; `run_local(config)` is that lock plus `run_locked(config)`.
 """
@@ -14,13 +15,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from components.model_export.executor import REPORT_FILE as EXPORT_REPORT
-from components.precision_evaluator.gates import CANDIDATE, OVERALL, format_number
-from components.precision_evaluator.gates import REPORT_FILE as PRECISION_REPORT
-from components.trainer.train import REPORT_FILE as TRAINING_REPORT
+from components.precision_evaluator.gates import format_number
 from pipeline.config import PipelineConfig
+from pipeline.run_facts import CANDIDATE_TRAINER, RunFacts, read_run_facts
 from pipeline.run_guard import exclusive_run, recover_interrupted_runs
-from pipeline.status import artifact_json, open_store, output_artifact, pushed_destination
 
 
 @dataclass
@@ -32,41 +30,36 @@ class StepTiming:
 
 @dataclass
 class RunSummary:
-    steps: list[StepTiming] = field(default_factory=list)
-    metrics: dict[str, float] = field(default_factory=dict)
-    training: dict = field(default_factory=dict)  # the Trainer's training_report.json
-    evaluation: dict = field(default_factory=dict)  # the PrecisionEvaluator's precision_report.json
-    export: dict = field(default_factory=dict)  # ModelExport's export_report.json
-    blessed: bool | None = None
-    pushed_to: str | None = None
+    facts: RunFacts  # what the run did, from MLMD
+    steps: list[StepTiming] = field(default_factory=list)  # as the run printed them ([] when read back later)
     wall_seconds: float = 0.0
 
     def render(self) -> str:
+        facts = self.facts
         lines = ["", "Run summary", "-----------"]
         for step in self.steps:
             lines.append(f"  {step.name:<32} {step.status:<7} {step.seconds:6.1f} s")
-        if self.training:
-            t = self.training
+        if t := facts.training.get(CANDIDATE_TRAINER):
             wait = "n/a" if t.get("input_wait_fraction") is None else f"{100 * t['input_wait_fraction']:.1f}%"
             lines.append(f"  training: {t['strategy']} x{t['replicas']}, {t['precision']}, XLA {'on' if t['xla'] else 'off'}, "
                          f"{t['examples_per_second']:,.0f} examples/s, input wait {wait}")
-        if self.metrics:
-            lines.append("  eval metrics: " + ", ".join(f"{k} {format_number(v)}" for k, v in sorted(self.metrics.items())))
-        if self.evaluation:
-            lines.append(f"  evaluation: {self.evaluation['summary']}")
-            for check in self.evaluation["checks"]:
+        if metrics := facts.candidate_metrics:
+            lines.append("  eval metrics: " + ", ".join(f"{k} {format_number(v)}" for k, v in sorted(metrics.items())))
+        if facts.evaluation:
+            lines.append(f"  evaluation: {facts.evaluation['summary']}")
+            for check in facts.evaluation["checks"]:
                 if not check["passed"]:
                     lines.append(f"    FAILED {check['gate']}: {check['model']} {check['metric']} "
                                  f"{format_number(check['value'])} vs {format_number(check['reference'])} "
                                  f"(tolerance {check['tolerance']})")
-        if self.export.get("exported"):
-            recommended = self.export["recommended"]
-            variant = self.export["variants"].get(recommended, {})
+        if facts.export.get("exported"):
+            recommended = facts.export["recommended"]
+            variant = facts.export["variants"].get(recommended, {})
             lines.append(f"  TFLite for devices: {recommended or 'none accepted'}" + (
-                f" ({self.export.get('inputs', 'model-ready tensors')} in, {variant['size_bytes']:,} bytes, AUC {variant['auc']:.4f}, "
+                f" ({facts.export.get('inputs', 'model-ready tensors')} in, {variant['size_bytes']:,} bytes, AUC {variant['auc']:.4f}, "
                 f"{variant['median_latency_us']:.1f} µs/example)" if variant else ""))
-        lines.append(f"  blessed: {'yes' if self.blessed else 'no' if self.blessed is False else 'not evaluated'}")
-        lines.append(f"  pushed to: {self.pushed_to or 'nothing pushed'}")
+        lines.append(f"  blessed: {'yes' if facts.blessed else 'no' if facts.blessed is False else 'not evaluated'}")
+        lines.append(f"  pushed to: {facts.pushed_to or 'nothing pushed'}")
         lines.append(f"  total wall time: {self.wall_seconds:.1f} s")
         return "\n".join(lines)
 
@@ -153,30 +146,9 @@ def run_locked(config: PipelineConfig, verbose: bool = False) -> RunSummary:
 
 
 def summarize_latest_run(config: PipelineConfig) -> RunSummary:
-    """Reads the newest Trainer, PrecisionEvaluator, ModelExport and AtomicPusher outputs from MLMD."""
-    store = open_store(config)
-    summary = RunSummary()
-    summary.training = artifact_json(_latest_output(store, config.pipeline_name, "Trainer", "model_run"),
-                                  TRAINING_REPORT)
-    summary.evaluation = artifact_json(_latest_output(store, config.pipeline_name, "PrecisionEvaluator", "evaluation"),
-                                    PRECISION_REPORT)
-    if summary.evaluation:
-        summary.metrics = dict(summary.evaluation["metrics"][OVERALL][CANDIDATE])
-    summary.export = artifact_json(_latest_output(store, config.pipeline_name, "ModelExport", "exported_model"),
-                                EXPORT_REPORT)
-    blessing = _latest_output(store, config.pipeline_name, "PrecisionEvaluator", "blessing")
-    if blessing is not None and "blessed" in blessing.custom_properties:
-        summary.blessed = blessing.custom_properties["blessed"].int_value == 1
-    summary.pushed_to = pushed_destination(_latest_output(store, config.pipeline_name, "AtomicPusher", "pushed_model"))
-    return summary
-
-
-def _latest_output(store, pipeline_name: str, node_id: str, output_key: str):
-    """The artifact under `output_key` of the node's newest execution, or None."""
-    context = store.get_context_by_type_and_name("node", f"{pipeline_name}.{node_id}")
-    if context is None:
-        return None
-    executions = store.get_executions_by_context(context.id)
-    if not executions:
-        return None
-    return output_artifact(store, max(executions, key=lambda execution: execution.id), output_key)
+    """The newest run's summary, its facts read from MLMD (no step timings: those are the run's own).
+    Raises RuntimeError when MLMD records no run."""
+    facts = read_run_facts(config)
+    if facts is None:
+        raise RuntimeError(f"{config.metadata_path} records no run of {config.pipeline_name}")
+    return RunSummary(facts)

@@ -22,7 +22,7 @@ from typing import Iterator
 from tfx.dsl.io import fileio
 
 from pipeline.config import PipelineConfig
-from pipeline.status import node_ids, open_store
+from pipeline.mlmd import node_ids, open_store
 
 LOCK_FILE = ".run.lock"  # who holds the output directory: pid, start time, command (the lock itself is on the directory)
 LOCKED_EXIT_CODE = 75  # EX_TEMPFAIL: try again once the other run has finished

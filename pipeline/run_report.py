@@ -1,192 +1,94 @@
 """The HTML run report: one self-contained page per local run, written into the output directory.
 
-`write_run_report(config, error, known_runs)` reads this run from MLMD (the run that is not among
-`known_runs`, the ids MLMD held before it started) and the reports its steps wrote, and writes
-`<output_dir>/run_report.html` (the latest run) plus a copy in `<output_dir>/reports/<run id>.html`. A run
-that failed before it started (nothing in MLMD) gets a page of its own saying so, under an id of its own:
-another run's page is never rewritten. The page
-holds the steps, the data statistics per split (tables and matplotlib plots of TFDV's statistics), the
-anomalies and drift, the training curves, the candidate vs FP32 baseline (and production) metrics per
-slice, the gates and the blessing, the TFLite ladder and where the model was pushed. Plots are PNG
-images inside the page, so the file opens anywhere with no network.
+`write_run_report(config, error, known_runs)` renders this run's RunFacts (pipeline/run_facts.py: the run
+that is not among `known_runs`, the ids MLMD held before it started; or the facts the caller already read)
+and writes `<output_dir>/run_report.html` (the latest run) plus a copy in `<output_dir>/reports/<run id>.html`.
+A run that failed before it started (nothing in MLMD) gets a page of its own saying so, under an id of its
+own: another run's page is never rewritten. The page holds the steps, the data statistics per split (tables
+and matplotlib plots of TFDV's statistics), the anomalies and drift, the training curves, the candidate vs
+FP32 baseline (and production) metrics per slice, the gates and the blessing, the TFLite ladder and where the
+model was pushed. Plots are PNG images inside the page, so the file opens anywhere with no network.
 """
 from __future__ import annotations
 
 import base64
-import datetime
+import dataclasses
 import html
 import io
 import os
 import shutil
 
-from tfx.dsl.io import fileio
-
-from components.artifact_files import read_bytes
-from components.model_export.executor import REPORT_FILE as EXPORT_REPORT
-from components.precision_evaluator.gates import REPORT_FILE as PRECISION_REPORT
-from components.trainer.train import REPORT_FILE as TRAINING_REPORT
-from components.validation_gate.executor import ANOMALIES_FILE, REPORT_FILE as VALIDATION_REPORT, STATISTICS_FILE
+from components.precision_evaluator.gates import ACCURACY, AUC
 from pipeline.config import PipelineConfig
-from pipeline.status import artifact_json, open_store, output_artifact, pushed_destination, runs_by_node, spans_of
+from pipeline.run_facts import MODEL_ROLES, RunFacts, not_started_facts, read_run_facts
 
 REPORT_FILE = "run_report.html"
 REPORTS_DIR = "reports"
-TRAINERS = ("Trainer", "Fp32BaselineTrainer")
-STEP_OUTCOMES = {"NEW": "new", "RUNNING": "running", "COMPLETE": "ran", "FAILED": "failed", "CACHED": "cached",
-                 "CANCELED": "killed"}  # MLMD execution state -> what the report says
 
 
-NOT_STARTED_PREFIX = "not-started-"
-
-
-def write_run_report(config: PipelineConfig, error: str | None = None,
-                     known_runs: frozenset[str] | None = None) -> str | None:
-    """Input: the config, the run's error message (None when it succeeded), and the run ids MLMD held before
-    this run started (None: report the newest run). Output: the page's path, or None when MLMD records no
-    run to report and no error says why."""
-    facts = collect_run(config, known_runs)
-    if facts is None:
-        if error is None:
-            return None
-        facts = not_started_facts(config)
-    facts["error"] = error
+def write_run_report(config: PipelineConfig, error: str | None = None, known_runs: frozenset[str] | None = None,
+                     facts: RunFacts | None = None) -> str | None:
+    """Input: the config, the run's error message (None when it succeeded), and either the run's facts as
+    already read (the run summary's) or the run ids MLMD held before this run started (None: report the
+    newest run). Output: the page's path, or None when MLMD records no run to report and no error says why."""
+    facts = facts or read_run_facts(config, known_runs)
+    if facts is None and error is None:
+        return None
+    facts = dataclasses.replace(facts, error=error) if facts else not_started_facts(config, error)
     page = render_html(facts)
     os.makedirs(os.path.join(config.output_dir, REPORTS_DIR), exist_ok=True)
     path = os.path.join(config.output_dir, REPORT_FILE)
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(page)
-    shutil.copyfile(path, os.path.join(config.output_dir, REPORTS_DIR, f"{_safe(facts['run_id'])}.html"))
+    shutil.copyfile(path, os.path.join(config.output_dir, REPORTS_DIR, f"{_safe(facts.run_id)}.html"))
     return path
-
-
-def not_started_facts(config: PipelineConfig) -> dict:
-    """The facts of a run that failed before MLMD recorded it: an id of its own, no steps, no outputs."""
-    now = datetime.datetime.now(datetime.timezone.utc)
-    return {"pipeline": config.pipeline_name, "run_id": NOT_STARTED_PREFIX + now.strftime("%Y-%m-%dT%H-%M-%S.%fZ"),
-            "data_root": config.data_root, "started": now.strftime("%Y-%m-%d %H:%M:%S UTC"), "seconds": 0.0,
-            "steps": [], "not_started": True, "validation": {}, "training": {}, "evaluation": {}, "export": {},
-            "pushed_to": None}
-
-
-def collect_run(config: PipelineConfig, known_runs: frozenset[str] | None = None) -> dict | None:
-    """Input: the config and the run ids to leave out (None: none). Output: what the newest other run's steps
-    produced, as plain data (None: no such run)."""
-    store = open_store(config)
-    runs = runs_by_node(store, config.pipeline_name) if store is not None else []
-    runs = [(run, nodes) for run, nodes in runs if run.name not in (known_runs or ())]
-    if not runs:
-        return None
-    from ml_metadata.proto import metadata_store_pb2
-
-    run, nodes = max(runs, key=lambda item: min(e.create_time_since_epoch for e in item[1].values()))
-    executions = list(nodes.values())
-    started = min(e.create_time_since_epoch for e in executions) / 1000
-    facts = {
-        "pipeline": config.pipeline_name, "run_id": run.name, "data_root": config.data_root,
-        "started": datetime.datetime.fromtimestamp(started, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
-        "seconds": max(e.last_update_time_since_epoch for e in executions) / 1000 - started,
-        "steps": [(name, STEP_OUTCOMES.get(metadata_store_pb2.Execution.State.Name(e.last_known_state), "?"),
-                   (e.last_update_time_since_epoch - e.create_time_since_epoch) / 1000)
-                  for name, e in nodes.items() if not name.endswith("_resolver")],
-    }
-    examples = output_artifact(store, nodes.get("TFRecordIngest"), "examples")
-    if examples is not None:
-        facts["spans"] = spans_of(examples)
-        facts["counts"] = {key[: -len("_examples")]: value.int_value for key, value in examples.custom_properties.items()
-                           if key.endswith("_examples")}
-    statistics = output_artifact(store, nodes.get("StatisticsGen"), "statistics")
-    if statistics is not None:
-        facts["statistics"] = _read_statistics(statistics)
-    anomalies = output_artifact(store, nodes.get("ExampleValidator"), "anomalies")
-    if anomalies is not None:
-        facts["anomalies"] = _read_anomalies(anomalies)
-    gate = output_artifact(store, nodes.get("ValidationGate"), "report")
-    facts["validation"] = artifact_json(gate, VALIDATION_REPORT)
-    facts["training"] = {node: artifact_json(output_artifact(store, nodes.get(node), "model_run"), TRAINING_REPORT)
-                         for node in TRAINERS}
-    facts["evaluation"] = artifact_json(output_artifact(store, nodes.get("PrecisionEvaluator"), "evaluation"),
-                                        PRECISION_REPORT)
-    facts["export"] = artifact_json(output_artifact(store, nodes.get("ModelExport"), "exported_model"), EXPORT_REPORT)
-    facts["pushed_to"] = pushed_destination(output_artifact(store, nodes.get("AtomicPusher"), "pushed_model"))
-    return facts
-
-
-def _read_statistics(artifact) -> dict:
-    """split -> the DatasetFeatureStatistics proto of that split."""
-    import tensorflow_data_validation as tfdv
-    from tfx.types import artifact_utils
-
-    result = {}
-    for split in artifact_utils.decode_split_names(artifact.properties["split_names"].string_value):
-        path = os.path.join(artifact.uri, f"Split-{split}", STATISTICS_FILE)
-        if fileio.exists(path):
-            datasets = tfdv.load_stats_binary(path).datasets
-            if datasets:
-                result[split] = datasets[0]
-    return result
-
-
-def _read_anomalies(artifact) -> dict:
-    """split -> [(feature, severity, short description, description)]."""
-    from tensorflow_metadata.proto.v0 import anomalies_pb2
-    from tfx.types import artifact_utils
-
-    result = {}
-    for split in artifact_utils.decode_split_names(artifact.properties["split_names"].string_value):
-        path = os.path.join(artifact.uri, f"Split-{split}", ANOMALIES_FILE)
-        if not fileio.exists(path):
-            continue
-        anomalies = anomalies_pb2.Anomalies.FromString(read_bytes(path))
-        rows = [(name, anomalies_pb2.AnomalyInfo.Severity.Name(info.severity), info.short_description,
-                 info.description) for name, info in sorted(anomalies.anomaly_info.items())]
-        rows += [("<dataset>", "ERROR", reason.short_description, reason.description)
-                 for reason in anomalies.dataset_anomaly_info.reason]
-        result[split] = rows
-    return result
 
 
 # ----------------------------------------------------------------------------------------------- rendering
 
-def render_html(facts: dict) -> str:
-    """Input: collect_run's (or not_started_facts') facts plus "error". Output: the whole page."""
-    error = facts.get("error")
-    if facts.get("not_started"):
+def render_html(facts: RunFacts) -> str:
+    """Input: a run's facts. Output: the whole page."""
+    if facts.not_started:
         return _page(facts, [
-            f"<h1>Run report: {_e(facts['pipeline'])}</h1>",
+            f"<h1>Run report: {_e(facts.pipeline)}</h1>",
             _table(["run", "attempted", "data", "outcome"],
-                   [[facts["run_id"], facts["started"], facts["data_root"], f"NEVER STARTED: {error}"]], css="summary"),
+                   [[facts.run_id, _started(facts), facts.data_root, f"NEVER STARTED: {facts.error}"]], css="summary"),
             "<p>This run never started: it failed before the pipeline recorded a run in MLMD, so no step "
             "ran, nothing was read from the cache and nothing was pushed. Other runs' reports are unchanged.</p>",
         ])
-    outcome = f"FAILED: {error}" if error else "completed"
+    outcome = f"FAILED: {facts.error}" if facts.error else "completed"
     sections = [
-        f"<h1>Run report: {_e(facts['pipeline'])}</h1>",
+        f"<h1>Run report: {_e(facts.pipeline)}</h1>",
         _table(["run", "started", "duration", "spans", "data", "outcome", "pushed to"],
-               [[facts["run_id"], facts["started"], f"{facts['seconds']:.1f} s", facts.get("spans") or "-",
-                 facts["data_root"], outcome, facts["pushed_to"] or "nothing pushed"]], css="summary"),
+               [[facts.run_id, _started(facts), f"{facts.seconds:.1f} s", facts.spans or "-",
+                 facts.data_root, outcome, facts.pushed_to or "nothing pushed"]], css="summary"),
         "<h2>Steps</h2>",
-        _table(["step", "outcome", "seconds"], [[name, state, f"{seconds:.1f}"] for name, state, seconds in facts["steps"]]),
+        _table(["step", "outcome", "seconds"], [[step.name, step.outcome, f"{step.seconds:.1f}"] for step in facts.steps]),
         _data_section(facts),
         _validation_section(facts),
-        _training_section(facts["training"]),
-        _evaluation_section(facts["evaluation"]),
-        _export_section(facts["export"], facts["pushed_to"]),
+        _training_section(facts.training),
+        _evaluation_section(facts.evaluation),
+        _export_section(facts.export, facts.pushed_to),
     ]
     return _page(facts, sections)
 
 
-def _page(facts: dict, sections: list[str]) -> str:
+def _started(facts: RunFacts) -> str:
+    return facts.started.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _page(facts: RunFacts, sections: list[str]) -> str:
     """The whole HTML page around `sections` (failed runs get a red heading)."""
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-            f"<title>{_e(facts['pipeline'])} run {_e(facts['run_id'])}</title><style>{_CSS}</style></head>"
-            f"<body{' class=failed' if facts.get('error') else ''}>\n" + "\n".join(sections) + "\n</body></html>\n")
+            f"<title>{_e(facts.pipeline)} run {_e(facts.run_id)}</title><style>{_CSS}</style></head>"
+            f"<body{' class=failed' if facts.error else ''}>\n" + "\n".join(sections) + "\n</body></html>\n")
 
 
-def _data_section(facts: dict) -> str:
+def _data_section(facts: RunFacts) -> str:
     parts = ["<h2>Data</h2>"]
-    if facts.get("counts"):
-        parts.append(_table(["split", "examples"], [[split, f"{count:,}"] for split, count in sorted(facts["counts"].items())]))
-    statistics = facts.get("statistics") or {}
+    if facts.counts:
+        parts.append(_table(["split", "examples"], [[split, f"{count:,}"] for split, count in sorted(facts.counts.items())]))
+    statistics = facts.statistics or {}
     if not statistics:
         return "\n".join(parts + ["<p>No statistics: the run stopped before StatisticsGen.</p>"])
     for split, dataset in statistics.items():
@@ -212,26 +114,26 @@ def _data_section(facts: dict) -> str:
     return "\n".join(parts)
 
 
-def _validation_section(facts: dict) -> str:
+def _validation_section(facts: RunFacts) -> str:
     parts = ["<h2>Anomalies and drift</h2>"]
-    anomalies = facts.get("anomalies")
+    anomalies = facts.anomalies
     if anomalies is None:
         parts.append("<p>Not validated: the run stopped before ExampleValidator.</p>")
     else:
         rows = [[split, *row] for split, split_rows in anomalies.items() for row in split_rows]
         parts.append(_table(["split", "feature", "severity", "anomaly", "description"], rows, css="anomalies")
                      if rows else "<p class=ok>No schema anomalies in any split.</p>")
-    drift = (facts.get("validation") or {}).get("drift")
+    drift = facts.validation.get("drift")
     if drift:
         parts.append(f"<h3>Drift against span {drift.get('previous_span')}</h3>")
         parts.append(_table(["split", "feature", "measure", "value", "threshold", "drifted"],
                             [[split, name, measured["measure"], _n(measured["value"]), _n(measured["threshold"]),
                               "DRIFTED" if measured["drifted"] else "no"]
                              for split, features in drift["splits"].items() for name, measured in features.items()]))
-    elif facts.get("validation"):
+    elif facts.validation:
         parts.append("<p>No drift check: there is no earlier accepted span to compare with.</p>")
-    if any(name == "ValidationGate" and state == "failed" for name, state, _ in facts["steps"]):
-        parts.append(f"<p class=bad>The ValidationGate stopped the run before training:</p><pre>{_e(facts.get('error') or '')}</pre>")
+    if "ValidationGate" in facts.steps_with("failed"):
+        parts.append(f"<p class=bad>The ValidationGate stopped the run before training:</p><pre>{_e(facts.error or '')}</pre>")
     return "\n".join(parts)
 
 
@@ -258,13 +160,12 @@ def _evaluation_section(evaluation: dict) -> str:
     parts = ["<h2>Evaluation: candidate vs FP32 baseline</h2>"]
     if not evaluation:
         return "\n".join(parts + ["<p>Not evaluated in this run.</p>"])
-    roles = [role for role in ("candidate", "fp32_baseline", "production")
-             if any(role in models for models in evaluation["metrics"].values())]
+    roles = [role for role in MODEL_ROLES if any(role in models for models in evaluation["metrics"].values())]
     rows = []
     for slice_name, models in evaluation["metrics"].items():
         count = next((m.get("example_count") for m in models.values() if m.get("example_count") is not None), None)
         row = [slice_name, "-" if count is None else f"{count:,.0f}"]
-        for metric in ("auc", "binary_accuracy"):
+        for metric in (AUC, ACCURACY):
             row += [_n((models.get(role) or {}).get(metric)) for role in roles]
         rows.append(row)
     header = ["slice", "examples"] + [f"{metric} {role}" for metric in ("AUC", "accuracy") for role in roles]

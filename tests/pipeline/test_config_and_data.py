@@ -1,12 +1,16 @@
-"""Config loading rules (keys, YAML, the model module and schema it names) and the TFRecord record contract of
-the bundled taxi data."""
+"""Config loading rules (keys, YAML, each field's check, the model module and schema it names) and the TFRecord
+record contract of the bundled taxi data."""
 import csv
+import dataclasses
 import re
+import typing
 
 import pytest
 import tensorflow as tf
 
-from pipeline.config import MODEL_CONTRACT, ConfigError, load_config
+from components.settings import CHECK, PipelineConfig
+from models.interface import CONSTANTS, FUNCTIONS
+from pipeline.config import ConfigError, load_config
 from pipeline.data import bundled_taxi_csv, row_to_example, write_taxi_span
 
 
@@ -35,6 +39,55 @@ def test_bad_config_is_rejected_naming_the_key(tmp_path, text, key):
         load_config(str(path))
 
 
+def _leaf_fields(config, prefix=""):
+    """Input: a config instance. Output: (dotted key, field, value) of every field that is not a section."""
+    hints = typing.get_type_hints(type(config))
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if dataclasses.is_dataclass(hints[field.name]):
+            yield from _leaf_fields(value, prefix + field.name + ".")
+        else:
+            yield prefix + field.name, field, value
+
+
+def test_every_config_field_has_a_check_or_is_declared_free_and_its_default_passes():
+    leaves = list(_leaf_fields(PipelineConfig()))
+    assert len(leaves) > 50  # every section walked, resources.data/training/evaluation included
+    unmarked = [key for key, field, _ in leaves if CHECK not in field.metadata]
+    assert not unmarked, f"declare these with checked(default, <a Check>) or free(default): {unmarked}"
+    for key, field, default in leaves:
+        check = field.metadata[CHECK]
+        assert check is None or check.holds(default), f"{key}'s default {default!r} fails its own check"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"train": {"batch_size": 0}}, "train.batch_size: must be positive, got 0"),  # a rule from before, same words
+    ({"pipeline_name": " "}, "pipeline_name: must not be empty, got ' '"),
+    ({"output_dir": ""}, "output_dir: must not be empty, got ''"),
+    ({"train": {"model": ""}}, "train.model: must not be empty, got ''"),
+    ({"train": {"seed": -1}}, "train.seed: must be between 0 and 2**32 - 1, got -1"),
+    ({"train": {"seed": 2**32}}, f"train.seed: must be between 0 and 2**32 - 1, got {2**32}"),
+    ({"resources": {"evaluation": {"cpu": 0}}}, "resources.evaluation.cpu: must be positive, got 0"),
+    ({"resources": {"vertex_region": ""}}, "resources.vertex_region: must not be empty, got ''"),
+    ({"export": {"tflite_variants": []}}, "export.tflite_variants: must list one or more of "),
+    ({"beam_pipeline_args": ["direct_running_mode=in_memory"]},
+     "beam_pipeline_args: must be Beam flags (--name=value, or --name then its value), "
+     "got ['direct_running_mode=in_memory']"),
+])
+def test_a_value_failing_its_fields_check_is_rejected_naming_the_dotted_key(overrides, message):
+    with pytest.raises(ConfigError) as raised:
+        load_config(check_references=False, **overrides)
+    assert str(raised.value).startswith(message), str(raised.value)
+
+
+def test_free_and_edge_values_that_are_valid_load():
+    config = load_config(check_references=False, evaluate={"slice_feature": ""},
+                         beam_pipeline_args=["--runner", "DirectRunner", "--direct_num_workers=2"],
+                         train={"seed": 2**32 - 1, "profile_from_step": 1})
+    assert (config.evaluate.slice_feature, config.train.seed) == ("", 2**32 - 1)
+    assert config.beam_pipeline_args == ["--runner", "DirectRunner", "--direct_num_workers=2"]
+
+
 @pytest.mark.parametrize("text, where", [
     ("train:\n  epochs: 2\n  batch_size: 64: 3\n", "line 3, column 17"),
     ("train: {epochs: 2\nevaluate: 1\n", "line 2, column 9"),
@@ -54,7 +107,8 @@ def _module(folder, name, text):
 
 def test_model_module_must_import_and_hold_the_model_contract(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(ConfigError, match=r"^train\.model: cannot import 'models\.no_such_model': No module named"):
+    with pytest.raises(ConfigError, match=r"^train\.model: cannot import 'models\.no_such_model': No module named .*"
+                                          r"\(a module path such as models\.taxi, importable from .* or the PYTHONPATH\)$"):
         load_config(train={"model": "models.no_such_model"})
     half = _module(tmp_path, "hardening_half_model", "INPUTS = {}\nLABEL_KEY = 'y'\nbuild_model = 3\n")
     with pytest.raises(ConfigError) as raised:
@@ -62,7 +116,7 @@ def test_model_module_must_import_and_hold_the_model_contract(tmp_path, monkeypa
     message = str(raised.value)
     assert message.startswith(f"train.model: '{half}' ({tmp_path / half}.py) lacks LABEL_INPUTS, make_label, "
                               "build_preprocessing; build_model not callable"), message
-    assert ", ".join(MODEL_CONTRACT) in message
+    assert message.endswith("; a model module defines " + ", ".join(CONSTANTS + FUNCTIONS)), message
     broken = _module(tmp_path, "hardening_broken_model", "raise RuntimeError('no GPU driver')\n")
     with pytest.raises(ConfigError, match=rf"^train\.model: importing '{broken}' failed: RuntimeError: no GPU driver"):
         load_config(train={"model": broken})

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components.atomic_pusher.executor import PUSH_INFO_FILE, TFLITE_FILE
+from components import contract
 from components.model_export.variants import OUTPUT_TOLERANCE, TFLITE_VARIANTS
 from components.trainer.device import (choose_precision, choose_strategy, describe_devices, device_from_json,
                                        xla_candidates)
@@ -28,15 +28,15 @@ from pipeline.cli import main as cli_main
 from pipeline.config import load_config
 from pipeline.data import write_taxi_span
 from pipeline.local_runner import run_local
-from pipeline.status import list_runs
+from pipeline.run_facts import list_runs
 from span_files import count_outputs, read_span, write_records
 
 pytestmark = pytest.mark.e2e
 
-STEP_OUTPUTS = [("TFRecordIngest", "examples"), ("Trainer", "model_run"), ("Trainer", "model"),
-                ("Fp32BaselineTrainer", "model_run"), ("Fp32BaselineTrainer", "model"),
-                ("PrecisionEvaluator", "evaluation"), ("PrecisionEvaluator", "blessing"),
-                ("ModelExport", "exported_model"), ("ValidationGate", "report")]
+STEP_OUTPUTS = [("TFRecordIngest", contract.EXAMPLES), ("Trainer", contract.MODEL_RUN), ("Trainer", contract.MODEL),
+                ("Fp32BaselineTrainer", contract.MODEL_RUN), ("Fp32BaselineTrainer", contract.MODEL),
+                ("PrecisionEvaluator", contract.EVALUATION), ("PrecisionEvaluator", contract.BLESSING),
+                ("ModelExport", contract.EXPORTED_MODEL), ("ValidationGate", contract.VALIDATION_REPORT)]
 
 
 @dataclass
@@ -96,10 +96,10 @@ def cached_rerun(second_span, tree_digest):
 def drift_blocked(cached_rerun, data_root, tree_digest):
     config = cached_rerun.config
     _write_shifted_span(os.path.join(data_root, "span-2"), os.path.join(data_root, "span-3"))
-    models_before, pushed_before = count_outputs(config, "Trainer", "model"), tree_digest(config.push_dir)
+    models_before, pushed_before = count_outputs(config, "Trainer", contract.MODEL), tree_digest(config.push_dir)
     with pytest.raises(BlockingAnomaliesError, match="drifted") as raised:
         run_local(config)
-    return _record(config, error=str(raised.value), models_added=count_outputs(config, "Trainer", "model") - models_before,
+    return _record(config, error=str(raised.value), models_added=count_outputs(config, "Trainer", contract.MODEL) - models_before,
                    push_dir_unchanged=tree_digest(config.push_dir) == pushed_before, last_run=list_runs(config)[-1])
 
 
@@ -115,7 +115,7 @@ def degraded_run(drift_blocked, data_root, tree_digest):
 
 
 def _eval_examples(stage):
-    files = tf.io.gfile.glob(os.path.join(stage.outputs[("TFRecordIngest", "examples")], "Split-eval", "*"))
+    files = tf.io.gfile.glob(os.path.join(stage.outputs[("TFRecordIngest", contract.EXAMPLES)], "Split-eval", "*"))
     return [bytes(r) for r in tf.data.TFRecordDataset(files, compression_type="GZIP").as_numpy_iterator()]
 
 
@@ -137,17 +137,18 @@ def test_every_component_runs_and_the_blessed_model_is_pushed(first_run):
     assert {s.name for s in summary.steps} >= {"TFRecordIngest", "StatisticsGen", "ImportSchemaGen",
                                                "ExampleValidator", "Trainer", "Fp32BaselineTrainer",
                                                "PrecisionEvaluator", "ModelExport", "AtomicPusher"}
-    assert summary.metrics["auc"] > 0.8
-    assert summary.metrics["example_count"] == len(_eval_examples(first_run))
-    assert summary.blessed is True
-    assert summary.pushed_to and os.path.dirname(summary.pushed_to) == os.path.abspath(config.push_dir)
-    assert tf.saved_model.contains_saved_model(summary.pushed_to)
+    facts = summary.facts
+    assert facts.candidate_metrics["auc"] > 0.8
+    assert facts.candidate_metrics["example_count"] == len(_eval_examples(first_run))
+    assert facts.blessed is True
+    assert facts.pushed_to and os.path.dirname(facts.pushed_to) == os.path.abspath(config.push_dir)
+    assert tf.saved_model.contains_saved_model(facts.pushed_to)
     assert "evaluation: candidate " in summary.render() and "blessed: yes" in summary.render()
 
 
 def test_training_reports_record_device_choices_and_the_fp32_baseline(first_run):
     summary = first_run.summary
-    report = _report(first_run, "Trainer", "model_run", "training_report.json")
+    report = _report(first_run, "Trainer", contract.MODEL_RUN, contract.TRAINING_REPORT_FILE)
     # The choices follow from the device the Trainer read (this machine, GPUs or not), by the rules in device.py.
     device = device_from_json(report["device"])
     assert device == describe_devices() and device.num_workers == 1
@@ -167,16 +168,16 @@ def test_training_reports_record_device_choices_and_the_fp32_baseline(first_run)
     assert report["steps_run"] == report["total_steps"] and len(report["history"]["val_auc"]) == 1
     assert report["examples_per_second"] > 0 and 0 <= report["input_wait_fraction"] <= 1
     assert report["final_metrics"]["val_auc"] > 0.8
-    assert summary.training == report and "examples/s" in summary.render()
-    baseline = _report(first_run, "Fp32BaselineTrainer", "model_run", "training_report.json")
+    assert summary.facts.training["Trainer"] == report and "examples/s" in summary.render()
+    baseline = _report(first_run, "Fp32BaselineTrainer", contract.MODEL_RUN, contract.TRAINING_REPORT_FILE)
     assert (baseline["precision"], baseline["xla"]) == ("float32", False)
     assert baseline["total_steps"] == report["total_steps"]  # the same training, only the numerics differ
 
 
 def test_precision_report_agrees_with_the_blessing(first_run):
-    blessing_dir = first_run.outputs[("PrecisionEvaluator", "blessing")]
-    report = _report(first_run, "PrecisionEvaluator", "evaluation", "precision_report.json")
-    with open(os.path.join(blessing_dir, "precision_report.json")) as handle:
+    blessing_dir = first_run.outputs[("PrecisionEvaluator", contract.BLESSING)]
+    report = _report(first_run, "PrecisionEvaluator", contract.EVALUATION, contract.PRECISION_REPORT_FILE)
+    with open(os.path.join(blessing_dir, contract.PRECISION_REPORT_FILE)) as handle:
         assert json.load(handle) == report
     # Which model is blessed depends on the numerics the Trainer measured faster here: float32 matches the
     # baseline; a bf16 candidate trained 3 epochs on 2,000 rows has landed 0.006 AUC below it (a fallback).
@@ -184,11 +185,11 @@ def test_precision_report_agrees_with_the_blessing(first_run):
     assert report["blessed"] is True and chosen in ("candidate", "fp32_baseline")
     assert os.path.exists(os.path.join(blessing_dir, "BLESSED"))
     assert not os.path.exists(os.path.join(blessing_dir, "NOT_BLESSED"))
-    assert report["models"]["candidate"]["uri"] == first_run.outputs[("Trainer", "model")]
-    assert report["models"]["fp32_baseline"]["uri"] == first_run.outputs[("Fp32BaselineTrainer", "model")]
+    assert report["models"]["candidate"]["uri"] == first_run.outputs[("Trainer", contract.MODEL)]
+    assert report["models"]["fp32_baseline"]["uri"] == first_run.outputs[("Fp32BaselineTrainer", contract.MODEL)]
     # The standard ModelBlessing in MLMD says the same, and names the blessed model (TFX's resolver reads this).
     blessing = first_run.facts["blessing"]
-    assert blessing.uri == blessing_dir and blessing.custom_properties["blessed"].int_value == 1
+    assert blessing.uri == blessing_dir and blessing.custom_properties[contract.BLESSED_PROPERTY].int_value == 1
     assert blessing.custom_properties["current_model_id"].int_value == report["models"][chosen]["id"]
     checks = {(c["gate"], c["model"], c["metric"]): c for c in report["checks"]}
     candidate_gates = {("min_auc", "candidate", "auc"), ("fp32_parity", "candidate", "auc"),
@@ -211,28 +212,28 @@ def test_precision_report_agrees_with_the_blessing(first_run):
     for model in ("candidate", "fp32_baseline"):
         assert sum(per_model[model]["example_count"] for per_model in slices.values()) == overall[model]["example_count"]
         assert {"auc", "binary_accuracy", "precision", "recall", "binary_crossentropy"} <= set(overall[model])
-    markdown = open(os.path.join(blessing_dir, "precision_report.md")).read()
+    markdown = open(os.path.join(blessing_dir, contract.PRECISION_REPORT_MARKDOWN)).read()
     assert "**BLESSED**" in markdown and "| payment_type=Cash | candidate |" in markdown
 
 
 def test_tflite_variants_match_the_savedmodel_and_the_recommended_one_is_pushed(first_run):
-    summary = first_run.summary
-    export_dir = first_run.outputs[("ModelExport", "exported_model")]
-    report = _report(first_run, "ModelExport", "exported_model", "export_report.json")
+    pushed_to = first_run.summary.facts.pushed_to
+    export_dir = first_run.outputs[("ModelExport", contract.EXPORTED_MODEL)]
+    report = _report(first_run, "ModelExport", contract.EXPORTED_MODEL, contract.EXPORT_REPORT_FILE)
     assert set(report["variants"]) == set(TFLITE_VARIANTS)
-    saved_model = tf.saved_model.load(os.path.join(export_dir, "saved_model"))
+    saved_model = tf.saved_model.load(os.path.join(export_dir, contract.SAVED_MODEL_DIR))
     serialized = tf.constant(_eval_examples(first_run)[:200])
     import models.taxi as model_module
-    assert report["inputs"] == "raw features" and report["compared_with"] == "serving_raw"
+    assert report["inputs"] == "raw features" and report["compared_with"] == contract.RAW_SIGNATURE
     raw = {k: v.numpy() for k, v in tf.io.parse_example(serialized, model_module.INPUTS).items()}  # absent -> missing value
-    expected = saved_model.signatures["serving_default"](examples=serialized)["probabilities"].numpy().reshape(-1)
+    expected = saved_model.signatures[contract.SERVING_SIGNATURE](examples=serialized)[contract.OUTPUT_NAME].numpy().reshape(-1)
     from ai_edge_litert.interpreter import Interpreter  # LiteRT: no Flex delegate
     for variant, result in report["variants"].items():
         path = os.path.join(export_dir, result["file"])
         assert os.path.getsize(path) == result["size_bytes"]
         assert result["non_builtin_ops"] == [] and result["quantized_preprocessing_ops"] == []
         runner = Interpreter(model_path=path).get_signature_runner()
-        got = np.array([runner(**{k: v[i:i + 1] for k, v in raw.items()})["probabilities"].reshape(-1)[0]
+        got = np.array([runner(**{k: v[i:i + 1] for k, v in raw.items()})[contract.OUTPUT_NAME].reshape(-1)[0]
                         for i in range(len(expected))])
         assert np.abs(got - expected).mean() <= OUTPUT_TOLERANCE[variant], variant
         assert result["accepted"] == (result["auc_drop"] <= 0.01 and result["mean_abs_diff"] <= OUTPUT_TOLERANCE[variant])
@@ -246,23 +247,22 @@ def test_tflite_variants_match_the_savedmodel_and_the_recommended_one_is_pushed(
     recommended = report["recommended"]
     assert recommended == min((v for v, r in report["variants"].items() if r["accepted"]), key=sizes.get)
     # The pushed version: the SavedModel at its root, the recommended TFLite file beside it.
-    with open(os.path.join(summary.pushed_to, TFLITE_FILE), "rb") as pushed, \
+    with open(os.path.join(pushed_to, contract.PUSHED_TFLITE_FILE), "rb") as pushed, \
             open(os.path.join(export_dir, report["variants"][recommended]["file"]), "rb") as exported:
         assert pushed.read() == exported.read()
-    info = json.load(open(os.path.join(summary.pushed_to, PUSH_INFO_FILE)))
+    info = json.load(open(os.path.join(pushed_to, contract.PUSH_INFO_FILE)))
     assert info["tflite_variant"] == recommended and info["source_model"] == report["source_model"]
 
 
 def test_pushed_savedmodel_scores_raw_examples(first_run):
-    summary = first_run.summary
     serialized = _eval_examples(first_run)
-    loaded = tf.saved_model.load(summary.pushed_to)
-    serve = loaded.signatures["serving_default"]
-    probabilities = serve(examples=tf.constant(serialized))["probabilities"].numpy().reshape(-1)
+    loaded = tf.saved_model.load(first_run.summary.facts.pushed_to)
+    serve = loaded.signatures[contract.SERVING_SIGNATURE]
+    probabilities = serve(examples=tf.constant(serialized))[contract.OUTPUT_NAME].numpy().reshape(-1)
     assert probabilities.dtype == np.float32 and len(probabilities) == len(serialized)
     assert ((probabilities >= 0) & (probabilities <= 1)).all()
 
-    labels = loaded.signatures["transform_features"](examples=tf.constant(serialized))["big_tipper"].numpy()
+    labels = loaded.signatures[contract.TRANSFORM_SIGNATURE](examples=tf.constant(serialized))["big_tipper"].numpy()
     payment = [tf.train.Example.FromString(s).features.feature["payment_type"].bytes_list.value[0] for s in serialized]
     cash = np.array([p == b"Cash" for p in payment])
     # Cash tips are not recorded in this data: the model must have learned that.
@@ -273,24 +273,24 @@ def test_pushed_savedmodel_scores_raw_examples(first_run):
 
 
 def test_next_span_trains_warm_started_and_is_evaluated_against_the_blessed_model(first_run, second_span):
-    first, summary = first_run.summary, second_span.summary
+    first, summary = first_run.summary.facts, second_span.summary
     blessed = first.evaluation["models"][first.evaluation["chosen_model"]]
 
     statuses = {s.name: s.status for s in summary.steps}
     assert statuses["ImportSchemaGen"] == "cached" and statuses["TFRecordIngest"] == "ran", statuses
-    ingest = _report(second_span, "TFRecordIngest", "examples", "ingest_report.json")
+    ingest = _report(second_span, "TFRecordIngest", contract.EXAMPLES, contract.INGEST_REPORT_FILE)
     assert ingest["spans"] == [2] and sum(ingest["counts"].values()) == 3000
-    validation = _report(second_span, "ValidationGate", "report", "validation_report.json")
+    validation = _report(second_span, "ValidationGate", contract.VALIDATION_REPORT, contract.VALIDATION_REPORT_FILE)
     assert validation["blocking"] is False and validation["drift"]["previous_span"] == 1
     measured = validation["drift"]["splits"]["train"]
     assert {"fare", "trip_miles", "payment_type", "company"} <= set(measured)
     assert not any(feature["drifted"] for feature in measured.values())
     for node in ("Trainer", "Fp32BaselineTrainer"):  # both start from the first run's blessed model
-        warm = _report(second_span, node, "model_run", "training_report.json")["warm_start"]
+        warm = _report(second_span, node, contract.MODEL_RUN, contract.TRAINING_REPORT_FILE)["warm_start"]
         assert warm["applied"] is True and warm["base_model"].startswith(blessed["uri"] + os.sep), (node, warm)
-    assert summary.evaluation["models"]["production"]["id"] == blessed["id"]
-    assert any(check["gate"] == "vs_production" for check in summary.evaluation["checks"])
-    assert summary.blessed == (summary.pushed_to is not None)
+    assert summary.facts.evaluation["models"]["production"]["id"] == blessed["id"]
+    assert any(check["gate"] == "vs_production" for check in summary.facts.evaluation["checks"])
+    assert summary.facts.blessed == (summary.facts.pushed_to is not None)
 
 
 def test_unchanged_rerun_is_served_from_the_cache_and_publishes_nothing(first_run, cached_rerun):
@@ -298,13 +298,14 @@ def test_unchanged_rerun_is_served_from_the_cache_and_publishes_nothing(first_ru
     assert [s.status for s in summary.steps if not s.name.endswith("_resolver")] == ["cached"] * 10, summary.steps
     assert cached_rerun.facts["push_dir_unchanged"]
     assert [run.spans for run in runs] == ["1", "2", "2"]
-    assert runs[-1].outcome == "cached" and (runs[-1].ran, runs[-1].cached) == (0, 10)
-    assert runs[0].outcome == "complete" and runs[0].blessing in ("candidate", "fp32_baseline")
-    assert runs[0].pushed_version == os.path.basename(first_run.summary.pushed_to)
+    assert runs[-1].outcome == "cached" and len(runs[-1].steps_with("ran")) == 0
+    assert len(runs[-1].steps_with("cached")) == 10
+    assert runs[0].outcome == "complete" and runs[0].blessed_model in ("candidate", "fp32_baseline")
+    assert runs[0].pushed_version == os.path.basename(first_run.summary.facts.pushed_to)
     assert runs[1].auc["production"] is not None and runs[0].auc.get("production") is None
     table = cached_rerun.facts["status_table"]
     assert cached_rerun.facts["status_code"] == 0
-    assert len(table) == 4 and "cached" in table[-1] and os.path.basename(first_run.summary.pushed_to) in table[1]
+    assert len(table) == 4 and "cached" in table[-1] and os.path.basename(first_run.summary.facts.pushed_to) in table[1]
 
 
 def test_shifted_span_is_stopped_by_the_drift_gate_before_training(drift_blocked):
@@ -319,13 +320,13 @@ def test_shifted_span_is_stopped_by_the_drift_gate_before_training(drift_blocked
 
 def test_a_degraded_candidate_is_not_blessed_and_the_pushed_version_is_untouched(degraded_run):
     summary = degraded_run.summary
-    assert summary.blessed is False and summary.pushed_to is None
-    report = summary.evaluation
+    assert summary.facts.blessed is False and summary.facts.pushed_to is None
+    report = summary.facts.evaluation
     assert report["blessed"] is False and report["chosen_model"] is None
     failed = {(c["gate"], c["model"]) for c in report["checks"] if not c["passed"]}
     assert ("min_auc", "candidate") in failed  # AUC near chance on meaningless labels
-    assert os.path.exists(os.path.join(degraded_run.outputs[("PrecisionEvaluator", "blessing")], "NOT_BLESSED"))
-    assert _report(degraded_run, "ModelExport", "exported_model", "export_report.json")["exported"] is False
+    assert os.path.exists(os.path.join(degraded_run.outputs[("PrecisionEvaluator", contract.BLESSING)], "NOT_BLESSED"))
+    assert _report(degraded_run, "ModelExport", contract.EXPORTED_MODEL, contract.EXPORT_REPORT_FILE)["exported"] is False
     assert degraded_run.facts["versions_unchanged"] and degraded_run.facts["push_dir_unchanged"]
     assert "candidate not blessed" in summary.render() and "nothing pushed" in summary.render()
 

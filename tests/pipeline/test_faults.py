@@ -18,13 +18,16 @@ import time
 import pytest
 import tensorflow as tf
 
+from components import contract
 from components.tfrecord_ingest.records import split_of
-from components.trainer.train import BACKUP_METADATA
+from components.trainer.checkpoints import BACKUP_METADATA
 from pipeline.cli import main as cli_main
 from pipeline.config import load_config
+from pipeline.run_facts import NOT_STARTED_PREFIX
 from pipeline.run_guard import LOCK_FILE, LOCKED_EXIT_CODE
-from pipeline.run_report import NOT_STARTED_PREFIX, REPORT_FILE, REPORTS_DIR
+from pipeline.run_report import REPORT_FILE, REPORTS_DIR
 from span_files import count_outputs, read_span, write_records
+from tests.components.pushing import push_after_barrier
 
 pytestmark = pytest.mark.e2e
 
@@ -156,13 +159,13 @@ def test_tfrecord_faults_name_the_file_and_record(unchanged_production, capsys, 
     if make_fault is not _missing_directory:
         data_root.mkdir()
     expected = make_fault(data_root / "span-2", _span_examples(unchanged_production))
-    examples_before = count_outputs(unchanged_production.config, "TFRecordIngest", "examples")
+    examples_before = count_outputs(unchanged_production.config, "TFRecordIngest", contract.EXAMPLES)
 
     code, stderr = _run(unchanged_production, data_root, capsys)
 
     assert code == 1
     assert "ingestion error:" in stderr and expected in stderr, stderr
-    assert count_outputs(unchanged_production.config, "TFRecordIngest", "examples") == examples_before
+    assert count_outputs(unchanged_production.config, "TFRecordIngest", contract.EXAMPLES) == examples_before
 
 
 def test_gzip_and_plain_files_side_by_side_are_read_without_loss(production, tmp_path):
@@ -214,7 +217,7 @@ def test_schema_faults_stop_the_run_before_training_naming_each_feature(unchange
     for index, example in enumerate(examples):
         mutate(index, example)
     write_records(tmp_path / "data" / "span-2" / "part.tfrecord.gz", examples, "GZIP")
-    models_before = count_outputs(unchanged_production.config, "Fp32BaselineTrainer", "model")
+    models_before = count_outputs(unchanged_production.config, "Fp32BaselineTrainer", contract.MODEL)
 
     code, stderr = _run(unchanged_production, tmp_path / "data", capsys)
 
@@ -222,8 +225,8 @@ def test_schema_faults_stop_the_run_before_training_naming_each_feature(unchange
     assert "BlockingAnomaliesError" in stderr and "training did not start" in stderr, stderr
     for line in expected:
         assert line in stderr, (line, stderr)
-    assert count_outputs(unchanged_production.config, "Fp32BaselineTrainer", "model") == models_before
-    assert count_outputs(unchanged_production.config, "Trainer", "model") == models_before
+    assert count_outputs(unchanged_production.config, "Fp32BaselineTrainer", contract.MODEL) == models_before
+    assert count_outputs(unchanged_production.config, "Trainer", contract.MODEL) == models_before
     page = open(os.path.join(unchanged_production.config.output_dir, REPORT_FILE)).read()
     assert "The ValidationGate stopped the run before training" in page
     for line in expected:  # the report's anomaly table names each feature
@@ -235,13 +238,13 @@ def test_empty_eval_split_stops_the_run_before_training(unchanged_production, ca
     examples = [e for e in _span_examples(unchanged_production)
                 if split_of(e.SerializeToString(), unchanged_production.config.ingest.eval_fraction) == "train"]
     write_records(tmp_path / "data" / "span-2" / "part.tfrecord.gz", examples, "GZIP")
-    models_before = count_outputs(unchanged_production.config, "Trainer", "model")
+    models_before = count_outputs(unchanged_production.config, "Trainer", contract.MODEL)
 
     code, stderr = _run(unchanged_production, tmp_path / "data", capsys)
 
     assert code == 1  # ingestion counts the splits and stops before statistics, validation and training
     assert "span-2: the eval split is empty (" in stderr, stderr
-    assert count_outputs(unchanged_production.config, "Trainer", "model") == models_before
+    assert count_outputs(unchanged_production.config, "Trainer", contract.MODEL) == models_before
 
 
 # ----------------------------------------------------------------------------------------- training faults
@@ -251,13 +254,13 @@ def test_nan_loss_stops_training_naming_the_step(unchanged_production, capsys, t
     config_file.write_text(open(unchanged_production.config_file).read() +
                            "train: {epochs: 3, learning_rate: 1.0e+38, warmup_steps: 0, xla: 'off', "
                            "precision: mixed_float16}\n")
-    models_before = count_outputs(unchanged_production.config, "Trainer", "model")
+    models_before = count_outputs(unchanged_production.config, "Trainer", contract.MODEL)
 
     code, stderr = _run(unchanged_production, unchanged_production.data_root, capsys, str(config_file))
 
     assert code == 1
     assert "TrainingDivergedError" in stderr and "at step " in stderr and "loss scaling cannot" in stderr, stderr
-    assert count_outputs(unchanged_production.config, "Trainer", "model") == models_before
+    assert count_outputs(unchanged_production.config, "Trainer", contract.MODEL) == models_before
 
 
 # ---------------------------------------- a run killed midway (mid metadata write), and a second run meanwhile
@@ -301,18 +304,18 @@ def interrupted(production, tmp_path_factory, tree_digest):
     from ml_metadata.proto import metadata_store_pb2
     state = metadata_store_pb2.Execution.State
     left_running = [e.id for e in _store(config).get_executions() if e.last_known_state == state.RUNNING]
-    examples_before = count_outputs(config, "TFRecordIngest", "examples")
+    examples_before = count_outputs(config, "TFRecordIngest", contract.EXAMPLES)
     pushed_before = tree_digest(production.pushed_dir)
     stderr = io.StringIO()
     with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
         code = cli_main(["run", "--config", str(config_file), "--data", production.data_root,
                          "--output", config.output_dir])
-    reports = sorted(glob.glob(os.path.join(config.pipeline_root, "Fp32BaselineTrainer", "model_run", "*",
-                                            "training_report.json")), key=os.path.getmtime)
+    reports = sorted(glob.glob(os.path.join(config.pipeline_root, "Fp32BaselineTrainer", contract.MODEL_RUN, "*",
+                                            contract.TRAINING_REPORT_FILE)), key=os.path.getmtime)
     return {"config": config, "pid": process.pid, "second": second,
             "executions": (executions_before, executions_meanwhile), "left_running": left_running,
             "restart": {"code": code, "stderr": stderr.getvalue(), "baseline_report": open(reports[-1]).read(),
-                        "examples_added": count_outputs(config, "TFRecordIngest", "examples") - examples_before,
+                        "examples_added": count_outputs(config, "TFRecordIngest", contract.EXAMPLES) - examples_before,
                         "pushed_unchanged": tree_digest(production.pushed_dir) == pushed_before}}
 
 
@@ -372,13 +375,6 @@ def test_a_run_killed_mid_checkpoint_restarts_resumes_training_and_leaves_no_dup
     assert restart["pushed_unchanged"]
 
 
-def _push_after_barrier(barrier, files, push_dir, results):
-    from components.atomic_pusher.publish import publish
-
-    barrier.wait()
-    results.put(publish(files, push_dir))
-
-
 def test_concurrent_pushers_to_a_production_serving_dir_each_publish_a_whole_version(production, tmp_path,
                                                                                        tree_digest):
     """Two pushes of the production model race for one serving directory (a copy of production's): each
@@ -395,7 +391,7 @@ def test_concurrent_pushers_to_a_production_serving_dir_each_publish_a_whole_ver
     context = multiprocessing.get_context("spawn")
     barrier, results = context.Barrier(2), context.Queue()
     files = {name: os.path.join(production.pushed_dir, name) for name in os.listdir(production.pushed_dir)}
-    pushers = [context.Process(target=_push_after_barrier, args=(barrier, files, str(serving), results))
+    pushers = [context.Process(target=push_after_barrier, args=(barrier, files, str(serving), results))
                for _ in range(2)]
     for pusher in pushers:
         pusher.start()

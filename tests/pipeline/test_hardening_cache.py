@@ -8,6 +8,7 @@ import shutil
 import pytest
 import tensorflow as tf
 
+from components import contract
 from components.tfrecord_ingest.records import EDGE_BYTES, fingerprint_spans
 from pipeline.config import PROJECT_ROOT, load_config
 from pipeline.code_fingerprint import code_files, code_fingerprint
@@ -56,16 +57,16 @@ def test_each_custom_step_and_both_trainers_are_keyed_on_their_code(model_elsewh
     flags = _executor_flags(pipeline)
     for node_id, package in CUSTOM_STEPS.items():
         extra = ("my_taxi_model",) if node_id == "ModelExport" else ()
-        assert flags[node_id] == [f"--code_fingerprint={code_fingerprint(package, *extra)}"], node_id
+        assert flags[node_id] == [f"--{contract.CODE_FINGERPRINT}={code_fingerprint(package, *extra)}"], node_id
     trainers = [_trainer_settings(pipeline, node_id) for node_id in ("Trainer", "Fp32BaselineTrainer")]
-    assert {trainer["code_fingerprint"] for trainer in trainers} == {code_fingerprint("components.trainer", "my_taxi_model")}
+    assert {trainer[contract.CODE_FINGERPRINT] for trainer in trainers} == {code_fingerprint("components.trainer", "my_taxi_model")}
     assert str(model_elsewhere) in code_files("components.trainer", "my_taxi_model")
 
     model_elsewhere.write_text(model_elsewhere.read_text() + "\n# a change to the model outside models/\n")
     changed = create_pipeline(config, fingerprint_data=False)
     new_flags = _executor_flags(changed)
     assert new_flags["ModelExport"] != flags["ModelExport"]
-    assert _trainer_settings(changed, "Trainer")["code_fingerprint"] != trainers[0]["code_fingerprint"]
+    assert _trainer_settings(changed, "Trainer")[contract.CODE_FINGERPRINT] != trainers[0][contract.CODE_FINGERPRINT]
     assert all(new_flags[node_id] == flags[node_id] for node_id in CUSTOM_STEPS if node_id != "ModelExport")
 
 

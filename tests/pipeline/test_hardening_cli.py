@@ -13,6 +13,7 @@ import pytest
 from pipeline import run_report
 from pipeline.cli import main as cli_main
 from pipeline.config import load_config
+from pipeline.run_facts import NOT_STARTED_PREFIX
 from pipeline.run_guard import LOCK_FILE, RunLockedError, exclusive_run
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -86,7 +87,7 @@ def test_a_run_that_never_started_writes_its_own_report_and_leaves_the_previous_
     assert code == 1 and "ingestion error:" in stderr and "does not exist" in stderr, stderr
     assert open(previous_page, "rb").read() == previous_bytes
     pages = sorted(os.listdir(os.path.join(config.output_dir, run_report.REPORTS_DIR)))
-    [own] = [page for page in pages if page.startswith(run_report.NOT_STARTED_PREFIX)]
+    [own] = [page for page in pages if page.startswith(NOT_STARTED_PREFIX)]
     assert len(pages) == 2
     text = open(os.path.join(config.output_dir, run_report.REPORTS_DIR, own)).read()
     assert "NEVER STARTED: ingestion error:" in text and "This run never started" in text
@@ -99,13 +100,13 @@ def test_the_report_is_written_while_the_run_still_holds_the_output_directory(ca
     held = []
     write = run_report.write_run_report
 
-    def write_and_check_the_lock(config, error=None, known_runs=None):
+    def write_and_check_the_lock(config, error=None, known_runs=None, facts=None):
         try:
             with exclusive_run(config.output_dir):
                 held.append(False)
         except RunLockedError:
             held.append(True)
-        return write(config, error, known_runs)
+        return write(config, error, known_runs, facts)
 
     monkeypatch.setattr(run_report, "write_run_report", write_and_check_the_lock)
     code, _, _ = _run(capsys, tmp_path)

@@ -1,4 +1,7 @@
-"""The HTML run report of the production run, rendered by headless Chromium (Debian's chromium package)."""
+"""The HTML run report of the production run, rendered by headless Chromium (Debian's chromium package); and
+the run summary, the report and the status table rendered from one RunFacts built by hand."""
+import dataclasses
+import datetime
 import glob
 import html
 import json
@@ -9,10 +12,10 @@ import subprocess
 
 import pytest
 
-from components.model_export.executor import REPORT_FILE as EXPORT_REPORT
-from components.precision_evaluator.gates import REPORT_FILE as PRECISION_REPORT
-
-pytestmark = pytest.mark.e2e
+from components import contract
+from pipeline.local_runner import RunSummary
+from pipeline.run_facts import RunFacts, Step, render_runs
+from pipeline.run_report import render_html
 
 # Records, once the page has loaded, whether each image decoded (the test's own addition to a copy).
 IMAGE_PROBE = ("<script>addEventListener('load', () => { document.body.dataset.images = Array.from(document.images)"
@@ -44,13 +47,15 @@ def _rendered_text(page_path, tmp_path):
     return text, (images.group(1).split() if images else [])
 
 
+@pytest.mark.e2e
 def test_report_renders_in_chromium_with_the_key_numbers_and_every_plot(production, tmp_path):
     text, images = _rendered_text(production.report, tmp_path)
 
-    evaluation_dirs = glob.glob(os.path.join(production.config.pipeline_root, "PrecisionEvaluator", "evaluation", "*"))
+    evaluation_dirs = glob.glob(os.path.join(production.config.pipeline_root, "PrecisionEvaluator",
+                                           contract.EVALUATION, "*"))
     first_evaluation = min(evaluation_dirs, key=lambda folder: int(os.path.basename(folder)))
-    precision = json.load(open(os.path.join(first_evaluation, PRECISION_REPORT)))
-    export = json.load(open(os.path.join(production.pushed_dir, EXPORT_REPORT)))
+    precision = json.load(open(os.path.join(first_evaluation, contract.PRECISION_REPORT_FILE)))
+    export = json.load(open(os.path.join(production.pushed_dir, contract.EXPORT_REPORT_FILE)))
 
     assert "Run report: taxi-accel" in text and "completed" in text
     assert f"Pushed to {production.pushed_dir}" in text
@@ -70,13 +75,15 @@ def test_report_renders_in_chromium_with_the_key_numbers_and_every_plot(producti
     assert images == ["ok"] * 4, images
 
 
+STARTED = datetime.datetime(2026, 11, 22, tzinfo=datetime.timezone.utc)
+
+
+@pytest.mark.e2e
 def test_a_blocked_run_report_shows_the_anomalies(tmp_path):
-    from pipeline.run_report import render_html
-    facts = {"pipeline": "taxi-accel", "run_id": "r1", "data_root": "/data", "started": "2026-11-22 00:00:00 UTC",
-             "seconds": 3.0, "steps": [("TFRecordIngest", "ran", 1.0), ("ValidationGate", "failed", 0.1)],
-             "anomalies": {"train": [("fare", "ERROR", "Unexpected data type", "Expected FLOAT, got BYTES")]},
-             "validation": {}, "training": {}, "evaluation": {}, "export": {}, "pushed_to": None,
-             "error": "BlockingAnomaliesError: train: fare: Unexpected data type"}
+    facts = RunFacts(pipeline="taxi-accel", run_id="r1", data_root="/data", started=STARTED, seconds=3.0,
+                     steps=(Step("TFRecordIngest", "ran", 1.0), Step("ValidationGate", "failed", 0.1)),
+                     anomalies={"train": [("fare", "ERROR", "Unexpected data type", "Expected FLOAT, got BYTES")]},
+                     error="BlockingAnomaliesError: train: fare: Unexpected data type")
     page = tmp_path / "blocked.html"
     page.write_text(render_html(facts))
 
@@ -87,3 +94,52 @@ def test_a_blocked_run_report_shows_the_anomalies(tmp_path):
     assert "The ValidationGate stopped the run before training" in text
     assert "No training in this run." in text and "Nothing pushed in this run" in text
     assert images == []
+
+
+def _blessed_run(**changes) -> RunFacts:
+    """The facts of a finished run that blessed and pushed its candidate (numbers as a real run's)."""
+    metrics = {"candidate": {"auc": 0.9463, "binary_accuracy": 0.8895, "example_count": 5032.0},
+               "fp32_baseline": {"auc": 0.9468, "binary_accuracy": 0.8901, "example_count": 5032.0}}
+    facts = RunFacts(
+        pipeline="taxi-accel", run_id="r2", data_root="/data", started=STARTED, seconds=32.4,
+        steps=(Step("TFRecordIngest", "ran", 2.0), Step("Trainer", "ran", 20.0), Step("AtomicPusher", "ran", 0.2)),
+        spans="1", counts={"train": 20000, "eval": 5032},
+        training={"Trainer": {"strategy": "one_device", "replicas": 1, "precision": "mixed_bfloat16", "xla": True,
+                              "examples_per_second": 101493.2, "input_wait_fraction": 0.0,
+                              "final_metrics": {"val_auc": 0.94}, "history": {"loss": [0.4, 0.3]}},
+                  "Fp32BaselineTrainer": {}},
+        evaluation={"summary": "candidate blessed: every gate passed", "blessed": True, "chosen_model": "candidate",
+                    "checks": [], "metrics": {"overall": metrics}},
+        blessed=True, pushed_to="/serving/1795334123")
+    return dataclasses.replace(facts, **changes)
+
+
+def test_the_summary_the_report_and_the_status_table_render_the_same_facts():
+    facts = _blessed_run()
+
+    summary = RunSummary(facts).render()
+    assert "  training: one_device x1, mixed_bfloat16, XLA on, 101,493 examples/s, input wait 0.0%" in summary
+    assert "  eval metrics: auc 0.9463, binary_accuracy 0.8895, example_count 5,032" in summary
+    assert "  evaluation: candidate blessed: every gate passed\n  blessed: yes\n" in summary
+    assert summary.endswith("  pushed to: /serving/1795334123\n  total wall time: 0.0 s")
+    page = render_html(facts)
+    assert "<td>r2</td><td>2026-11-22 00:00:00 UTC</td><td>32.4 s</td><td>1</td>" in page
+    assert "<td>Trainer</td><td>ran</td><td>20.0</td>" in page and "<td>eval</td><td>5,032</td>" in page
+    assert "<code>/serving/1795334123</code>" in page and "class=failed" not in page
+    header, line = render_runs([facts]).splitlines()
+    assert header.split()[:3] == ["started", "(UTC)", "spans"]
+    assert line.split() == ["2026-11-22", "00:00:00", "1", "complete", "3/0", "0.9463", "0.9468", "-", "candidate",
+                            "1795334123", "32.4", "s"]
+
+
+def test_the_status_outcome_names_the_steps_that_did_not_finish():
+    def outcome(*states):
+        return _blessed_run(steps=tuple(Step(f"Step{i}", state, 1.0) for i, state in enumerate(states))).outcome
+
+    assert outcome("ran", "cached") == "complete" and outcome("cached", "cached") == "cached"
+    assert outcome("ran", "failed", "killed") == "failed at Step1"
+    assert outcome("ran", "killed", "running") == "killed at Step1"
+    assert outcome("ran", "running", "new") == "running or killed at Step1, Step2"
+    not_evaluated = _blessed_run(evaluation={}, blessed=None, pushed_to=None)
+    assert (not_evaluated.blessed_model, not_evaluated.auc, not_evaluated.pushed_version) == ("", {}, "")
+    assert "blessed: not evaluated" in RunSummary(not_evaluated).render()
