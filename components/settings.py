@@ -1,76 +1,142 @@
-"""The pipeline's typed config, every default in one place: what each section of the YAML file may set.
+"""The pipeline's typed config, every default and every value check in one place: what each section of the
+YAML file may set.
 
-`pipeline.config.load_config` reads YAML overrides into these dataclasses and checks them. They live here,
-below the pipeline, because the components take their own sections as typed settings (the Trainer a
-TrainConfig, the evaluator an EvaluateConfig, ModelExport an ExportConfig) and components never import
-the pipeline.
+`pipeline.config.load_config` reads YAML overrides into these dataclasses and checks each value against the
+Check declared with its field (`checked(default, POSITIVE)`); a field that any value of its type suits says
+so (`free(default)`), so no field goes unchecked by omission (a test holds every field to one or the other).
+They live here, below the pipeline, because the components take their own sections as typed settings (the
+Trainer a TrainConfig, the evaluator an EvaluateConfig, ModelExport an ExportConfig) and components never
+import the pipeline.
 """
 from __future__ import annotations
 
 import os
+import typing
 from dataclasses import dataclass, field
 
 from components.model_export.variants import TFLITE_VARIANTS
+from components.trainer.device import POLICIES, STRATEGIES
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CHECK = "check"  # the field metadata key holding the field's Check (None: any value of its type)
+
+
+class Check(typing.NamedTuple):
+    """What a value must satisfy beyond its type; `message` completes "<key>: ..., got <value>"."""
+    holds: typing.Callable[[typing.Any], bool]
+    message: str
+
+
+def checked(default: typing.Any, check: Check) -> typing.Any:
+    """Input: the field's default and its Check. Output: the dataclass field (a list default copied per
+    instance)."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={CHECK: check})
+    return field(default=default, metadata={CHECK: check})
+
+
+def free(default: typing.Any) -> typing.Any:
+    """Input: the field's default. Output: a dataclass field that any value of its type suits."""
+    return field(default=default, metadata={CHECK: None})
+
+
+def _beam_flags(args: list[str]) -> bool:
+    # Beam drops, with only a warning, any argument that is not a flag or the value of the flag before it.
+    value_may_follow = False
+    for arg in args:
+        if arg.startswith("--"):
+            value_may_follow = "=" not in arg
+        elif value_may_follow:
+            value_may_follow = False
+        else:
+            return False
+    return True
+
+
+NOT_EMPTY = Check(lambda v: bool(v.strip()), "must not be empty")
+POSITIVE = Check(lambda v: v > 0, "must be positive")
+NOT_NEGATIVE = Check(lambda v: v >= 0, "must not be negative")
+AT_LEAST_1 = Check(lambda v: v >= 1, "must be at least 1")
+BETWEEN_0_AND_1 = Check(lambda v: 0 <= v <= 1, "must be between 0 and 1")
+STRICTLY_BETWEEN_0_AND_1 = Check(lambda v: 0 < v < 1, "must be between 0 and 1 (exclusive)")
+STRATEGY = Check(lambda v: v in ("auto",) + STRATEGIES, "must be auto or one of " + ", ".join(STRATEGIES))
+PRECISION = Check(lambda v: v in ("auto",) + POLICIES, "must be auto or one of " + ", ".join(POLICIES))
+AUTO_ON_OFF = Check(lambda v: v in ("auto", "on", "off"), "must be auto, on or off")
+SEED = Check(lambda v: 0 <= v < 2**32, "must be between 0 and 2**32 - 1")  # NumPy's seed range
+TFLITE_VARIANT_LIST = Check(lambda v: v and set(v) <= set(TFLITE_VARIANTS),
+                            "must list one or more of " + ", ".join(TFLITE_VARIANTS))
+BEAM_FLAGS = Check(_beam_flags, "must be Beam flags (--name=value, or --name then its value)")
 
 
 @dataclass
 class IngestConfig:
-    eval_fraction: float = 1 / 3  # share of records hashed into the eval split (TFX's default 2:1)
-    span_window: int = 1  # how many of the latest span-N folders one run reads together (1 = the latest)
+    # share of records hashed into the eval split (TFX's default 2:1)
+    eval_fraction: float = checked(1 / 3, STRICTLY_BETWEEN_0_AND_1)
+    # how many of the latest span-N folders one run reads together (1 = the latest)
+    span_window: int = checked(1, AT_LEAST_1)
 
 
 @dataclass
 class TrainConfig:
-    model: str = "models.taxi"  # module with INPUTS, LABEL_INPUTS, make_label, build_preprocessing, build_model
-    batch_size: int = 256  # per replica; the global batch is this times the replicas in sync
-    epochs: int = 10  # passes over the training data
-    learning_rate: float = 0.003  # for one replica's batch; scaled linearly with replicas x accumulation
-    warmup_steps: int = 20  # linear learning-rate warmup from 0
-    gradient_accumulation_steps: int = 1  # >1: apply gradients once per this many batches
-    shuffle_buffer: int = 10_000
-    cache_max_mb: int = 1024  # keep the records in memory after the first pass when they fit in this
-    steps_per_execution: int = 10  # train steps per call into the device (less host overhead per step)
-    strategy: str = "auto"  # auto | one_device | mirrored | multi_worker_mirrored | tpu
-    precision: str = "auto"  # auto | float32 | mixed_float16 | mixed_bfloat16
-    xla: str = "auto"  # auto (on for GPUs, TPUs and bf16 CPUs, when the model compiles) | on | off
-    gpu_memory_growth: bool = True
-    gpu_memory_limit_mb: int = 0  # per GPU; 0 = no limit
-    checkpoint_every_steps: int = 0  # training interval, a checkpoint at its end; 0 = one pass over the data
-    checkpoint_min_seconds: float = 30.0  # skip an interval's checkpoint until this long after the last one
-    input_probe_steps: int = 200  # steps on in-memory batches to measure input wait; 0 = skip
-    profile_from_step: int = 10  # TensorBoard profiler trace window start...
-    profile_steps: int = 0  # ...and length in steps; 0 = no trace
-    seed: int = 0  # weights init and shuffle order
-    warm_start: bool = True  # start from the latest blessed model (its preprocessing and weights) when there is one
+    model: str = checked("models.taxi", NOT_EMPTY)  # a module defining models/interface.py's ModelModule
+    batch_size: int = checked(256, POSITIVE)  # per replica; the global batch is this times the replicas in sync
+    epochs: int = checked(10, POSITIVE)  # passes over the training data
+    # for one replica's batch; scaled linearly with replicas x accumulation
+    learning_rate: float = checked(0.003, POSITIVE)
+    warmup_steps: int = checked(20, NOT_NEGATIVE)  # linear learning-rate warmup from 0
+    gradient_accumulation_steps: int = checked(1, AT_LEAST_1)  # >1: apply gradients once per this many batches
+    shuffle_buffer: int = checked(10_000, NOT_NEGATIVE)
+    # keep the records in memory after the first pass when they fit in this
+    cache_max_mb: int = checked(1024, NOT_NEGATIVE)
+    # train steps per call into the device (less host overhead per step)
+    steps_per_execution: int = checked(10, AT_LEAST_1)
+    strategy: str = checked("auto", STRATEGY)  # auto | one_device | mirrored | multi_worker_mirrored | tpu
+    precision: str = checked("auto", PRECISION)  # auto | float32 | mixed_float16 | mixed_bfloat16
+    # auto (on for GPUs, TPUs and bf16 CPUs, when the model compiles) | on | off
+    xla: str = checked("auto", AUTO_ON_OFF)
+    gpu_memory_growth: bool = free(True)
+    gpu_memory_limit_mb: int = checked(0, NOT_NEGATIVE)  # per GPU; 0 = no limit
+    # training interval, a checkpoint at its end; 0 = one pass over the data
+    checkpoint_every_steps: int = checked(0, NOT_NEGATIVE)
+    # skip an interval's checkpoint until this long after the last one
+    checkpoint_min_seconds: float = checked(30.0, NOT_NEGATIVE)
+    input_probe_steps: int = checked(200, NOT_NEGATIVE)  # steps on in-memory batches to measure input wait; 0 = skip
+    profile_from_step: int = checked(10, AT_LEAST_1)  # TensorBoard profiler trace window start...
+    profile_steps: int = checked(0, NOT_NEGATIVE)  # ...and length in steps; 0 = no trace
+    seed: int = checked(0, SEED)  # weights init and shuffle order
+    # start from the latest blessed model (its preprocessing and weights) when there is one
+    warm_start: bool = free(True)
 
 
 @dataclass
 class EvaluateConfig:
-    slice_feature: str = "payment_type"  # metrics are also reported per value of this feature ("" = none)
-    min_auc: float = 0.9  # absolute bar a model must clear to be blessed
-    max_auc_drop_vs_fp32: float = 0.005  # how far below the FP32 baseline's AUC the candidate may fall
-    max_accuracy_drop_vs_fp32: float = 0.005  # ...and its binary accuracy
-    max_auc_drop_vs_production: float = 0.01  # how far below the latest blessed model's AUC a model may fall
-    max_accuracy_drop_vs_production: float = 0.01  # ...and its binary accuracy
-    fallback_to_fp32: bool = True  # candidate fails FP32 parity, baseline passes the rest: bless the baseline
+    slice_feature: str = free("payment_type")  # metrics are also reported per value of this feature ("" = none)
+    min_auc: float = checked(0.9, BETWEEN_0_AND_1)  # absolute bar a model must clear to be blessed
+    # how far below the FP32 baseline's AUC the candidate may fall
+    max_auc_drop_vs_fp32: float = checked(0.005, BETWEEN_0_AND_1)
+    max_accuracy_drop_vs_fp32: float = checked(0.005, BETWEEN_0_AND_1)  # ...and its binary accuracy
+    # how far below the latest blessed model's AUC a model may fall
+    max_auc_drop_vs_production: float = checked(0.01, BETWEEN_0_AND_1)
+    max_accuracy_drop_vs_production: float = checked(0.01, BETWEEN_0_AND_1)  # ...and its binary accuracy
+    fallback_to_fp32: bool = free(True)  # candidate fails FP32 parity, baseline passes the rest: bless the baseline
 
 
 @dataclass
 class ExportConfig:
-    tflite_variants: list[str] = field(default_factory=lambda: list(TFLITE_VARIANTS))  # converted and evaluated
-    max_tflite_auc_drop: float = 0.01  # a variant whose AUC falls further below the SavedModel's is rejected
-    representative_examples: int = 300  # training examples that calibrate full-int8 quantization
-    latency_examples: int = 300  # single-example invocations timed per variant (median reported)
+    tflite_variants: list[str] = checked(list(TFLITE_VARIANTS), TFLITE_VARIANT_LIST)  # converted and evaluated
+    # a variant whose AUC falls further below the SavedModel's is rejected
+    max_tflite_auc_drop: float = checked(0.01, BETWEEN_0_AND_1)
+    representative_examples: int = checked(300, AT_LEAST_1)  # training examples that calibrate full-int8 quantization
+    latency_examples: int = checked(300, AT_LEAST_1)  # single-example invocations timed per variant (median reported)
 
 
 @dataclass
 class StepResources:
-    cpu: float = 2.0  # vCPUs, requested and limited
-    memory_gb: float = 8.0  # GB, requested and limited
-    accelerator: str = ""  # e.g. NVIDIA_TESLA_T4 (Vertex AI) or nvidia.com/gpu (Kubeflow); "" = none
-    accelerator_count: int = 0
+    cpu: float = checked(2.0, POSITIVE)  # vCPUs, requested and limited
+    memory_gb: float = checked(8.0, POSITIVE)  # GB, requested and limited
+    accelerator: str = free("")  # e.g. NVIDIA_TESLA_T4 (Vertex AI) or nvidia.com/gpu (Kubeflow); "" = none
+    accelerator_count: int = checked(0, NOT_NEGATIVE)
 
 
 @dataclass
@@ -84,22 +150,25 @@ class ResourcesConfig:
     # Multi-worker training (Kubeflow compile only): >1 runs each Trainer as a Vertex AI CustomJob of this many
     # replicas (a chief and workers, each with `training`'s accelerators on `training_machine_type`); Vertex
     # sets TF_CONFIG on each, and the Trainer picks MultiWorkerMirroredStrategy from it.
-    training_workers: int = 1
-    training_machine_type: str = "n1-standard-8"
-    vertex_project: str = ""  # required when training_workers > 1
-    vertex_region: str = "us-central1"
+    training_workers: int = checked(1, AT_LEAST_1)
+    training_machine_type: str = checked("n1-standard-8", NOT_EMPTY)
+    vertex_project: str = free("")  # required when training_workers > 1 (the Kubeflow compile says so)
+    vertex_region: str = checked("us-central1", NOT_EMPTY)
 
 
 @dataclass
 class PipelineConfig:
-    pipeline_name: str = "taxi-accel"
-    data_root: str = "data/taxi"  # TFRecord files, or span-N/ folders of them (see ingest.span_window)
-    output_dir: str = "output"  # local: MLMD (SQLite), the run lock and reports; by default artifacts and serving too
-    artifact_root: str = ""  # pipeline root, where artifacts live: a path or a URI (gs://, s3://); default <output_dir>/pipeline
-    serving_dir: str = ""  # where blessed models are pushed, a path or a URI; default <output_dir>/serving
-    schema_path: str = os.path.join(PROJECT_ROOT, "schemas", "taxi", "schema.pbtxt")
-    enable_cache: bool = True
-    beam_pipeline_args: list[str] = field(default_factory=lambda: ["--direct_running_mode=in_memory"])
+    pipeline_name: str = checked("taxi-accel", NOT_EMPTY)  # names the run's MLMD contexts and the compiled pipeline
+    # TFRecord files, or span-N/ folders of them (see ingest.span_window)
+    data_root: str = checked("data/taxi", NOT_EMPTY)
+    # local: MLMD (SQLite), the run lock and reports; by default artifacts and serving too
+    output_dir: str = checked("output", NOT_EMPTY)
+    # pipeline root, where artifacts live: a path or a URI (gs://, s3://); default <output_dir>/pipeline
+    artifact_root: str = free("")
+    serving_dir: str = free("")  # where blessed models are pushed, a path or a URI; default <output_dir>/serving
+    schema_path: str = checked(os.path.join(PROJECT_ROOT, "schemas", "taxi", "schema.pbtxt"), NOT_EMPTY)
+    enable_cache: bool = free(True)
+    beam_pipeline_args: list[str] = checked(["--direct_running_mode=in_memory"], BEAM_FLAGS)
     ingest: IngestConfig = field(default_factory=IngestConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)

@@ -42,7 +42,12 @@ FUNCTIONS = ("make_label", "build_preprocessing", "build_model")
 
 
 class ModelModuleError(ValueError):
-    """A model module that does not import, or lacks part of ModelModule; the message names the module."""
+    """A model module that does not import, or lacks part of ModelModule; the message names the module.
+    `not_found`: no module of that name was found (a wrong path rather than a broken module)."""
+
+    def __init__(self, message: str, not_found: bool = False):
+        super().__init__(message)
+        self.not_found = not_found
 
 
 def load_model_module(name: str) -> ModelModule:
@@ -51,7 +56,7 @@ def load_model_module(name: str) -> ModelModule:
     try:
         module = importlib.import_module(name)
     except ModuleNotFoundError as error:
-        raise ModelModuleError(f"cannot import {name!r}: {error}") from None
+        raise ModelModuleError(f"cannot import {name!r}: {error}", not_found=True) from None
     except Exception as error:  # noqa: BLE001 - whatever the module raised while importing
         raise ModelModuleError(f"importing {name!r} failed: {type(error).__name__}: {error}") from None
     missing = [attribute for attribute in CONSTANTS + FUNCTIONS if not hasattr(module, attribute)]

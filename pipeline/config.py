@@ -1,69 +1,25 @@
-"""The pipeline's one typed config: every default lives here. Load overrides from YAML with `load_config`.
+"""Loads the pipeline's config from YAML and checks it; the dataclasses, their defaults and each field's
+check live in components/settings.py (re-exported here: `from pipeline.config import TrainConfig, ...`).
 
 YAML mirrors the dataclasses: top-level keys plus the sections `ingest`, `train`, `evaluate`, `export`, `resources`.
-Malformed YAML, unknown keys, wrong types and impossible values raise ConfigError naming the file and line or
-the key; so do a `train.model` that does not import or lacks the model contract, and a local `schema_path`
-that is missing or not a TFMD Schema text proto.
+Malformed YAML, unknown keys, wrong types and values failing their field's check raise ConfigError naming the file
+and line or the key; so do a `train.model` that does not import or lacks part of models.interface.ModelModule,
+and a local `schema_path` that is missing or not a TFMD Schema text proto.
 """
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import os
 import typing
-from dataclasses import dataclass, field
 
 import yaml
 
-from components.model_export.variants import TFLITE_VARIANTS
-from components.settings import (PROJECT_ROOT, EvaluateConfig, ExportConfig, IngestConfig, PipelineConfig,  # noqa: F401
-                                 ResourcesConfig, StepResources, TrainConfig)
-from components.trainer.device import POLICIES, STRATEGIES
-
-# What a `train.model` module must define (see models/taxi.py): the names the Trainer and the export read.
-MODEL_CONTRACT = ("INPUTS", "LABEL_INPUTS", "LABEL_KEY", "make_label", "build_preprocessing", "build_model")
+from components.settings import (CHECK, PROJECT_ROOT, EvaluateConfig, ExportConfig, IngestConfig,  # noqa: F401
+                                 PipelineConfig, ResourcesConfig, StepResources, TrainConfig)
+from models.interface import ModelModuleError, load_model_module
 
 
 class ConfigError(ValueError):
     """A config key is unknown, of the wrong type, or out of range; the message names it."""
-
-
-_RULES = {
-    "ingest.eval_fraction": (lambda v: 0 < v < 1, "must be between 0 and 1 (exclusive)"),
-    "ingest.span_window": (lambda v: v >= 1, "must be at least 1"),
-    "train.batch_size": (lambda v: v > 0, "must be positive"),
-    "train.epochs": (lambda v: v > 0, "must be positive"),
-    "train.learning_rate": (lambda v: v > 0, "must be positive"),
-    "train.warmup_steps": (lambda v: v >= 0, "must not be negative"),
-    "train.gradient_accumulation_steps": (lambda v: v >= 1, "must be at least 1"),
-    "train.shuffle_buffer": (lambda v: v >= 0, "must not be negative"),
-    "train.cache_max_mb": (lambda v: v >= 0, "must not be negative"),
-    "train.steps_per_execution": (lambda v: v >= 1, "must be at least 1"),
-    "train.strategy": (lambda v: v in ("auto",) + STRATEGIES, "must be auto or one of " + ", ".join(STRATEGIES)),
-    "train.precision": (lambda v: v in ("auto",) + POLICIES, "must be auto or one of " + ", ".join(POLICIES)),
-    "train.xla": (lambda v: v in ("auto", "on", "off"), "must be auto, on or off"),
-    "train.gpu_memory_limit_mb": (lambda v: v >= 0, "must not be negative"),
-    "train.checkpoint_every_steps": (lambda v: v >= 0, "must not be negative"),
-    "train.input_probe_steps": (lambda v: v >= 0, "must not be negative"),
-    "train.checkpoint_min_seconds": (lambda v: v >= 0, "must not be negative"),
-    "train.profile_from_step": (lambda v: v >= 1, "must be at least 1"),
-    "train.profile_steps": (lambda v: v >= 0, "must not be negative"),
-    "evaluate.min_auc": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
-    "evaluate.max_auc_drop_vs_fp32": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
-    "evaluate.max_accuracy_drop_vs_fp32": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
-    "evaluate.max_auc_drop_vs_production": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
-    "evaluate.max_accuracy_drop_vs_production": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
-    "export.tflite_variants": (lambda v: v and set(v) <= set(TFLITE_VARIANTS),
-                               "must list one or more of " + ", ".join(TFLITE_VARIANTS)),
-    "export.max_tflite_auc_drop": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
-    "export.representative_examples": (lambda v: v >= 1, "must be at least 1"),
-    "export.latency_examples": (lambda v: v >= 1, "must be at least 1"),
-    "resources.training_workers": (lambda v: v >= 1, "must be at least 1"),
-    **{f"resources.{step}.{key}": rule for step in ("data", "training", "evaluation") for key, rule in {
-        "cpu": (lambda v: v > 0, "must be positive"),
-        "memory_gb": (lambda v: v > 0, "must be positive"),
-        "accelerator_count": (lambda v: v >= 0, "must not be negative")}.items()},
-}
 
 
 def load_config(path: str | None = None, check_references: bool = True, **overrides: typing.Any) -> PipelineConfig:
@@ -100,22 +56,13 @@ def _read_yaml(path: str) -> dict:
 
 def check_model_module(name: str) -> None:
     """Raises ConfigError naming `train.model` when module `name` does not import or lacks part of
-    MODEL_CONTRACT (INPUTS, LABEL_INPUTS, LABEL_KEY, make_label, build_preprocessing, build_model)."""
+    models.interface.ModelModule (the message names the module, its file and what it lacks)."""
     try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as error:
-        raise ConfigError(f"train.model: cannot import {name!r}: {error} (a module path such as models.taxi, "
-                          f"importable from {PROJECT_ROOT} or the PYTHONPATH)") from None
-    except Exception as error:  # noqa: BLE001 - whatever the module raised while importing
-        raise ConfigError(f"train.model: importing {name!r} failed: {type(error).__name__}: {error}") from None
-    missing = [attribute for attribute in MODEL_CONTRACT if not hasattr(module, attribute)]
-    not_callable = [attribute for attribute in MODEL_CONTRACT[3:]
-                    if hasattr(module, attribute) and not callable(getattr(module, attribute))]
-    if missing or not_callable:
-        problems = ([f"lacks {', '.join(missing)}"] if missing else []) + (
-            [f"{', '.join(not_callable)} not callable"] if not_callable else [])
-        raise ConfigError(f"train.model: {name!r} ({getattr(module, '__file__', '?')}) {'; '.join(problems)}; "
-                          f"a model module defines {', '.join(MODEL_CONTRACT)}")
+        load_model_module(name)
+    except ModelModuleError as error:
+        where = (f" (a module path such as models.taxi, importable from {PROJECT_ROOT} or the PYTHONPATH)"
+                 if error.not_found else "")
+        raise ConfigError(f"train.model: {error}{where}") from None
 
 
 def check_schema(path: str) -> None:
@@ -148,11 +95,11 @@ def _build(cls, raw: dict, prefix: str, base=None):
     overrides (the class defaults when None). Output: the checked instance."""
     base = cls() if base is None else base
     hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(raw) - known)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - set(fields))
     if unknown:
         raise ConfigError(f"unknown config key(s): {', '.join(prefix + key for key in unknown)} "
-                          f"(known: {', '.join(sorted(prefix + key for key in known))})")
+                          f"(known: {', '.join(sorted(prefix + key for key in fields))})")
     values = {}
     for name, value in raw.items():
         key, hint = prefix + name, hints[name]
@@ -162,9 +109,9 @@ def _build(cls, raw: dict, prefix: str, base=None):
             values[name] = _build(hint, value, prefix=key + ".", base=getattr(base, name))
             continue
         values[name] = _check_type(key, value, hint)
-        rule = _RULES.get(key)
-        if rule and not rule[0](values[name]):
-            raise ConfigError(f"{key}: {rule[1]}, got {value!r}")
+        check = fields[name].metadata.get(CHECK)
+        if check is not None and not check.holds(values[name]):
+            raise ConfigError(f"{key}: {check.message}, got {value!r}")
     return dataclasses.replace(base, **values)
 
 
