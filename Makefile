@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DATA ?= data/taxi
 OUTPUT ?= output
 
-.PHONY: venv demo test test-fast bench-scale lock clean
+.PHONY: venv demo test test-fast bench-scale bench-demo lock clean
 
 venv: $(STAMP)
 
@@ -34,6 +34,11 @@ test-fast: venv
 COPIES ?= 1,10,100
 bench-scale: venv
 	$(PY) bench/scale.py --copies $(COPIES)
+
+# `make demo` beside TFX's own taxi example, one after the other, PAIRS times (about 2 minutes a pair).
+PAIRS ?= 2
+bench-demo: venv
+	$(PY) bench/demo_vs_tfx.py --pairs $(PAIRS)
 
 # Regenerate constraints.txt from the current .venv (after changing a pin on purpose).
 lock: venv
