@@ -95,6 +95,9 @@ class TrainConfig:
     precision: str = checked("auto", PRECISION)  # auto | float32 | mixed_float16 | mixed_bfloat16
     # auto (on for GPUs, TPUs and bf16 CPUs, when the model compiles) | on | off
     xla: str = checked("auto", AUTO_ON_OFF)
+    # with xla auto: XLA is tried only when training is at least this many seconds of compute (timed without
+    # XLA), long enough for its compile to pay back; 0 = always tried where XLA may gain
+    xla_min_training_seconds: float = checked(60.0, NOT_NEGATIVE)
     gpu_memory_growth: bool = free(True)
     gpu_memory_limit_mb: int = checked(0, NOT_NEGATIVE)  # per GPU; 0 = no limit
     # training interval, a checkpoint at its end; 0 = one pass over the data

@@ -32,18 +32,22 @@ def build_for_device(model_module: ModelModule, preprocessing: keras.Model, devi
     With `xla: auto` on a device that may gain from XLA (an accelerator or a bf16 CPU), two candidates are
     built from the same initial weights and timed on the same in-memory batches: XLA with the policy the
     device gets with XLA, and no XLA with the policy it gets without. The XLA one is kept unless the other
-    is at least 10% faster. A candidate whose first training step does not compile under XLA is dropped
-    (with `xla: on`, training goes on without XLA). `probe_batch()` gives a few examples to check that XLA
-    compiles when no timing does it.
+    is at least 10% faster. The one without XLA is timed first: when the whole training would take less than
+    `xla_min_training_seconds` of compute at its rate, XLA cannot repay its compile and is not tried (the
+    demo trains for about 1 s; XLA's compile and timing took 3.4 s). A candidate whose first training step
+    does not compile under XLA is dropped (with `xla: on`, training goes on without XLA). `probe_batch()`
+    gives a few examples to check that XLA compiles when no timing does it.
     Output: (compiled model, precision Decision, XLA Decision, in-memory examples/s or 0.0 when not timed).
     """
     wanted = settings.xla
     measure = bool(settings.input_probe_steps)
     compare = wanted == "auto" and measure  # every candidate is timed and the faster kept
     candidates = xla_candidates(device, wanted)
+    if compare and candidates == ["on", "off"]:  # without XLA first: its rate says whether XLA can pay back
+        candidates = ["off", "on"]
     if candidates == ["on"]:  # XLA was asked for: without it, should the model not compile under XLA
         candidates = ["on", "off"]
-    built, failure = [], ""
+    built, failure, too_short = [], "", ""
     for xla in candidates:
         precision = choose_precision(device, xla=xla == "on", override=config_override(settings.precision))
         model = _build_and_compile(model_module, preprocessing, settings, plan, precision.value, xla == "on",
@@ -66,15 +70,23 @@ def build_for_device(model_module: ModelModule, preprocessing: keras.Model, devi
         built.append((model, precision, xla, rate))
         if not compare:
             break
+        training_seconds = plan.total_steps * plan.global_batch / rate
+        if xla == "off" and "on" in candidates and training_seconds < settings.xla_min_training_seconds:
+            too_short = (f"training is about {training_seconds:.0f} s of compute ({rate:,.0f} examples/s without "
+                         f"XLA): too short for an XLA compile to pay back (xla_min_training_seconds "
+                         f"{settings.xla_min_training_seconds:g})")
+            break
+    by_xla = {xla: (model, precision, xla, rate) for model, precision, xla, rate in built}
     model, precision, xla, rate = built[0]
     if failure:
         reason = f"XLA failed for this model on this strategy: {failure}"
     elif len(built) == 2:
-        (_, with_policy, _, with_rate), (_, without_policy, _, without_rate) = built
+        (_, with_policy, _, with_rate), (_, without_policy, _, without_rate) = by_xla["on"], by_xla["off"]
         reason = (f"measured on in-memory batches: {with_rate:,.0f} examples/s with XLA ({with_policy.value}), "
                   f"{without_rate:,.0f} without ({without_policy.value})")
-        if without_rate > 1.1 * with_rate:
-            model, precision, xla, rate = built[1]
+        model, precision, xla, rate = by_xla["off"] if without_rate > 1.1 * with_rate else by_xla["on"]
+    elif too_short:
+        reason = too_short
     elif wanted == "auto":
         reason = "plain CPU: nothing for XLA to gain"
     else:

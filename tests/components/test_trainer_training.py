@@ -18,7 +18,7 @@ import tensorflow as tf
 from components import contract
 from components.trainer.callbacks import TrainingDivergedError
 from components.trainer.checkpoints import BACKUP_METADATA, BACKUP_WEIGHTS, checkpointed_interval, repair_checkpoint
-from components.trainer.device import choose_precision, device_from_json
+from components.trainer.device import choose_precision, device_from_json, xla_candidates
 from components.trainer.distribution import is_chief, worker_task
 from components.trainer.plan import WarmupThenConstant, training_plan
 from components.trainer.train import TrainingJob, train
@@ -222,6 +222,22 @@ def test_mixed_precision_model_serves_float32_in_a_fresh_process(files, tmp_path
     assert "fare" in served["raw_signature_inputs"] and "tips" not in served["raw_signature_inputs"]
     # The model-ready Keras file beside it (what TFLite converts) is the same float32 model.
     assert served["model_ready_max_diff"] < 1e-5 and served["model_ready_weight_dtypes"] == ["float32"]
+
+
+@pytest.mark.training
+@pytest.mark.parametrize("min_seconds", [0, 1e9])
+def test_xla_auto_times_both_candidates_only_when_training_is_long_enough_to_repay_the_compile(files, tmp_path,
+                                                                                             min_seconds):
+    report = _train_here(files, tmp_path, xla="auto", epochs=1, xla_min_training_seconds=min_seconds)
+    device = device_from_json(report["device"])
+    if xla_candidates(device, "auto") == ["off"]:  # a plain CPU: nothing to time
+        assert (report["xla"], report["xla_reason"]) == (False, "plain CPU: nothing for XLA to gain")
+    elif min_seconds:  # timed without XLA only, and kept
+        assert report["xla"] is False and report["xla_reason"].startswith("training is about")
+        assert report["in_memory_examples_per_second"] > 0
+    else:  # both timed, each with the policy it brings
+        assert report["xla_reason"].startswith("measured on in-memory batches")
+    assert report["precision"] == choose_precision(device, xla=report["xla"]).value
 
 
 @pytest.mark.training

@@ -159,8 +159,8 @@ def test_training_reports_record_device_choices_and_the_fp32_baseline(first_run)
     candidates = xla_candidates(device, "auto")
     assert (report["precision"], report["xla"]) in {
         (choose_precision(device, xla=xla == "on").value, xla == "on") for xla in candidates}
-    if len(candidates) == 2:
-        assert report["xla_reason"].startswith("measured on in-memory batches")
+    if len(candidates) == 2:  # the demo-sized training is too short for XLA's compile to pay back
+        assert report["xla_reason"].startswith("training is about") and report["xla"] is False
     else:
         assert (report["xla"], report["xla_reason"]) == (False, "plain CPU: nothing for XLA to gain")
     # 3 passes over the training split, validated once at the end, with throughput measured.
