@@ -78,3 +78,7 @@ OUTPUT_NAME = "probabilities"  # every signature's output, and the device model'
 MODEL_READY_DIR = "Format-Keras"  # beside the serving SavedModel: the model and its preprocessing as Keras files
 MODEL_READY_FILE = "model_ready.keras"
 PREPROCESSING_FILE = "preprocessing.keras"  # the fitted preprocessing (a later warm start reuses it)
+
+# ------------------------------------------------------------------------------- pipeline node ids
+TRAINER_NODE = "Trainer"  # the candidate's Trainer (TFX's default id for its Trainer)
+FP32_BASELINE_NODE = "Fp32BaselineTrainer"  # the same training in plain float32: the reference

@@ -19,12 +19,13 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 from tfx.dsl.components.base import base_component
 
+from components import contract
 from pipeline.config import PROJECT_ROOT, PipelineConfig, StepResources
 from pipeline.kfp_entrypoint import TFX_ENTRYPOINT
-from pipeline.pipeline import FP32_BASELINE_TRAINER, TRAINER, create_pipeline
+from pipeline.pipeline import create_pipeline
 
 ResourceSpec = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec.ResourceSpec
-STEP_ROLES = {TRAINER: "training", FP32_BASELINE_TRAINER: "training",
+STEP_ROLES = {contract.TRAINER_NODE: "training", contract.FP32_BASELINE_NODE: "training",
               "PrecisionEvaluator": "evaluation", "ModelExport": "evaluation"}  # any other step: "data"
 INGEST_STEP = "TFRecordIngest"
 IMAGE_PROJECT_ROOT = "/pipeline"  # where the Dockerfile puts the project

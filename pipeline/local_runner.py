@@ -15,9 +15,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from components import contract
 from components.precision_evaluator.gates import format_number
 from pipeline.config import PipelineConfig
-from pipeline.run_facts import CANDIDATE_TRAINER, RunFacts, read_run_facts
+from pipeline.run_facts import RunFacts, read_run_facts
 from pipeline.run_guard import exclusive_run, recover_interrupted_runs
 
 
@@ -39,7 +40,7 @@ class RunSummary:
         lines = ["", "Run summary", "-----------"]
         for step in self.steps:
             lines.append(f"  {step.name:<32} {step.status:<7} {step.seconds:6.1f} s")
-        if t := facts.training.get(CANDIDATE_TRAINER):
+        if t := facts.training.get(contract.TRAINER_NODE):
             wait = "n/a" if t.get("input_wait_fraction") is None else f"{100 * t['input_wait_fraction']:.1f}%"
             lines.append(f"  training: {t['strategy']} x{t['replicas']}, {t['precision']}, XLA {'on' if t['xla'] else 'off'}, "
                          f"{t['examples_per_second']:,.0f} examples/s, input wait {wait}")

@@ -48,8 +48,6 @@ from pipeline.resolvers import LatestBlessedModelFromOtherData, LatestFromOtherD
 
 TRAINER_RUN_FN = "components.trainer.run_fn.run_fn"
 TRAINER_PACKAGE = "components.trainer"
-TRAINER = "Trainer"  # the candidate's node id (TFX's default id for its Trainer)
-FP32_BASELINE_TRAINER = "Fp32BaselineTrainer"
 
 
 def create_pipeline(config: PipelineConfig, pipeline_root: str | None = None,
@@ -79,8 +77,8 @@ def create_pipeline(config: PipelineConfig, pipeline_root: str | None = None,
     production_model = latest_blessed.outputs[contract.MODEL]
     base_model = production_model if config.train.warm_start else None
     checkpoint_root = os.path.join(pipeline_root, "checkpoints")
-    trainer = _trainer(config, examples, schema, base_model, TRAINER, checkpoint_root, vertex_training)
-    baseline_trainer = _trainer(config, examples, schema, base_model, FP32_BASELINE_TRAINER, checkpoint_root,
+    trainer = _trainer(config, examples, schema, base_model, contract.TRAINER_NODE, checkpoint_root, vertex_training)
+    baseline_trainer = _trainer(config, examples, schema, base_model, contract.FP32_BASELINE_NODE, checkpoint_root,
                                 vertex_training, precision="float32", xla="off",
                                 input_probe_steps=0)  # the reference: its input wait is not what we tune
     for node in (trainer, baseline_trainer):

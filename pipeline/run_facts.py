@@ -22,8 +22,7 @@ from pipeline.config import PipelineConfig
 from pipeline.mlmd import (artifact_json, is_blessed, open_store, output_artifact, pushed_destination, runs_by_node,
                            spans_of, split_counts)
 
-CANDIDATE_TRAINER = "Trainer"  # the node that trains the candidate (pipeline/pipeline.py)
-TRAINERS = (CANDIDATE_TRAINER, "Fp32BaselineTrainer")  # the pipeline's two Trainer nodes
+TRAINERS = (contract.TRAINER_NODE, contract.FP32_BASELINE_NODE)  # the pipeline's two Trainer nodes
 MODEL_ROLES = (CANDIDATE, FP32_BASELINE, PRODUCTION)  # the models the PrecisionEvaluator compares
 STEP_OUTCOMES = {"NEW": "new", "RUNNING": "running", "COMPLETE": "ran", "FAILED": "failed", "CACHED": "cached",
                  "CANCELED": "killed"}  # MLMD execution state -> what the summary, report and status say
