@@ -98,7 +98,10 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
     resumed_from_step = checkpointed_interval(checkpoint_dir) * plan.steps_per_interval
     meter = training_callbacks.ThroughputMeter(plan.global_batch)
     loss_scale = training_callbacks.LossScaleRecorder()
-    checkpoints = training_callbacks.SpacedBackupAndRestore(checkpoint_dir, settings.checkpoint_min_seconds)
+    # Workers must resume from the same interval, and each one's clock would space its checkpoints its own
+    # way: with several workers every interval ends with a checkpoint.
+    spacing = 0.0 if multi_worker else settings.checkpoint_min_seconds
+    checkpoints = training_callbacks.SpacedBackupAndRestore(checkpoint_dir, spacing)
     callbacks = [checkpoints, training_callbacks.StopOnDivergence(plan.steps_per_interval), meter, loss_scale,
                  keras.callbacks.TensorBoard(os.path.join(job.run_dir, "logs"), profile_batch=_profile_window(settings)),
                  *extra_callbacks]

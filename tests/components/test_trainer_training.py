@@ -145,6 +145,8 @@ def test_multi_worker_mirrored_strategy_across_two_processes(files, tmp_path):
         assert (report["strategy"], report["replicas"], report["worker"]) == ("multi_worker_mirrored", 2,
                                                                               f"worker-{index}")
         assert report["device"]["num_workers"] == 2
+        # Workers must resume from the same interval: each checkpoints every interval, whatever the spacing.
+        assert report["checkpoints_written"] == report["intervals"]
     # Gradients are all-reduced every step: both workers end with the same model, hence the same metrics.
     assert reports[0]["final_metrics"] == pytest.approx(reports[1]["final_metrics"], rel=1e-6)
     assert reports[0]["final_metrics"]["val_auc"] > 0.85
