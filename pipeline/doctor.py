@@ -154,7 +154,9 @@ def diagnose(config: PipelineConfig) -> tuple[list[str], list[Finding]]:
         precision = choose_precision(device, xla=xla == "on", override=config_override(config.train.precision))
         lines.append(f"precision with XLA {xla}: {precision.value} ({precision.reason})")
     if len(candidates) == 2:
-        lines.append("xla: auto: the Trainer times both on in-memory batches and keeps the faster")
+        lines.append(f"xla: auto: the Trainer times the model without XLA on in-memory batches, and with XLA too when "
+                     f"training is at least {config.train.xla_min_training_seconds:g} s of compute "
+                     f"(xla_min_training_seconds), and keeps the faster")
     lines.append(f"XLA: {'available' if xla_ok else 'NOT available'} ({xla_detail})")
     findings += check_config_against_devices(config, device, xla_ok) + check_writable(config)
     if not any(f.key == "output_dir" for f in findings):
