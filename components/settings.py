@@ -10,6 +10,7 @@ import the pipeline.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import typing
 from dataclasses import dataclass, field
@@ -39,6 +40,17 @@ def checked(default: typing.Any, check: Check) -> typing.Any:
 def free(default: typing.Any) -> typing.Any:
     """Input: the field's default. Output: a dataclass field that any value of its type suits."""
     return field(default=default, metadata={CHECK: None})
+
+
+def section_from_dict(section: type, values: dict, source: str, kind: str):
+    """Input: a config section's class, its fields as a dict (dataclasses.asdict of one, e.g. after a trip
+    through an executor's JSON or custom_config), where the dict came from and what kind of settings they
+    are. Output: the section. Raises ValueError naming every key that is no field of the section."""
+    unknown = sorted(set(values) - {f.name for f in dataclasses.fields(section)})
+    if unknown:
+        raise ValueError(f"{source}: unknown {kind} setting(s) {', '.join(unknown)} "
+                         f"(not fields of {section.__name__})")
+    return section(**values)
 
 
 def _beam_flags(args: list[str]) -> bool:

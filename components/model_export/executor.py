@@ -22,7 +22,7 @@ from components import artifact_files, contract
 from components.model_export import tflite
 from components.model_export.variants import judge_variants, recommended_variant
 from components.precision_evaluator.blessing import chosen_model, is_blessed
-from components.settings import ExportConfig
+from components.settings import ExportConfig, section_from_dict
 from components.trainer.export import model_ready_dir
 from models.interface import ModelModule, load_model_module
 
@@ -65,7 +65,7 @@ def settings_json(settings: ExportConfig) -> str:
 
 def read_settings(settings_text: str) -> ExportConfig:
     """Input: the exec property `settings` (settings_json's output). Output: the `export` config section."""
-    return ExportConfig(**json.loads(settings_text))
+    return section_from_dict(ExportConfig, json.loads(settings_text), "ModelExport settings", "export")
 
 
 def export_model(serving_model_dir: str, model_module: ModelModule, train_files: list[str], eval_files: list[str],

@@ -25,7 +25,7 @@ from tfx.utils import io_utils, path_utils
 from components import artifact_files, contract
 from components.precision_evaluator import batched_metrics, gates, scoring
 from components.precision_evaluator.blessing import write_blessing
-from components.settings import EvaluateConfig
+from components.settings import EvaluateConfig, section_from_dict
 
 LABEL_KEY_SETTING = "label_key"  # in the `settings` JSON, beside the evaluate section: the model's label
 METRICS = ("ExampleCount", "BinaryCrossEntropy", "BinaryAccuracy", "AUC", "Precision", "Recall")
@@ -115,7 +115,7 @@ def read_settings(settings_text: str) -> tuple[EvaluateConfig, str]:
     the model's label key."""
     values = json.loads(settings_text)
     label_key = values.pop(LABEL_KEY_SETTING)
-    return EvaluateConfig(**values), label_key
+    return section_from_dict(EvaluateConfig, values, "PrecisionEvaluator settings", "evaluation"), label_key
 
 
 def make_eval_config(model_names: list[str], label_key: str, slice_feature: str) -> tfma.EvalConfig:

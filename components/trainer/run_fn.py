@@ -8,10 +8,8 @@ Produces the SavedModel in serving_model_dir and training_report.json plus Tenso
 """
 from __future__ import annotations
 
-import dataclasses
-
 from components import contract
-from components.settings import TrainConfig
+from components.settings import TrainConfig, section_from_dict
 from components.trainer.checkpoints import checkpoint_dir_for
 from components.trainer.train import TrainingJob, train
 
@@ -24,11 +22,8 @@ def train_config_from(custom_config: dict) -> tuple[TrainConfig, str, str | None
     settings = {key: value for key, value in custom_config.items() if not key.startswith(VERTEX_KEY_PREFIX)}
     checkpoint_root = settings.pop(contract.CHECKPOINT_ROOT)
     code_fingerprint = settings.pop(contract.CODE_FINGERPRINT, None)
-    unknown = sorted(set(settings) - {field.name for field in dataclasses.fields(TrainConfig)})
-    if unknown:
-        raise ValueError(f"Trainer custom_config: unknown training setting(s) {', '.join(unknown)} "
-                         f"(not fields of TrainConfig)")
-    return TrainConfig(**settings), checkpoint_root, code_fingerprint
+    return (section_from_dict(TrainConfig, settings, "Trainer custom_config", "training"), checkpoint_root,
+            code_fingerprint)
 
 
 def run_fn(fn_args) -> None:
