@@ -4,7 +4,6 @@ Local POSIX directories get the staged rename; object stores (here TensorFlow's 
 filesystem, and the same algorithm on a local folder where mtimes are real) get the staged upload with
 saved_model.pb and the completion marker last.
 """
-import multiprocessing
 import os
 import shutil
 import socket
@@ -17,7 +16,7 @@ from tfx.dsl.io import fileio
 
 from components.atomic_pusher import publish as publish_module
 from components.atomic_pusher.publish import COMPLETE_MARKER, STAGING_PREFIX, publish, versions
-from tests.components.pushing import push_after_barrier
+from tests.components.pushing import race_pushers
 
 
 def _write_model(root) -> dict:
@@ -96,16 +95,7 @@ def test_stale_staging_is_removed_only_when_certainly_dead(model_files, tmp_path
 def test_concurrent_pushers_to_one_directory_each_publish_a_whole_version(model_files, tmp_path, tree_digest):
     push_dir = str(tmp_path / "serving")
     os.makedirs(push_dir)
-    context = multiprocessing.get_context("spawn")
-    barrier, results = context.Barrier(3), context.Queue()
-    pushers = [context.Process(target=push_after_barrier, args=(barrier, model_files, push_dir, results))
-               for _ in range(3)]
-    for pusher in pushers:
-        pusher.start()
-    for pusher in pushers:
-        pusher.join(timeout=120)
-        assert pusher.exitcode == 0
-    published = sorted(results.get(timeout=5) for _ in pushers)
+    published = race_pushers(3, model_files, push_dir, timeout=120)
     assert len(set(published)) == 3 and versions(push_dir) == sorted(int(os.path.basename(p)) for p in published)
     assert len({tree_digest(path) for path in published}) == 1  # three identical, whole versions
     assert sorted(os.listdir(push_dir)) == sorted(os.path.basename(p) for p in published)

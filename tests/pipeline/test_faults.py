@@ -27,7 +27,7 @@ from pipeline.run_facts import NOT_STARTED_PREFIX
 from pipeline.run_guard import LOCK_FILE, LOCKED_EXIT_CODE
 from pipeline.run_report import REPORT_FILE, REPORTS_DIR
 from span_files import count_outputs, read_span, write_records
-from tests.components.pushing import push_after_barrier
+from tests.components.pushing import race_pushers
 
 pytestmark = pytest.mark.e2e
 
@@ -379,7 +379,6 @@ def test_concurrent_pushers_to_a_production_serving_dir_each_publish_a_whole_ver
                                                                                        tree_digest):
     """Two pushes of the production model race for one serving directory (a copy of production's): each
     publishes a whole, distinct version, and the version already served stays byte-identical."""
-    import multiprocessing
     import shutil
 
     from components.atomic_pusher.publish import versions
@@ -388,17 +387,8 @@ def test_concurrent_pushers_to_a_production_serving_dir_each_publish_a_whole_ver
     shutil.copytree(production.config.push_dir, serving)
     served = serving / os.path.basename(production.pushed_dir)
     before, existing = tree_digest(served), versions(str(serving))  # other fault tests may have pushed too
-    context = multiprocessing.get_context("spawn")
-    barrier, results = context.Barrier(2), context.Queue()
     files = {name: os.path.join(production.pushed_dir, name) for name in os.listdir(production.pushed_dir)}
-    pushers = [context.Process(target=push_after_barrier, args=(barrier, files, str(serving), results))
-               for _ in range(2)]
-    for pusher in pushers:
-        pusher.start()
-    for pusher in pushers:
-        pusher.join(timeout=300)
-        assert pusher.exitcode == 0
-    published = sorted(results.get(timeout=5) for _ in pushers)
+    published = race_pushers(2, files, str(serving), timeout=300)
     assert len(set(published)) == 2 and versions(str(serving)) == existing + sorted(
         int(os.path.basename(path)) for path in published)
     assert tree_digest(served) == before
