@@ -3,14 +3,15 @@
 Every artifact URI may be a local path, gs://, s3:// or any other filesystem TensorFlow has registered:
 Kubeflow and Vertex AI keep artifacts on object storage. Python's open/os/shutil would fail there, or
 worse, create a local folder in the pod that is lost with it (tfx#5404). Components read and write
-artifact contents only through these helpers; tests/components/test_object_store_io.py runs the executors
-on a non-local filesystem and a lint test keeps open/os/shutil off artifact URIs.
+artifact contents only through these helpers; a lint test (tests/components/test_no_local_io_on_artifacts.py)
+keeps open/os/shutil off artifact URIs, and the Kubeflow DAG test runs every executor on an S3 server.
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
+import typing
 from typing import Any, Callable
 
 from tfx.dsl.io import fileio
@@ -35,22 +36,55 @@ def register_filesystems_for(*uris: str) -> None:
                            f"(pip install '.[s3]' with the project's constraints.txt)") from error
 
 
-def exit_past_native_teardown(code: int) -> None:
-    """Ends the process with `code`. When tensorflow-io is loaded, skips the interpreter's teardown: its S3
-    filesystem aborts in native static destructors at exit ("pure virtual method called", SIGABRT), which
-    would turn a run that finished and wrote everything into a crash. Call only after all work is done."""
+def exit_past_native_teardown(code: int | str | None) -> typing.NoReturn:
+    """Ends the process as `sys.exit(code)` would: an int is the exit status, None is 0, any other value is
+    printed to stderr and the status is 1. When tensorflow-io is loaded, the interpreter's teardown is
+    skipped: its S3 filesystem aborts in native static destructors at exit ("pure virtual method called",
+    SIGABRT), which would turn a run that finished and wrote everything into a crash. Everything a normal
+    exit does first still happens: atexit handlers run, logging and Python's streams are flushed, and so is
+    the C library's stdio (native output to a pipe, a pod's log, would otherwise be lost). A stream whose
+    reader has gone (a broken pipe) changes nothing. Call only after all work is done."""
+    if code is not None and not isinstance(code, int):
+        _write_quietly(sys.stderr, f"{code}\n")
+        code = 1
+    code = code or 0
     if "tensorflow_io" not in sys.modules:
         sys.exit(code)
+    import atexit
     import logging
+
+    try:
+        atexit._run_exitfuncs()  # what interpreter teardown would run first (CPython's own hook)
+    except BaseException:  # noqa: BLE001 - a failing handler must not change how the process ends
+        pass
     logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        _write_quietly(stream, "")
+    try:
+        import ctypes
+        ctypes.CDLL(None).fflush(None)  # every C stdio stream of the process
+    except (OSError, AttributeError):
+        pass
     os._exit(code)
+
+
+def _write_quietly(stream, text: str) -> None:
+    """Writes `text` to a Python stream and flushes it; a closed or broken stream is ignored."""
+    try:
+        stream.write(text)
+        stream.flush()
+    except (OSError, ValueError):  # BrokenPipeError is an OSError; ValueError: the stream is closed
+        pass
 
 
 def is_local(uri: str) -> bool:
     """True for a path on a local (POSIX) filesystem: no scheme, or file://."""
     return "://" not in uri or uri.startswith("file://")
+
+
+def local_path(uri: str) -> str:
+    """A local path as the OS takes it: `file:///srv/models` -> `/srv/models`; anything else as it is."""
+    return uri[len("file://"):] if uri.startswith("file://") else uri
 
 
 def write_bytes(path: str, data: bytes) -> None:

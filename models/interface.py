@@ -50,12 +50,19 @@ class ModelModuleError(ValueError):
         self.not_found = not_found
 
 
+def _names_the_module(missing: str, name: str) -> bool:
+    """True when the missing module is `name` itself or one of its parent packages (models in models.taxi)."""
+    return name == missing or name.startswith(missing + ".")
+
+
 def load_model_module(name: str) -> ModelModule:
     """Input: a module path (models.taxi). Output: the imported module, checked against ModelModule.
     Raises ModelModuleError naming the module and what it lacks."""
     try:
         module = importlib.import_module(name)
     except ModuleNotFoundError as error:
+        if not _names_the_module(error.name or "", name):  # the module was found; one of its own imports was not
+            raise ModelModuleError(f"importing {name!r} failed: {type(error).__name__}: {error}") from None
         raise ModelModuleError(f"cannot import {name!r}: {error}", not_found=True) from None
     except Exception as error:  # noqa: BLE001 - whatever the module raised while importing
         raise ModelModuleError(f"importing {name!r} failed: {type(error).__name__}: {error}") from None

@@ -1,8 +1,9 @@
 """`python -m pipeline run|demo|prepare-data|status|doctor|compile`: the pipeline's command line. Quiet unless --verbose.
 
 Exit status: 0 success, 1 a failed step or an unexpected error (--verbose adds its traceback), 2 a bad config
-(malformed YAML, unknown key, wrong type or value, a `train.model` or `schema_path` that cannot be used),
-75 another run holds the output directory.
+(malformed YAML, unknown key, wrong type or value, a `train.model` or `schema_path` that cannot be used, a
+credential in a Beam flag, an artifact root that belongs to another output directory), 75 another run holds
+the output directory.
 """
 from __future__ import annotations
 
@@ -148,6 +149,17 @@ def prepare_data(args) -> int:
     return 0
 
 
+def ensure_demo_data(data_root: str) -> bool:
+    """Writes the bundled taxi sample as <data_root>/span-1 unless that folder exists (a path or a URI such as
+    s3://...). Output: True when it wrote the span."""
+    from tfx.dsl.io import fileio
+
+    if fileio.isdir(os.path.join(data_root, "span-1")):
+        return False
+    write_bundled_span(data_root)
+    return True
+
+
 def write_bundled_span(data_root: str, span: int = 1, max_rows: int | None = None, first_row: int = 0) -> None:
     from pipeline.data import write_taxi_span
     span_dir, rows = write_taxi_span(data_root, span=span, max_rows=max_rows, first_row=first_row)
@@ -214,10 +226,10 @@ def run_pipeline(args, write_demo_data: bool = False) -> int:
     except RuntimeError as error:
         print(f"config error: {error}", file=sys.stderr)
         return 2
-    if write_demo_data and not os.path.isdir(os.path.join(config.data_root, "span-1")):
-        write_bundled_span(config.data_root)
+    if write_demo_data:
+        ensure_demo_data(config.data_root)
     from pipeline.local_runner import locked_run
-    from pipeline.run_guard import LOCKED_EXIT_CODE, RunLockedError
+    from pipeline.run_guard import LOCKED_EXIT_CODE, PipelineRootTakenError, RunLockedError
     from pipeline.mlmd import recorded_run_ids
     try:
         with locked_run(config):  # the report is written under the same lock as its run
@@ -225,6 +237,9 @@ def run_pipeline(args, write_demo_data: bool = False) -> int:
     except RunLockedError as error:  # another run owns the directory: touch nothing, not even the report
         print(f"run refused: {error}", file=sys.stderr)
         return LOCKED_EXIT_CODE
+    except PipelineRootTakenError as error:  # the artifacts belong to another output directory: a config fault
+        print(f"config error: {error}", file=sys.stderr)
+        return 2
 
 
 def _run_and_report(config, verbose: bool, known_runs: frozenset[str]) -> int:

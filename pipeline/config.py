@@ -33,9 +33,54 @@ def load_config(path: str | None = None, check_references: bool = True, **overri
         raw = _read_yaml(path)
     raw.update({key: value for key, value in overrides.items() if value is not None})
     config = _build(PipelineConfig, raw, prefix="")
+    config = _local_paths_as_paths(config)
+    check_no_secrets(config)
     if check_references:
         check_model_module(config.train.model)
         check_schema(config.schema_path)
+    return config
+
+
+# Beam flags whose value is a credential: a compiled job carries every Beam flag in plain text in each step's
+# arguments (the job JSON, the Kubeflow and Vertex AI UIs). Refused for local runs too, so that one config
+# serves both and no secret sits in a config file.
+SECRET_FLAG_WORDS = ("secret", "password", "passwd", "token", "credential", "private_key", "access_key", "api_key")
+PATH_KEYS = ("data_root", "output_dir", "artifact_root", "serving_dir", "schema_path")
+
+
+def secret_flags(args: list[str]) -> list[str]:
+    """Input: Beam flags. Output: the names of those that carry a credential (e.g. --s3_secret_access_key)."""
+    names = [arg[2:].split("=", 1)[0] for arg in args if arg.startswith("--")]
+    return [f"--{name}" for name in names if any(word in name.lower() for word in SECRET_FLAG_WORDS)]
+
+
+def check_no_secrets(config: PipelineConfig) -> None:
+    """Raises ConfigError naming a Beam flag that carries a credential, or a path or URI with a password in it:
+    credentials come from the environment (locally) or the pod's secret or identity (Kubeflow, Vertex AI)."""
+    flags = secret_flags(config.beam_pipeline_args)
+    if flags:
+        raise ConfigError(f"beam_pipeline_args: {', '.join(flags)} carries a credential, which would be written in "
+                          f"plain text into the compiled job and the run's metadata; leave it out and give the "
+                          f"credentials through the environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, "
+                          f"GOOGLE_APPLICATION_CREDENTIALS) or, on Kubeflow, the pod's secret or workload identity")
+    for key in PATH_KEYS:
+        value = getattr(config, key)
+        scheme, _, rest = value.partition("://")
+        if rest and ":" in rest.split("/", 1)[0].rpartition("@")[0]:
+            raise ConfigError(f"{key}: the URI carries a password ({scheme}://user:...@); give the credentials "
+                              f"through the environment or the pod's identity instead")
+
+
+def _local_paths_as_paths(config: PipelineConfig) -> PipelineConfig:
+    """`file://` URIs become plain paths (os calls and MLMD take them only so); an output directory that is
+    not local is a ConfigError: MLMD's SQLite database and the run lock live there."""
+    from components.artifact_files import local_path
+
+    config = dataclasses.replace(config, **{key: local_path(getattr(config, key)) for key in PATH_KEYS})
+    if "://" in config.output_dir:
+        raise ConfigError(f"output_dir: {config.output_dir!r} must be a local path: MLMD's SQLite database and the "
+                          f"run lock live there; put artifacts on an object store with artifact_root "
+                          f"(--pipeline-root) and models with serving_dir (--serving-dir)")
     return config
 
 

@@ -14,6 +14,7 @@ import sys
 import traceback
 
 TFX_ENTRYPOINT = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 
 
 def main() -> None:
@@ -23,7 +24,10 @@ def main() -> None:
     try:
         runpy.run_module(TFX_ENTRYPOINT, run_name="__main__", alter_sys=True)  # absl's app.run ends in SystemExit
     except SystemExit as done:
-        exit_past_native_teardown(done.code if isinstance(done.code, int) else int(done.code is not None))
+        exit_past_native_teardown(done.code)  # a message (SystemExit("...")) is printed, status 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        exit_past_native_teardown(INTERRUPTED_EXIT_CODE)
     except BaseException:  # noqa: BLE001 - the step failed: say why, exit non-zero
         traceback.print_exc()
         exit_past_native_teardown(1)

@@ -97,6 +97,10 @@ def compile_kubeflow(config: PipelineConfig, image: str, pipeline_root: str, out
     if config.schema_path.startswith(PROJECT_ROOT + os.sep):  # the bundled schema, at its place in the image
         config = dataclasses.replace(config, schema_path=os.path.join(
             image_project_root, os.path.relpath(config.schema_path, PROJECT_ROOT)))
+    elif "://" not in config.schema_path:
+        raise CompileError(f"schema_path: {config.schema_path!r} is a file on this machine, outside the project "
+                           f"the image carries: put it under {PROJECT_ROOT} (it is then read from "
+                           f"{image_project_root} in the image) or on an object store (gs://, s3://)")
     vertex_training = vertex_training_config(config, image)
     pipeline = create_pipeline(config, pipeline_root=pipeline_root, fingerprint_data=False,
                                vertex_training=vertex_training)

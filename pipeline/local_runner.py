@@ -19,7 +19,7 @@ from components import contract
 from components.precision_evaluator.gates import format_number
 from pipeline.config import PipelineConfig
 from pipeline.run_facts import RunFacts, read_run_facts
-from pipeline.run_guard import exclusive_run, recover_interrupted_runs
+from pipeline.run_guard import claim_pipeline_root, exclusive_run, recover_interrupted_runs
 
 
 @dataclass
@@ -101,9 +101,11 @@ class ProgressReporter(logging.Handler):
 
 @contextlib.contextmanager
 def locked_run(config: PipelineConfig) -> Iterator[None]:
-    """Holds the output directory for one run and first cleans up after runs that were killed (printing
-    a line for each). Raises RunLockedError when another run is using the directory."""
+    """Holds the output directory for one run, claims the pipeline root for its metadata store and first
+    cleans up after runs that were killed (printing a line for each). Raises RunLockedError when another
+    run is using the directory, PipelineRootTakenError when another output directory's store owns the root."""
     with exclusive_run(config.output_dir):
+        claim_pipeline_root(config)
         for line in recover_interrupted_runs(config):
             print(f"recovered: {line}", flush=True)
         yield

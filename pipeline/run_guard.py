@@ -6,6 +6,11 @@ describes in `<output_dir>/.run.lock`. The lock is on the directory, not on that
 file mid-run lets no second run in. The kernel drops the lock when its process dies, so a killed run
 never blocks the next one.
 
+`claim_pipeline_root(config)`, called while holding the lock, makes the pipeline root (artifact_root) this
+metadata store's own: TFX names artifact folders `<node>/<output>/<execution id>` and every SQLite store
+numbers its executions from 1, so two output directories sharing one pipeline root would write into, and
+clean up, each other's folders. A root that another store has claimed is refused (PipelineRootTakenError).
+
 `recover_interrupted_runs(config)`, called while holding the lock, finds executions a dead run left
 RUNNING in MLMD, marks them CANCELED and deletes the folders they were writing. TFX registers output
 artifacts only when an execution succeeds, so those folders are referenced by nothing.
@@ -15,8 +20,10 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
+import json
 import os
 import sys
+import uuid
 from typing import Iterator
 
 from tfx.dsl.io import fileio
@@ -26,6 +33,8 @@ from pipeline.mlmd import node_ids, open_store
 
 LOCK_FILE = ".run.lock"  # who holds the output directory: pid, start time, command (the lock itself is on the directory)
 LOCKED_EXIT_CODE = 75  # EX_TEMPFAIL: try again once the other run has finished
+STORE_ID_FILE = ".store_id"  # in the output directory: a random id naming its metadata store
+ROOT_OWNER_FILE = ".owner.json"  # in the pipeline root: the store id (and output directory) it belongs to
 
 
 class RunLockedError(RuntimeError):
@@ -55,6 +64,45 @@ def exclusive_run(output_dir: str) -> Iterator[None]:
         yield
     finally:
         os.close(directory)  # closing releases the flock
+
+
+class PipelineRootTakenError(RuntimeError):
+    """The pipeline root belongs to another metadata store; the message names both."""
+
+
+def claim_pipeline_root(config: PipelineConfig) -> None:
+    """Makes `config.pipeline_root` (a path or a URI) belong to this output directory's metadata store, or
+    raises PipelineRootTakenError naming the output directory that holds it. Call inside exclusive_run."""
+    store_id = _store_id(config)
+    owner_file = os.path.join(config.pipeline_root, ROOT_OWNER_FILE)
+    owner = _read_json(owner_file)
+    if owner is None:
+        from components.artifact_files import write_json
+        write_json(owner_file, {"store_id": store_id, "output_dir": os.path.abspath(config.output_dir)})
+        owner = _read_json(owner_file)  # two first runs at once: the file holds one of them, the other refuses
+    if not owner or owner.get("store_id") != store_id:
+        raise PipelineRootTakenError(
+            f"artifact root {config.pipeline_root} belongs to the metadata store of "
+            f"{(owner or {}).get('output_dir', 'another output directory')} ({owner_file}): each store numbers "
+            f"its executions from 1, so their artifact folders would collide; give this output directory an "
+            f"artifact_root (--pipeline-root) of its own, or remove {config.pipeline_root} to start afresh")
+
+
+def _store_id(config: PipelineConfig) -> str:
+    """This output directory's store id (made on its first run)."""
+    path = os.path.join(config.output_dir, STORE_ID_FILE)
+    if os.path.exists(path):
+        with open(path) as handle:
+            return handle.read().strip()
+    store_id = uuid.uuid4().hex
+    with open(path, "w") as handle:
+        handle.write(store_id + "\n")
+    return store_id
+
+
+def _read_json(path: str) -> dict | None:
+    from components.artifact_files import read_json_if_exists
+    return read_json_if_exists(path)
 
 
 def _read_holder(holder_file: str) -> str:

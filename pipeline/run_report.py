@@ -129,7 +129,8 @@ def _validation_section(facts: RunFacts) -> str:
         parts.append(_table(["split", "feature", "measure", "value", "threshold", "drifted"],
                             [[split, name, measured["measure"], _n(measured["value"]), _n(measured["threshold"]),
                               "DRIFTED" if measured["drifted"] else "no"]
-                             for split, features in drift["splits"].items() for name, measured in features.items()]))
+                             for split, features in drift["splits"].items() for name, entries in features.items()
+                             for measured in entries]))
     elif facts.validation:
         parts.append("<p>No drift check: there is no earlier accepted span to compare with.</p>")
     if "ValidationGate" in facts.steps_with("failed"):

@@ -60,6 +60,15 @@ def taxi_span_root(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def s3_server():
+    """An S3-compatible server on 127.0.0.1 for the whole session (tests/s3_server.py)."""
+    from tests.s3_server import S3Server
+    server = S3Server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def tree_digest():
     """A function: folder -> SHA-256 over every file's relative path and bytes (equal digests: identical trees)."""
     def digest(root):

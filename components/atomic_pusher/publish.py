@@ -6,22 +6,30 @@ Two filesystems, two guarantees:
   versions; a push that dies midway leaves a hidden staging folder, never a half-written version. Pushes
   to one directory are serialized by an flock on the directory itself (it cannot vanish mid-push), and a
   rename that loses a race takes the next number.
-- Object stores (gs://, s3://, any non-local TensorFlow filesystem): there is no rename. The files are
-  uploaded to a hidden staging prefix, copied into the version prefix with `saved_model.pb` last, and a
-  completion marker is written after it. TF Serving loads a version only once its saved_model.pb exists,
-  and by then every other file is in place; `versions()` counts a version only with its marker. A push
-  that fails midway deletes what it wrote to the version prefix; one killed midway leaves a prefix with no
-  saved_model.pb and no marker, which no reader takes for a version and the next push removes once stale.
+- Object stores (gs://, s3://, any non-local TensorFlow filesystem): there is no rename and no
+  create-if-absent. The files are uploaded to a hidden staging prefix; then the pusher claims a version
+  number by writing `<version>/_CLAIM-<writer>` and listing the version prefix: the number is its own only
+  when its claim is the only entry there (two pushers that claim one number both see two entries and both
+  retry with the next number; on a strongly consistent store, S3 and GCS both, two can never both win).
+  The files are then copied into the version prefix with `saved_model.pb` last, and a completion marker is
+  written after it. TF Serving loads a version only once its saved_model.pb exists, and by then every
+  other file is in place; `versions()` counts a version only with its marker. A push that fails midway
+  deletes the version it claimed; one killed midway leaves a claimed prefix with no saved_model.pb and no
+  marker, which no reader takes for a version and a later push removes once stale.
 
-Staging folders are named `.staging-<host>-<pid>-<random>`. A later push removes one only when it is
-certainly dead: this host's, with its process gone; or any host's, untouched for STALE_AFTER_SECONDS
-(a serving directory shared by pods or hosts, where a pid means nothing elsewhere).
+Nothing a pusher did not write is ever removed: a later push removes only staging folders (named
+`.staging-<host>-<pid>-<random>`) and, on object stores, claimed but unfinished versions. Versions written
+by other tools (TFX's Pusher, a copy by hand), which carry no claim, stay as they are, complete or not. A
+staging folder is removed only when it is certainly dead: this host's, with its process gone; or any
+host's, untouched for STALE_AFTER_SECONDS (a serving directory shared by pods or hosts, where a pid means
+nothing elsewhere); a claimed, unfinished version once untouched for STALE_AFTER_SECONDS.
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import os
+import random
 import shutil
 import socket
 import tempfile
@@ -35,6 +43,8 @@ from components import artifact_files
 
 STAGING_PREFIX = ".staging-"
 COMPLETE_MARKER = "_PUBLISHED"  # object stores: written last, after saved_model.pb
+CLAIM_PREFIX = "_CLAIM-"  # object stores: <version>/_CLAIM-<writer>, how a pusher takes a version number
+CLAIM_ATTEMPTS = 20
 SAVED_MODEL_FILE = "saved_model.pb"
 STALE_AFTER_SECONDS = 24 * 3600
 RENAME_ATTEMPTS = 5
@@ -55,9 +65,15 @@ def publish(files: dict[str, str], push_dir: str, copy: Callable[[str, str], obj
 
     The version number is the current Unix time, or one more than the newest version if that is not larger.
     """
+    copy = copy or _copy_file
     if artifact_files.is_local(push_dir):
-        return _publish_local(files, push_dir, copy or shutil.copy2)
-    return _publish_object_store(files, push_dir, copy or (lambda source, target: fileio.copy(source, target, True)))
+        return _publish_local(files, artifact_files.local_path(push_dir), copy)
+    return _publish_object_store(files, push_dir, copy)
+
+
+def _copy_file(source: str, target: str) -> None:
+    """One file from any filesystem to any other (an export on s3:// into a local serving dir, say)."""
+    fileio.copy(source, target, overwrite=True)
 
 
 def _next_version(push_dir: str) -> int:
@@ -70,8 +86,13 @@ def _numbered(push_dir: str) -> list[int]:
     return sorted(int(name.rstrip("/")) for name in fileio.listdir(push_dir) if name.rstrip("/").isdigit())
 
 
+def _writer_name() -> str:
+    """<host>-<pid>-: the start of this process's staging folder and claim names."""
+    return f"{socket.gethostname()}-{os.getpid()}-"
+
+
 def _staging_prefix() -> str:
-    return f"{STAGING_PREFIX}{socket.gethostname()}-{os.getpid()}-"
+    return STAGING_PREFIX + _writer_name()
 
 
 # Local POSIX: stage, fsync, rename.
@@ -82,13 +103,7 @@ def _publish_local(files: dict[str, str], push_dir: str, copy: Callable[[str, st
         _remove_stale_staging(push_dir)
         staging = tempfile.mkdtemp(prefix=_staging_prefix(), dir=push_dir)  # unique: never copies into another's
         try:
-            for relative, source in files.items():
-                target = os.path.join(staging, relative)
-                if os.path.isdir(source):
-                    shutil.copytree(source, target, copy_function=copy, dirs_exist_ok=True)
-                else:
-                    os.makedirs(os.path.dirname(target), exist_ok=True)
-                    copy(source, target)
+            _upload(files, staging, copy)  # the sources may be on any filesystem (an s3:// pipeline root)
             os.chmod(staging, 0o755)  # mkdtemp makes it 0700; a published version is readable like any folder
             _fsync_tree(staging)
             final = _rename_to_next_version(staging, push_dir)
@@ -186,23 +201,42 @@ def _fsync_dir(folder: str) -> None:
 # Object stores: staged upload, ordered copy, completion marker.
 
 def _publish_object_store(files: dict[str, str], push_dir: str, copy: Callable[[str, str], object]) -> str:
-    _remove_stale_incomplete(push_dir)
-    staging = os.path.join(push_dir, _staging_prefix() + uuid.uuid4().hex[:8])
+    _remove_stale_leftovers(push_dir)
+    writer = _writer_name() + uuid.uuid4().hex[:8]
+    staging = os.path.join(push_dir, STAGING_PREFIX + writer)
     try:
         uploaded = _upload(files, staging, copy)
-        final = os.path.join(push_dir, str(_next_version(push_dir)))
+        final = _claim_version(push_dir, writer)
         try:
             # saved_model.pb last: TF Serving loads a version once that file exists.
             for relative in sorted(uploaded, key=lambda path: (path == SAVED_MODEL_FILE, path)):
                 fileio.makedirs(os.path.dirname(os.path.join(final, relative)))
                 copy(os.path.join(staging, relative), os.path.join(final, relative))
-            artifact_files.write_text(os.path.join(final, COMPLETE_MARKER), f"{time.time():.0f}\n")
+            artifact_files.write_text(os.path.join(final, COMPLETE_MARKER), f"{time.time():.0f} {writer}\n")
         except BaseException:
-            _remove_quietly(final)
+            _remove_quietly(final)  # claimed by this push alone: nobody else wrote into it
             raise
+        _remove_quietly(os.path.join(final, CLAIM_PREFIX + writer))  # complete: the marker names the writer now
     finally:
         _remove_quietly(staging)
     return final
+
+
+def _claim_version(push_dir: str, writer: str) -> str:
+    """Claims the next free version number for `writer` (module docstring). Output: the version's folder,
+    holding only this writer's claim. Raises FileExistsError after CLAIM_ATTEMPTS lost claims."""
+    for _ in range(CLAIM_ATTEMPTS):
+        final = os.path.join(push_dir, str(_next_version(push_dir)))
+        if fileio.isdir(final) and fileio.listdir(final):
+            continue  # written meanwhile (another pusher's claim, or another tool's version): never write into it
+        claim = os.path.join(final, CLAIM_PREFIX + writer)
+        artifact_files.write_text(claim, writer + "\n")
+        others = [name.rstrip("/") for name in fileio.listdir(final) if name.rstrip("/") != CLAIM_PREFIX + writer]
+        if not others:
+            return final
+        _remove_quietly(claim)  # the number is another writer's, or contended: ours is withdrawn, theirs kept
+        time.sleep(random.uniform(0.05, 0.5))  # two writers that both withdrew do not meet again at once
+    raise FileExistsError(f"{push_dir}: no version number could be claimed after {CLAIM_ATTEMPTS} attempts")
 
 
 def _upload(files: dict[str, str], staging: str, copy: Callable[[str, str], object]) -> list[str]:
@@ -219,16 +253,21 @@ def _upload(files: dict[str, str], staging: str, copy: Callable[[str, str], obje
     return written
 
 
-def _remove_stale_incomplete(push_dir: str) -> None:
-    """Removes what killed pushes left: staging prefixes and version prefixes without the completion
-    marker, once nothing in them has changed for STALE_AFTER_SECONDS."""
+def _remove_stale_leftovers(push_dir: str) -> None:
+    """Removes what killed pushes of this pusher left, once nothing in it has changed for STALE_AFTER_SECONDS:
+    staging prefixes, and version prefixes that hold a claim but no completion marker. A version without a
+    claim was written by someone else and is never touched, complete or not."""
     if not fileio.isdir(push_dir):
         return
     for name in fileio.listdir(push_dir):
         name = name.rstrip("/")
         path = os.path.join(push_dir, name)
-        incomplete = name.isdigit() and not fileio.exists(os.path.join(path, COMPLETE_MARKER))
-        if (incomplete or name.startswith(STAGING_PREFIX)) and _newest_change_age(path) > STALE_AFTER_SECONDS:
+        if name.isdigit():
+            entries = [entry.rstrip("/") for entry in fileio.listdir(path)] if fileio.isdir(path) else []
+            ours = any(entry.startswith(CLAIM_PREFIX) for entry in entries) and COMPLETE_MARKER not in entries
+        else:
+            ours = name.startswith(STAGING_PREFIX)
+        if ours and _newest_change_age(path) > STALE_AFTER_SECONDS:
             _remove_quietly(path)
 
 
@@ -241,8 +280,11 @@ def _newest_change_age(path: str) -> float:
 
 
 def _remove_quietly(path: str) -> None:
+    """Removes a folder (prefix) or a single file; cleanup errors are swallowed."""
     try:
-        if fileio.exists(path):
+        if fileio.isdir(path):
             fileio.rmtree(path)
+        elif fileio.exists(path):
+            fileio.remove(path)
     except Exception:  # noqa: BLE001 - cleanup must not hide the error that caused it
         pass

@@ -1,7 +1,7 @@
 """The GPU-aware training loop, independent of TFX: device -> strategy -> precision -> XLA -> fit -> export.
 
 `train(job)` takes file patterns, output directories and the settings (the pipeline's TrainConfig) and
-returns the training report it also writes as JSON. The model module (models.interface.ModelModule) supplies
+returns the training report, which the chief also writes as JSON. The model module (models.interface.ModelModule) supplies
 only INPUTS, LABEL_INPUTS, LABEL_KEY, make_label, build_preprocessing(sample) and build_model(preprocessing).
 How the precision and XLA are probed is in probing.py, checkpoint handling in checkpoints.py.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 import time
 
 import keras
@@ -102,8 +103,9 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
     # way: with several workers every interval ends with a checkpoint.
     spacing = 0.0 if multi_worker else settings.checkpoint_min_seconds
     checkpoints = training_callbacks.SpacedBackupAndRestore(checkpoint_dir, spacing)
+    chief = is_chief()
     callbacks = [checkpoints, training_callbacks.StopOnDivergence(plan.steps_per_interval), meter, loss_scale,
-                 keras.callbacks.TensorBoard(os.path.join(job.run_dir, "logs"), profile_batch=_profile_window(settings)),
+                 keras.callbacks.TensorBoard(_log_dir(job.run_dir, chief), profile_batch=_profile_window(settings)),
                  *extra_callbacks]
     with strategy.scope():
         if resumed_from_step:
@@ -137,11 +139,17 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
     }
     logging.info("Trained %s: %.0f examples/s, input wait %.1f%%, final %s", settings.model,
                  report["examples_per_second"], 100 * (report["input_wait_fraction"] or 0), final_metrics)
-    if is_chief():
+    if chief:  # every worker holds the same model; the chief alone writes what the run leaves behind
         export_serving_model(model_module, preprocessing, float32_copy(model_module, preprocessing, model),
                              job.serving_model_dir)
-    artifact_files.write_json(os.path.join(job.run_dir, contract.TRAINING_REPORT_FILE), report)
+        artifact_files.write_json(os.path.join(job.run_dir, contract.TRAINING_REPORT_FILE), report)
     return report
+
+
+def _log_dir(run_dir: str, chief: bool) -> str:
+    """Where TensorBoard writes: the run's logs/ for the chief; a local scratch folder for other workers,
+    which run the same callbacks but must not write into the run's folder beside the chief."""
+    return os.path.join(run_dir, "logs") if chief else tempfile.mkdtemp(prefix="tensorboard-worker-")
 
 
 def _profile_window(settings: TrainConfig) -> int | tuple[int, int]:

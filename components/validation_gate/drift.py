@@ -14,21 +14,27 @@ MEASURE_NAMES = {"L_INFTY": "L-infinity distance", "JENSEN_SHANNON_DIVERGENCE": 
 def measure_drift(current: statistics_pb2.DatasetFeatureStatisticsList,
                   previous: statistics_pb2.DatasetFeatureStatisticsList, schema: schema_pb2.Schema) -> dict:
     """Input: this span's and the previous span's statistics (one split each) and the schema with its
-    drift comparators. Output: feature -> {measure, value, threshold, drifted}, for every feature that has
-    a comparator; `drifted` when the value is above the threshold."""
+    drift comparators. Output: feature -> [{measure, value, threshold, drifted}, ...], one entry per
+    comparator measurement of every feature that has a comparator (a feature may carry several, e.g. an
+    L-infinity distance and a Jensen-Shannon divergence); `drifted` when the value is above the threshold."""
     anomalies = tfdv.validate_statistics(current, schema, previous_statistics=previous)
-    measured = {}
+    measured: dict[str, list[dict]] = {}
     for info in anomalies.drift_skew_info:
         for measurement in info.drift_measurements:
             measure = anomalies_pb2.DriftSkewInfo.Measurement.Type.Name(measurement.type)
-            measured[".".join(info.path.step)] = {
+            measured.setdefault(".".join(info.path.step), []).append({
                 "measure": measure, "value": round(measurement.value, 6), "threshold": measurement.threshold,
-                "drifted": measurement.value > measurement.threshold}
-    return dict(sorted(measured.items()))
+                "drifted": measurement.value > measurement.threshold})
+    return {feature: sorted(entries, key=lambda entry: entry["measure"]) for feature, entries in sorted(measured.items())}
+
+
+def drifted(measured: dict) -> list[tuple[str, dict]]:
+    """Input: measure_drift's output. Output: (feature, measurement) for every measurement past its threshold."""
+    return [(feature, entry) for feature, entries in measured.items() for entry in entries if entry["drifted"]]
 
 
 def describe_drift(split: str, feature: str, measured: dict, previous_span: int | None) -> str:
-    """One line of the error a drift-blocked run ends with."""
+    """One line of the error a drift-blocked run ends with, for one measurement of one feature."""
     name = MEASURE_NAMES.get(measured["measure"], measured["measure"])
     against = f" vs span {previous_span}" if previous_span is not None else ""
     return (f"  {split}: {feature}: drift {name} {measured['value']:.3f} > threshold "

@@ -41,8 +41,7 @@ class Executor(base_executor.BaseExecutor):
         report["span"] = examples.span
         if previous is not None:
             report["drift"] = _drift_against(previous, statistics, schema)
-            report["blocking"] |= any(measured["drifted"] for features in report["drift"]["splits"].values()
-                                      for measured in features.values())
+            report["blocking"] |= any(drift.drifted(features) for features in report["drift"]["splits"].values())
         _copy_statistics(statistics, os.path.join(report_artifact.uri, contract.STATISTICS_COPY_DIR))
         with tf.io.gfile.GFile(os.path.join(report_artifact.uri, contract.VALIDATION_REPORT_FILE), "w") as handle:
             json.dump(report, handle, indent=2)
@@ -80,7 +79,7 @@ def describe(report: dict) -> str:
     drift_report = report.get("drift") or {"splits": {}}
     lines += [drift.describe_drift(split, feature, measured, drift_report.get("previous_span"))
               for split, features in drift_report["splits"].items()
-              for feature, measured in features.items() if measured["drifted"]]
+              for feature, measured in drift.drifted(features)]
     return ("the data breaks the curated schema or drifted from the previous span; training did not start:\n"
             + "\n".join(lines))
 

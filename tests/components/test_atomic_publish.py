@@ -181,23 +181,127 @@ def test_on_an_object_store_a_failed_push_leaves_no_version_that_looks_complete(
     assert _ram_tree(push_dir) == before  # the partial version and the staging prefix were deleted
 
 
-def test_on_an_object_store_a_killed_push_is_not_a_version_and_is_removed_once_stale(tmp_path, monkeypatch):
-    """The object-store algorithm on a local folder, where mtimes are real: a version prefix with no marker
-    (a push killed after its first copies) is no version, and the next push removes it once stale."""
+def test_on_an_object_store_only_what_this_pusher_claimed_is_ever_removed(tmp_path, monkeypatch):
+    """The object-store algorithm on a local folder, where mtimes are real. A version prefix this pusher
+    claimed but never finished (a push killed after its first copies) is no version, and the next push
+    removes it once stale. Versions another tool wrote (TFX's Pusher, a copy by hand: no claim, no marker),
+    which TF Serving may be serving, stay whatever their age."""
     push_dir = tmp_path / "serving"
     files = _write_model(tmp_path)
-    killed = push_dir / "1700000000"
-    (killed / "variables").mkdir(parents=True)
-    (killed / "variables" / "variables.index").write_bytes(b"partial")
-    fresh_killed = push_dir / "1700000001"
-    (fresh_killed / "variables").mkdir(parents=True)
-    (fresh_killed / "variables" / "variables.index").write_bytes(b"partial")
     long_ago = time.time() - publish_module.STALE_AFTER_SECONDS - 60
-    os.utime(killed / "variables" / "variables.index", (long_ago, long_ago))
+
+    def folder(name, *entries, old=True):
+        for entry in entries:
+            (push_dir / name / entry).parent.mkdir(parents=True, exist_ok=True)
+            (push_dir / name / entry).write_bytes(b"x")
+            if old:
+                os.utime(push_dir / name / entry, (long_ago, long_ago))
+        return push_dir / name
+
+    killed_old = folder("1700000000", "_CLAIM-pod-1-abc", "variables/variables.index")
+    killed_fresh = folder("1700000001", "_CLAIM-pod-2-def", "variables/variables.index", old=False)
+    other_tool = folder("1700000002", "saved_model.pb", "variables/variables.index")  # TFX's Pusher, no marker
+    other_tool_partial = folder("1700000003", "variables/variables.index")
     monkeypatch.setattr(publish_module.artifact_files, "is_local", lambda uri: False)  # take the object-store path
 
     assert versions(str(push_dir)) == []
     published = publish(files, str(push_dir))
     assert versions(str(push_dir)) == [int(os.path.basename(published))]
-    assert int(os.path.basename(published)) > 1700000001  # never merged into a killed push's prefix
-    assert sorted(os.listdir(push_dir)) == sorted([fresh_killed.name, os.path.basename(published)])
+    assert int(os.path.basename(published)) > 1700000003  # never merged into an existing prefix
+    assert sorted(os.listdir(push_dir)) == sorted([killed_fresh.name, other_tool.name, other_tool_partial.name,
+                                                   os.path.basename(published)])
+    assert not killed_old.exists()
+    assert sorted(os.listdir(published)) == sorted([COMPLETE_MARKER, "model.tflite", "saved_model.pb", "variables"])
+
+
+def test_a_local_serving_dir_takes_an_export_that_lives_on_an_object_store(tmp_path, tree_digest):
+    """`run --pipeline-root s3://...` with the default (local) serving dir: the export's files are URIs."""
+    files = _ram_model("local-target")
+    push_dir = tmp_path / "serving"
+    published = publish(files, str(push_dir))
+    assert versions(str(push_dir)) == [int(os.path.basename(published))]
+    assert sorted(os.listdir(published)) == ["fingerprint.pb", "model.tflite", "saved_model.pb", "variables"]
+    with open(os.path.join(published, "variables", "variables.data-00000-of-00001"), "rb") as handle:
+        with fileio.open(files[""] + "/variables/variables.data-00000-of-00001", "rb") as source:
+            assert handle.read() == source.read()
+    assert publish(files, f"file://{push_dir}").startswith(str(push_dir) + "/")  # a file:// URI is this folder
+    assert not os.path.exists("file:")
+
+
+def test_on_an_object_store_a_number_taken_meanwhile_is_skipped_and_a_failure_then_deletes_only_its_own():
+    """Another pusher finished version N between our choice of N and our claim: we take N + 1, and when our
+    push then fails, N is untouched (the old algorithm copied into N and then deleted it)."""
+    files = _ram_model("c")
+    push_dir = "ram://serving-c"
+    theirs = publish(files, push_dir)
+    their_tree = _ram_tree(theirs)
+    real_next = publish_module._next_version
+    calls = []
+
+    def next_version_racing(directory):
+        calls.append(1)
+        return int(os.path.basename(theirs)) if len(calls) == 1 else real_next(directory)
+
+    def copy_failing_in_the_version(source, target):
+        if "/.staging-" not in target and target.endswith("variables.index"):
+            raise OSError("connection reset")
+        fileio.copy(source, target, overwrite=True)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(publish_module, "_next_version", next_version_racing)
+        with pytest.raises(OSError, match="connection reset"):
+            publish(files, push_dir, copy=copy_failing_in_the_version)
+    assert len(calls) >= 2  # the taken number was skipped, not written into
+    assert _ram_tree(theirs) == their_tree
+    assert versions(push_dir) == [int(os.path.basename(theirs))]
+    assert [name.rstrip("/") for name in fileio.listdir(push_dir)] == [os.path.basename(theirs)]
+
+
+def test_on_an_object_store_two_claims_on_one_number_both_withdraw_and_neither_writes_into_it(monkeypatch):
+    """Claim-then-verify: a writer keeps a number only when its claim is the only entry in the version prefix."""
+    push_dir = "ram://serving-d"
+    number = int(time.time()) + 5000
+    rival_claim = f"{push_dir}/{number}/{publish_module.CLAIM_PREFIX}rival-host-1-aaaa"
+    real_write = publish_module.artifact_files.write_text
+    attempts = []
+
+    def write_with_a_rival(path, text):
+        real_write(path, text)
+        if os.path.basename(path).startswith(publish_module.CLAIM_PREFIX) and not attempts:
+            attempts.append(path)
+            real_write(rival_claim, "rival\n")  # the rival claims the same number at the same moment
+
+    monkeypatch.setattr(publish_module, "_next_version", lambda directory: number if not attempts else number + 1)
+    monkeypatch.setattr(publish_module.artifact_files, "write_text", write_with_a_rival)
+    monkeypatch.setattr(publish_module.random, "uniform", lambda low, high: 0.0)
+    final = publish_module._claim_version(push_dir, "me-host-2-bbbb")
+    assert final == f"{push_dir}/{number + 1}"
+    assert [name.rstrip("/") for name in fileio.listdir(f"{push_dir}/{number}")] == [os.path.basename(rival_claim)]
+
+
+# A real S3 server ---------------------------------------------------------------------------------------
+
+def test_on_s3_concurrent_pushers_each_publish_a_whole_version_and_other_tools_versions_stay(s3_server, tmp_path):
+    """Three pushers (processes, as pods would be) race on one serving prefix of an S3 server, beside a
+    version another tool wrote long ago (no claim, no marker): each publishes its own whole version, none
+    mixes its files with another's, and the other tool's version is untouched."""
+    bucket = s3_server.bucket("push-race", tmp_path / "download")
+    source = _write_model(tmp_path)
+    push_dir = bucket.uri("serving")
+    bucket.write(f"{push_dir}/1600000000/saved_model.pb", b"TFX's Pusher wrote this")
+    bucket.write(f"{push_dir}/1600000000/variables/variables.index", b"index")
+    env = {**s3_server.env, "PYTHONPATH": os.pathsep.join(sys.path)}
+    published = race_pushers(3, source, push_dir, timeout=300, env=env)
+
+    assert len(set(published)) == 3
+    expected = {"model.tflite", "saved_model.pb", "variables/variables.data-00000-of-00001", COMPLETE_MARKER}
+    markers = set()
+    for version in published:
+        tree = bucket.tree(version)
+        assert set(tree) == expected, (version, sorted(tree))  # whole, and no other pusher's claim or marker
+        assert tree["saved_model.pb"] == open(source[""] + "/saved_model.pb", "rb").read()
+        markers.add(tree[COMPLETE_MARKER].split()[1])  # the writer that completed it
+    assert len(markers) == 3
+    assert bucket.tree(f"{push_dir}/1600000000") == {"saved_model.pb": b"TFX's Pusher wrote this",
+                                                       "variables/variables.index": b"index"}
+    assert not [key for key in bucket.keys(push_dir) if key.startswith(STAGING_PREFIX)]

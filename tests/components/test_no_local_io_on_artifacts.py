@@ -21,11 +21,13 @@ LOCAL_ONLY = {  # (file, function): why it is local by construction
     ("components/atomic_pusher/publish.py", "_fsync_tree"): "fsync of a local staging folder",
     ("components/atomic_pusher/publish.py", "_fsync_dir"): "fsync of a local folder",
     ("components/trainer/device.py", "cpu_has_bf16"): "/proc/cpuinfo",
+    ("components/trainer/train.py", "_log_dir"): "a scratch folder on a non-chief worker's own disk",
 }
 
 
 def _calls(tree: ast.AST):
-    """(enclosing function name, dotted call name, line) for every call in a module."""
+    """(enclosing function name, dotted name, line) for every call in a module, and for every local-I/O
+    function named without a call (`copy=shutil.copy2` hands it to code that calls it later)."""
     def dotted(node):
         if isinstance(node, ast.Name):
             return node.id
@@ -39,9 +41,18 @@ def _calls(tree: ast.AST):
             name = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
             if isinstance(child, ast.Call):
                 yield function, dotted(child.func), child.lineno
+            elif isinstance(child, (ast.Attribute, ast.Name)) and not _called(node, child):
+                reference = dotted(child)
+                if reference and (reference in LOCAL_IO_CALLS - {"open"} or reference.startswith("shutil.")):
+                    yield function, reference, child.lineno
             yield from visit(child, name)
 
     yield from visit(tree, "<module>")
+
+
+def _called(parent: ast.AST, child: ast.AST) -> bool:
+    """True when `child` is what `parent` calls (already seen as a call) or part of a longer dotted name."""
+    return (isinstance(parent, ast.Call) and parent.func is child) or isinstance(parent, ast.Attribute)
 
 
 def test_components_touch_files_only_through_tfx_fileio_outside_local_only_functions():
@@ -64,6 +75,10 @@ def test_components_touch_files_only_through_tfx_fileio_outside_local_only_funct
 
 def test_the_lint_sees_a_local_call_on_an_artifact():
     tree = ast.parse("def write(uri):\n    with open(uri + '/x.json', 'w') as h:\n        pass\n"
-                     "def copy(a, b):\n    shutil.copytree(a, b)\n")
-    assert [(function, call) for function, call, _ in _calls(tree) if call in ("open", "shutil.copytree")] == [
-        ("write", "open"), ("copy", "shutil.copytree")]
+                     "def copy(a, b):\n    shutil.copytree(a, b)\n"
+                     "def publish(files, copy=None):\n    return _publish(files, copy or shutil.copy2)\n"
+                     "def check(path):\n    return filter(os.path.isdir, [path])\n")
+    found = [(function, call) for function, call, _ in _calls(tree)
+             if call in ("open", "os.path.isdir") or (call or "").startswith("shutil.")]
+    assert found == [("write", "open"), ("copy", "shutil.copytree"), ("publish", "shutil.copy2"),
+                     ("check", "os.path.isdir")]

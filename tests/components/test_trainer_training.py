@@ -140,7 +140,8 @@ def test_multi_worker_mirrored_strategy_across_two_processes(files, tmp_path):
     folders, results = _train_two_workers(files, tmp_path)
     for code, log in results:
         assert code == 0, log[-3000:]
-    reports = [_report(folder) for folder in folders]
+    reports = [json.loads((folder / "returned_report.json").read_text()) for folder in folders]
+    assert _report(folders[0]) == reports[0]
     for index, report in enumerate(reports):
         assert (report["strategy"], report["replicas"], report["worker"]) == ("multi_worker_mirrored", 2,
                                                                               f"worker-{index}")
@@ -150,9 +151,11 @@ def test_multi_worker_mirrored_strategy_across_two_processes(files, tmp_path):
     # Gradients are all-reduced every step: both workers end with the same model, hence the same metrics.
     assert reports[0]["final_metrics"] == pytest.approx(reports[1]["final_metrics"], rel=1e-6)
     assert reports[0]["final_metrics"]["val_auc"] > 0.85
-    # Only the chief (worker 0) writes the model.
+    # Only the chief (worker 0) writes the model, the training report and TensorBoard's logs: in a real job
+    # every worker is handed the same folders.
     assert tf.saved_model.contains_saved_model(str(folders[0] / "serving"))
-    assert not (folders[1] / "serving").exists()
+    assert (folders[0] / "run" / "logs").is_dir()
+    assert not (folders[1] / "serving").exists() and not (folders[1] / "run").exists()
 
 
 @pytest.mark.training

@@ -42,13 +42,13 @@ def test_drift_is_measured_with_the_schema_comparators_and_only_a_shift_crosses_
     schema = tfdv.load_schema_text(SCHEMA)
 
     measured = drift.measure_drift(natural, previous, schema)
-    assert measured["fare"]["measure"] == "JENSEN_SHANNON_DIVERGENCE"
-    assert measured["payment_type"]["measure"] == "L_INFTY"
-    assert not any(feature["drifted"] for feature in measured.values()), measured
+    assert [entry["measure"] for entry in measured["fare"]] == ["JENSEN_SHANNON_DIVERGENCE"]
+    assert [entry["measure"] for entry in measured["payment_type"]] == ["L_INFTY"]
+    assert drift.drifted(measured) == [], measured
     moved = drift.measure_drift(shifted, previous, schema)
-    assert [name for name, feature in moved.items() if feature["drifted"]] == ["fare"]
-    assert moved["fare"]["value"] > moved["fare"]["threshold"] == 0.3
-    line = drift.describe_drift("train", "fare", moved["fare"], previous_span=4)
+    [(feature, fare)] = drift.drifted(moved)
+    assert feature == "fare" and fare["value"] > fare["threshold"] == 0.3
+    line = drift.describe_drift("train", "fare", fare, previous_span=4)
     assert "train: fare: drift Jensen-Shannon divergence" in line and "> threshold 0.300 vs span 4" in line
 
 
@@ -66,3 +66,25 @@ def test_clean_taxi_rows_pass_and_broken_ones_block_naming_each_feature(tmp_path
     assert {"payment_type", "trip_start_hour"} <= set(report["splits"]["eval"])
     message = gate.describe(report)
     assert "eval: payment_type:" in message and "eval: trip_start_hour:" in message
+
+
+def test_a_feature_with_two_comparators_keeps_both_and_a_breach_of_either_blocks(tmp_path):
+    """fare compared by L-infinity distance and by Jensen-Shannon divergence: a shift that breaches only the
+    first (listed first in the schema, so a report keyed by feature alone would keep the second) blocks."""
+    rows = _rows(4000)
+    previous = _statistics(tmp_path, [row_to_example(row) for row in rows[:2000]], "previous")
+    shifted_examples = [row_to_example(row) for row in rows[2000:]]
+    for example in shifted_examples:
+        example.features.feature["payment_type"].bytes_list.value[:] = [b"Cash"]
+    shifted = _statistics(tmp_path, shifted_examples, "shifted")
+    schema = tfdv.load_schema_text(SCHEMA)
+    payment_type = tfdv.get_feature(schema, "payment_type")
+    payment_type.drift_comparator.jensen_shannon_divergence.threshold = 0.99  # the second comparator: lenient
+
+    measured = drift.measure_drift(shifted, previous, schema)
+    by_measure = {entry["measure"]: entry for entry in measured["payment_type"]}
+    assert set(by_measure) == {"L_INFTY", "JENSEN_SHANNON_DIVERGENCE"}
+    assert by_measure["L_INFTY"]["drifted"] and not by_measure["JENSEN_SHANNON_DIVERGENCE"]["drifted"]
+    assert [(feature, entry["measure"]) for feature, entry in drift.drifted(measured)] == [("payment_type", "L_INFTY")]
+    report = {"blocking": False, "splits": {}, "drift": {"previous_span": 1, "splits": {"train": measured}}}
+    assert "train: payment_type: drift L-infinity distance" in gate.describe(report)

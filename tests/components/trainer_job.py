@@ -2,7 +2,8 @@
 
 JOB.json: {"overrides": {TrainConfig keys}, "train_files": [...], "eval_files": [...], "output": dir,
 "logical_cpus": N (split the CPU into N devices first), "kill_after_interval": K (SIGKILL this process
-right after the K-th checkpoint is written)}. The report is written to <output>/run/training_report.json.
+right after the K-th checkpoint is written)}. The chief writes its report to <output>/run/training_report.json;
+every worker writes the report train() returned to <output>/returned_report.json.
 """
 import json
 import os
@@ -37,9 +38,11 @@ def main(path):
     settings = load_config(train=spec.get("overrides", {})).train
     output = spec["output"]
     extra = (KillAfterInterval(spec["kill_after_interval"]),) if spec.get("kill_after_interval") else ()
-    train(TrainingJob(settings=settings, train_files=spec["train_files"], eval_files=spec["eval_files"],
-                      serving_model_dir=os.path.join(output, "serving"), run_dir=os.path.join(output, "run"),
-                      checkpoint_dir=os.path.join(output, "checkpoints")), extra_callbacks=extra)
+    report = train(TrainingJob(settings=settings, train_files=spec["train_files"], eval_files=spec["eval_files"],
+                               serving_model_dir=os.path.join(output, "serving"), run_dir=os.path.join(output, "run"),
+                               checkpoint_dir=os.path.join(output, "checkpoints")), extra_callbacks=extra)
+    with open(os.path.join(output, "returned_report.json"), "w") as handle:
+        json.dump(report, handle)
 
 
 if __name__ == "__main__":

@@ -120,6 +120,11 @@ def test_model_module_must_import_and_hold_the_model_contract(tmp_path, monkeypa
     broken = _module(tmp_path, "hardening_broken_model", "raise RuntimeError('no GPU driver')\n")
     with pytest.raises(ConfigError, match=rf"^train\.model: importing '{broken}' failed: RuntimeError: no GPU driver"):
         load_config(train={"model": broken})
+    needs_missing = _module(tmp_path, "hardening_needs_missing", "import a_package_nobody_installed\n")
+    with pytest.raises(ConfigError) as raised:  # found, but one of its own imports is not: no path advice
+        load_config(train={"model": needs_missing})
+    assert str(raised.value) == (f"train.model: importing '{needs_missing}' failed: ModuleNotFoundError: "
+                                 "No module named 'a_package_nobody_installed'")
     assert load_config(train={"model": "tests.components.unjittable_model"}).train.model  # a full contract, elsewhere
     assert load_config(train={"model": broken}, check_references=False)  # `status` needs no model
 

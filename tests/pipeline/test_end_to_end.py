@@ -284,7 +284,7 @@ def test_next_span_trains_warm_started_and_is_evaluated_against_the_blessed_mode
     assert validation["blocking"] is False and validation["drift"]["previous_span"] == 1
     measured = validation["drift"]["splits"]["train"]
     assert {"fare", "trip_miles", "payment_type", "company"} <= set(measured)
-    assert not any(feature["drifted"] for feature in measured.values())
+    assert not any(entry["drifted"] for entries in measured.values() for entry in entries)
     for node in ("Trainer", "Fp32BaselineTrainer"):  # both start from the first run's blessed model
         warm = _report(second_span, node, contract.MODEL_RUN, contract.TRAINING_REPORT_FILE)["warm_start"]
         assert warm["applied"] is True and warm["base_model"].startswith(blessed["uri"] + os.sep), (node, warm)

@@ -40,6 +40,85 @@ def test_bad_config_exits_2_naming_the_file_line_or_key(capsys, tmp_path, text, 
     assert "Traceback" not in stderr and not (tmp_path / "out").exists()  # nothing ran, nothing written
 
 
+@pytest.mark.parametrize("command", ["run", "compile"])
+@pytest.mark.parametrize("flag", ["--s3_secret_access_key=abc123", "--s3_access_key_id=AKIA123",
+                                  "--s3_session_token=t0k3n"])
+def test_a_beam_flag_carrying_a_credential_exits_2_naming_it_and_is_never_written(capsys, tmp_path, command, flag):
+    (tmp_path / "c.yaml").write_text(f"beam_pipeline_args: [--direct_running_mode=in_memory, {flag}]\n")
+    capsys.readouterr()
+    common = ["--config", str(tmp_path / "c.yaml"), "--data", "s3://b/data"]
+    if command == "run":
+        code = cli_main(["run", *common, "--output", str(tmp_path / "out")])
+    else:
+        code = cli_main(["compile", *common, "--image", "i", "--pipeline-root", "s3://b/root",
+                         "--serving-dir", "s3://b/serving", "--output", str(tmp_path / "job.json")])
+    stderr = capsys.readouterr().err
+    assert code == 2
+    assert re.search(rf"^config error: beam_pipeline_args: {re.escape(flag.split('=')[0])} carries a credential",
+                     stderr, re.MULTILINE), stderr
+    assert flag.split("=")[1] not in stderr  # the value itself is never echoed
+    assert not (tmp_path / "job.json").exists() and not (tmp_path / "out").exists()
+
+
+def test_an_object_store_output_directory_exits_2_and_creates_no_local_folder(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert cli_main(["run", "--data", str(tmp_path), "--output", "s3://bucket/x"]) == 2
+    assert "config error: output_dir: 's3://bucket/x' must be a local path" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []  # no ./s3: folder holding MLMD
+
+
+def test_file_uris_are_the_local_paths_they_name(tmp_path):
+    config = load_config(check_references=False, output_dir=f"file://{tmp_path}/out",
+                         serving_dir=f"file://{tmp_path}/serving", data_root=f"file://{tmp_path}/data")
+    assert (config.output_dir, config.push_dir, config.data_root) == (
+        f"{tmp_path}/out", f"{tmp_path}/serving", f"{tmp_path}/data")
+    assert config.metadata_path == f"{tmp_path}/out/metadata.sqlite"
+
+
+def test_demo_data_on_a_uri_is_written_once(monkeypatch):
+    """`demo --data <URI>`: span-1 is looked up through the filesystem layer, so a second run finds it (and
+    its input fingerprint, and so the cache, stays the same) instead of rewriting it every time."""
+    from tfx.dsl.io import fileio
+
+    from pipeline import cli
+
+    written = []
+
+    def write_span(root):
+        written.append(root)
+        fileio.makedirs(root + "/span-1")
+
+    monkeypatch.setattr(cli, "write_bundled_span", write_span)
+    assert cli.ensure_demo_data("ram://demo-data") is True
+    assert cli.ensure_demo_data("ram://demo-data") is False
+    assert written == ["ram://demo-data"]
+
+
+def test_an_artifact_root_claimed_by_another_output_directory_is_refused_before_anything_runs(capsys, tmp_path):
+    """Two output directories (two SQLite stores, each numbering executions from 1) on one artifact root would
+    write into, and on recovery delete, each other's folders: the second is refused, exit 2, naming both."""
+    from pipeline.run_guard import ROOT_OWNER_FILE, claim_pipeline_root, exclusive_run
+
+    shared_root = tmp_path / "artifacts"
+    first = load_config(check_references=False, output_dir=str(tmp_path / "first"), artifact_root=str(shared_root))
+    with exclusive_run(first.output_dir):
+        claim_pipeline_root(first)
+        claim_pipeline_root(first)  # its own root: claimed again without complaint
+    left_running = shared_root / "Trainer" / "model" / "1"  # what a killed run of the first store left
+    left_running.mkdir(parents=True)
+    owner = (shared_root / ROOT_OWNER_FILE).read_text()
+
+    capsys.readouterr()
+    code = cli_main(["run", "--data", str(tmp_path / "no-data"), "--output", str(tmp_path / "second"),
+                     "--pipeline-root", str(shared_root)])
+    stderr = capsys.readouterr().err
+    assert code == 2
+    assert f"config error: artifact root {shared_root} belongs to the metadata store of {tmp_path / 'first'}" in stderr
+    assert left_running.is_dir() and (shared_root / ROOT_OWNER_FILE).read_text() == owner
+    assert not (tmp_path / "second" / "metadata.sqlite").exists()
+
+
 def test_verbose_shows_the_traceback_of_an_unexpected_error(capsys, tmp_path, monkeypatch):
     def broken_run(config, verbose=False):
         raise RuntimeError("a bug somewhere deep")

@@ -2,6 +2,7 @@
 import copy
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 
@@ -115,6 +116,12 @@ def test_compile_refuses_paths_that_mean_nothing_in_a_pod(tmp_path):
     with pytest.raises(CompileError, match="pipeline root 'runs/taxi' must be a URI"):
         compile_kubeflow(load_config(data_root="gs://b/t", serving_dir="/s"), image="i", pipeline_root="runs/taxi",
                          output_file=str(tmp_path / "p.json"))
+    schema = tmp_path / "schema.pbtxt"  # a curated schema on this machine, which no pod has
+    schema.write_text(open(load_config().schema_path).read())
+    with pytest.raises(CompileError, match=rf"schema_path: '{re.escape(str(schema))}' is a file on this machine"):
+        compile_kubeflow(load_config(data_root="gs://b/t", serving_dir="/s", schema_path=str(schema)), image="i",
+                         pipeline_root="gs://b/r", output_file=str(tmp_path / "p.json"))
+    assert not (tmp_path / "p.json").exists()
 
 
 def test_a_local_run_records_absolute_artifact_uris_whatever_the_working_directory(tmp_path, monkeypatch):

@@ -7,7 +7,6 @@ and pushed; span 2 warm-starts from span 1's blessed model, is evaluated against
 drift against span 1's accepted validation report (two resolver answers that only work when the compiled
 queries find our artifacts).
 """
-import json
 import os
 
 import numpy as np
@@ -32,68 +31,9 @@ CONTAINER_STEPS = {"TFRecordIngest", "StatisticsGen", "ImportSchemaGen", "Exampl
 
 
 @pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """A moto S3 server on 127.0.0.1 (a free port the server binds itself), the environment TensorFlow's
-    S3 filesystem (tensorflow-io) reads, and the Beam options Beam's S3 filesystem reads."""
-    import logging
-
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one INFO line per request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    endpoint = "http://%s:%d" % server.get_host_and_port()
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
-           "AWS_DEFAULT_REGION": "us-east-1", "S3_ENDPOINT": endpoint, "S3_USE_HTTPS": "0", "S3_VERIFY_SSL": "0",
-           "AWS_EC2_METADATA_DISABLED": "true", "AWS_LOG_LEVEL": "3",
-           # A wrong endpoint fails in seconds instead of hanging for minutes.
-           "S3_CONNECT_TIMEOUT_MSEC": "5000", "S3_REQUEST_TIMEOUT_MSEC": "120000"}
-    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                          aws_secret_access_key="testing")
-    client.create_bucket(Bucket=BUCKET)
-    beam_args = [f"--s3_endpoint_url={endpoint}", "--s3_access_key_id=testing", "--s3_secret_access_key=testing",
-                 "--s3_region_name=us-east-1"]
-    yield Bucket(client, env, beam_args, tmp_path_factory.mktemp("s3-local"))
-    server.stop()
-
-
-class Bucket:
-    """The test's own view of the bucket, through boto3: this process never loads tensorflow-io (only the
-    steps do), so what it reads is what any S3 client sees."""
-
-    def __init__(self, client, env, beam_args, local):
-        self.client, self.env, self.beam_args, self.local = client, env, beam_args, local
-
-    @staticmethod
-    def _key(uri: str) -> str:
-        assert uri.startswith(f"s3://{BUCKET}/"), uri
-        return uri[len(f"s3://{BUCKET}/"):]
-
-    def read(self, uri: str) -> bytes | None:
-        try:
-            return self.client.get_object(Bucket=BUCKET, Key=self._key(uri))["Body"].read()
-        except self.client.exceptions.NoSuchKey:
-            return None
-
-    def json(self, uri: str) -> dict:
-        data = self.read(uri)
-        assert data is not None, f"{uri} does not exist"
-        return json.loads(data)
-
-    def keys(self, prefix_uri: str) -> list[str]:
-        prefix = self._key(prefix_uri).rstrip("/") + "/"
-        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
-        return sorted(item["Key"][len(prefix):] for page in pages for item in page.get("Contents", []))
-
-    def download(self, prefix_uri: str) -> str:
-        """Copies every object under `prefix_uri` into a new local folder. Output: that folder."""
-        target = self.local / self._key(prefix_uri).replace("/", "_")
-        for relative in self.keys(prefix_uri):
-            path = target / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(self.read(f"{prefix_uri.rstrip('/')}/{relative}"))
-        return str(target)
+def s3(s3_server, tmp_path_factory):
+    """The bucket every step reads and writes; credentials reach the steps only through their environment."""
+    return s3_server.bucket(BUCKET, tmp_path_factory.mktemp("s3-local"))
 
 
 def _upload_span(s3, span: int, first_row: int) -> str:
