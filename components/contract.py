@@ -70,11 +70,10 @@ PUSHED_TFLITE_FILE = "model.tflite"  # a pushed version: the recommended variant
 PUSH_INFO_FILE = "push_info.json"  # a pushed version: where it came from
 
 # ------------------------------------------------------------- the SavedModel's signatures and Keras files
-SERVING_SIGNATURE = "serving_default"  # serialized tf.Example -> probabilities
-RAW_SIGNATURE = "serving_raw"  # one tensor per raw feature -> probabilities
+SERVING_SIGNATURE = "serving_default"  # serialized tf.Example -> the task's outputs (components/tasks.py)
+RAW_SIGNATURE = "serving_raw"  # one tensor per raw feature -> the task's outputs
 TRANSFORM_SIGNATURE = "transform_features"  # serialized tf.Example -> label (TFMA derives labels with it)
 PREPROCESS_SIGNATURE = "preprocess"  # one tensor per raw feature -> model-ready tensors (host side)
-OUTPUT_NAME = "probabilities"  # every signature's output, and the device model's
 MODEL_READY_DIR = "Format-Keras"  # beside the serving SavedModel: the model and its preprocessing as Keras files
 MODEL_READY_FILE = "model_ready.keras"
 PREPROCESSING_FILE = "preprocessing.keras"  # the fitted preprocessing (a later warm start reuses it)

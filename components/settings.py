@@ -39,6 +39,8 @@ def checked(default: typing.Any, check: Check) -> typing.Any:
 
 def free(default: typing.Any) -> typing.Any:
     """Input: the field's default. Output: a dataclass field that any value of its type suits."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={CHECK: None})
     return field(default=default, metadata={CHECK: None})
 
 
@@ -69,6 +71,7 @@ def _beam_flags(args: list[str]) -> bool:
 NOT_EMPTY = Check(lambda v: bool(v.strip()), "must not be empty")
 POSITIVE = Check(lambda v: v > 0, "must be positive")
 NOT_NEGATIVE = Check(lambda v: v >= 0, "must not be negative")
+OPTIONAL_NOT_NEGATIVE = Check(lambda v: v is None or v >= 0, "must not be negative (or null: none)")
 AT_LEAST_1 = Check(lambda v: v >= 1, "must be at least 1")
 BETWEEN_0_AND_1 = Check(lambda v: 0 <= v <= 1, "must be between 0 and 1")
 STRICTLY_BETWEEN_0_AND_1 = Check(lambda v: 0 < v < 1, "must be between 0 and 1 (exclusive)")
@@ -126,22 +129,29 @@ class TrainConfig:
 
 @dataclass
 class EvaluateConfig:
+    """The gates decide on the task's primary metric (binary AUC, multiclass accuracy, regression MAE), in
+    its direction; tolerances are in the metric's units, or a fraction of the reference's value for
+    regression (components/precision_evaluator/gates.py)."""
     slice_feature: str = free("payment_type")  # metrics are also reported per value of this feature ("" = none)
-    min_auc: float = checked(0.9, BETWEEN_0_AND_1)  # absolute bar a model must clear to be blessed
-    # how far below the FP32 baseline's AUC the candidate may fall
-    max_auc_drop_vs_fp32: float = checked(0.005, BETWEEN_0_AND_1)
-    max_accuracy_drop_vs_fp32: float = checked(0.005, BETWEEN_0_AND_1)  # ...and its binary accuracy
-    # how far below the latest blessed model's AUC a model may fall
-    max_auc_drop_vs_production: float = checked(0.01, BETWEEN_0_AND_1)
-    max_accuracy_drop_vs_production: float = checked(0.01, BETWEEN_0_AND_1)  # ...and its binary accuracy
+    # the primary metric must reach this (AUC and accuracy at least, MAE at most; null = no bar): on top of
+    # beating the trivial predictor, which every blessed model must
+    absolute_bar: float | None = checked(0.9, OPTIONAL_NOT_NEGATIVE)
+    # how much worse than the FP32 baseline the candidate may be before the data refuse it
+    max_drop_vs_fp32: float = checked(0.005, NOT_NEGATIVE)
+    # how much worse than the production model (the latest blessed one) a model may be
+    max_drop_vs_production: float = checked(0.01, NOT_NEGATIVE)
+    confidence: float = checked(0.95, STRICTLY_BETWEEN_0_AND_1)  # of the paired intervals every comparison uses
+    # other metrics of the task to gate on too, with the same tolerances (e.g. [binary_accuracy])
+    gate_metrics: list[str] = free([])
     fallback_to_fp32: bool = free(True)  # candidate fails FP32 parity, baseline passes the rest: bless the baseline
 
 
 @dataclass
 class ExportConfig:
     tflite_variants: list[str] = checked(list(TFLITE_VARIANTS), TFLITE_VARIANT_LIST)  # converted and evaluated
-    # a variant whose AUC falls further below the SavedModel's is rejected
-    max_tflite_auc_drop: float = checked(0.01, BETWEEN_0_AND_1)
+    # a variant whose primary metric is worse than the SavedModel's by more than this is rejected (the metric's
+    # units; a fraction of the SavedModel's MAE for regression)
+    max_tflite_drop: float = checked(0.01, NOT_NEGATIVE)
     representative_examples: int = checked(300, AT_LEAST_1)  # training examples that calibrate full-int8 quantization
     latency_examples: int = checked(300, AT_LEAST_1)  # single-example invocations timed per variant (median reported)
 

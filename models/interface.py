@@ -1,14 +1,16 @@
 """What a model module provides (the module `train.model` names, e.g. models.taxi), declared once, and the
 one loader every user of a model module goes through.
 
-A new model is one file in models/ that defines the six names of `ModelModule`; `load_model_module`
-imports it and names whatever is missing or not callable (config load turns that into an error on
-`train.model`, before any step runs).
+A new model is one file in models/ that defines the names of `ModelModule`; `load_model_module` imports it
+and names whatever is missing or not callable, and `check_task` checks that its task, labels and output
+fit together (config load turns either into an error on `train.model`, before any step runs).
 """
 from __future__ import annotations
 
 import importlib
 import typing
+
+from components.tasks import BINARY, MULTICLASS, TASK_NAMES, TaskError, expected_output_width, task_named
 
 if typing.TYPE_CHECKING:
     import keras
@@ -19,13 +21,16 @@ if typing.TYPE_CHECKING:
 class ModelModule(typing.Protocol):
     """The interface of a model module."""
 
+    TASK: str  # binary | multiclass | regression (components/tasks.py)
+    CLASSES: tuple[str, ...]  # classification: the class names by label id (binary: negative, positive); regression: ()
     INPUTS: dict[str, tf.io.FixedLenFeature]  # raw serving inputs: name -> how to parse it from a tf.Example
     LABEL_INPUTS: dict[str, tf.io.FixedLenFeature]  # raw features the label is derived from (training data only)
     LABEL_KEY: str  # the label's name in transform_features' output
 
     @staticmethod
     def make_label(features: dict[str, tf.Tensor]) -> tf.Tensor:
-        """Parsed LABEL_INPUTS -> float32 label, one per example."""
+        """Parsed LABEL_INPUTS -> one label per example: float32 0/1 (binary), int64 class id (multiclass),
+        float32 value (regression)."""
 
     @staticmethod
     def build_preprocessing(sample: dict[str, np.ndarray]) -> keras.Model:
@@ -34,16 +39,21 @@ class ModelModule(typing.Protocol):
 
     @staticmethod
     def build_model(preprocessing: keras.Model) -> keras.Model:
-        """The preprocessing model -> an uncompiled Keras model, model-ready tensors -> probability."""
+        """The preprocessing model -> an uncompiled Keras model, model-ready tensors -> [N, 1] probability of
+        the positive class (binary), [N, K] class probabilities (multiclass) or [N, 1] value (regression).
+        Optional beside it: make_loss() -> a Keras loss, used instead of the task's default."""
 
 
-CONSTANTS = ("INPUTS", "LABEL_INPUTS", "LABEL_KEY")
+CONSTANTS = ("TASK", "CLASSES", "INPUTS", "LABEL_INPUTS", "LABEL_KEY")
 FUNCTIONS = ("make_label", "build_preprocessing", "build_model")
+OPTIONAL_FUNCTIONS = ("make_loss",)
+CHECK_ROWS = 8  # rows of default values the model is built on to check its output
 
 
 class ModelModuleError(ValueError):
-    """A model module that does not import, or lacks part of ModelModule; the message names the module.
-    `not_found`: no module of that name was found (a wrong path rather than a broken module)."""
+    """A model module that does not import, lacks part of ModelModule, or whose task, labels and output do
+    not fit; the message names the module. `not_found`: no module of that name was found (a wrong path
+    rather than a broken module)."""
 
     def __init__(self, message: str, not_found: bool = False):
         super().__init__(message)
@@ -67,7 +77,7 @@ def load_model_module(name: str) -> ModelModule:
     except Exception as error:  # noqa: BLE001 - whatever the module raised while importing
         raise ModelModuleError(f"importing {name!r} failed: {type(error).__name__}: {error}") from None
     missing = [attribute for attribute in CONSTANTS + FUNCTIONS if not hasattr(module, attribute)]
-    not_callable = [attribute for attribute in FUNCTIONS
+    not_callable = [attribute for attribute in FUNCTIONS + OPTIONAL_FUNCTIONS
                     if hasattr(module, attribute) and not callable(getattr(module, attribute))]
     if missing or not_callable:
         problems = ([f"lacks {', '.join(missing)}"] if missing else []) + (
@@ -75,3 +85,75 @@ def load_model_module(name: str) -> ModelModule:
         raise ModelModuleError(f"{name!r} ({getattr(module, '__file__', '?')}) {'; '.join(problems)}; "
                                f"a model module defines {', '.join(CONSTANTS + FUNCTIONS)}")
     return typing.cast(ModelModule, module)
+
+
+def check_task(module: ModelModule, name: str) -> None:
+    """Raises ModelModuleError naming the module when its TASK is unknown, its CLASSES do not fit the task,
+    make_label returns the wrong kind of label, or the model built on a few rows of default values has an
+    output of the wrong width (3 outputs for a binary task, say)."""
+    if module.TASK not in TASK_NAMES:
+        raise ModelModuleError(f"{name!r}: TASK {module.TASK!r} is not one of {', '.join(TASK_NAMES)}")
+    task = task_named(module.TASK)
+    classes = tuple(module.CLASSES)
+    if task.is_classification:
+        if len(set(classes)) != len(classes) or not all(isinstance(c, str) and c for c in classes):
+            raise ModelModuleError(f"{name!r}: CLASSES must be distinct, non-empty names, got {classes!r}")
+        if (task.name == BINARY and len(classes) != 2) or (task.name == MULTICLASS and len(classes) < 3):
+            wanted = "exactly 2 (negative, positive)" if task.name == BINARY else "3 or more"
+            raise ModelModuleError(f"{name!r}: a {task.name} task has {wanted} CLASSES, got {len(classes)}: {classes!r}")
+    elif classes:
+        raise ModelModuleError(f"{name!r}: a regression task has no CLASSES, got {classes!r}")
+    _check_label_kind(module, name, task)
+    _check_output_width(module, name, expected_output_width(task, classes))
+
+
+def _default_batch(specs: dict, rows: int) -> dict:
+    """Each feature's default value (or a zero of its type) repeated `rows` times, as parse_example gives."""
+    import numpy as np
+    import tensorflow as tf
+
+    batch = {}
+    for feature, spec in specs.items():
+        default = spec.default_value
+        if default is None:
+            default = b"" if spec.dtype == tf.string else 0
+        batch[feature] = tf.constant(np.repeat(np.asarray(default).reshape(-1)[:1], rows), dtype=spec.dtype)
+    return batch
+
+
+def _check_label_kind(module: ModelModule, name: str, task) -> None:
+    import tensorflow as tf
+
+    label = module.make_label(_default_batch(module.LABEL_INPUTS, CHECK_ROWS))
+    dtype = tf.as_dtype(label.dtype)
+    if dtype == tf.string:
+        raise ModelModuleError(f"{name!r}: make_label returns strings; a {task.name} task needs "
+                               f"{task.label_dtype} labels" + (" (map the class names to their ids)"
+                                                               if task.is_classification else ""))
+    if task.name == MULTICLASS and not dtype.is_integer:
+        raise ModelModuleError(f"{name!r}: make_label returns {dtype.name}; a multiclass task needs int64 class ids")
+    if task.name != MULTICLASS and not dtype.is_floating:
+        raise ModelModuleError(f"{name!r}: make_label returns {dtype.name}; a {task.name} task needs float32 labels")
+
+
+def _check_output_width(module: ModelModule, name: str, width: int) -> None:
+    """Builds the model on default values; a module whose model cannot be built so is left to training."""
+    import numpy as np
+
+    sample = {feature: np.asarray(values) for feature, values in _default_batch(module.INPUTS, CHECK_ROWS).items()}
+    try:
+        model = module.build_model(module.build_preprocessing(sample))
+    except Exception:  # noqa: BLE001 - a model that needs real data to be built: training checks it then
+        return
+    shape = tuple(model.output.shape)
+    if len(shape) != 2 or shape[1] != width:
+        raise ModelModuleError(f"{name!r}: a {module.TASK} task needs a model output of shape (batch, {width}); "
+                               f"build_model's output has shape {shape}")
+
+
+def task_of(module: ModelModule):
+    """The Task the module declares (components/tasks.py); TaskError for an unknown one."""
+    try:
+        return task_named(module.TASK)
+    except TaskError as error:
+        raise ModelModuleError(str(error)) from None

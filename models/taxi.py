@@ -6,18 +6,7 @@ The trainer runs the first in the input pipeline and the second on the accelerat
 as one SavedModel that serves raw tf.Examples with no Transform step, and ModelExport converts both
 together into the device model (TFLite: raw features in, builtin ops only).
 
-Device-safe preprocessing: ModelExport converts the preprocessing with TFLite's builtin kernels only (no
-Flex), so a model module builds it from layers whose ops have builtin kernels and convert exactly:
-- arithmetic and elementwise math (`ClippedLog1p`, `Standardize` here): RELU, ADD, LOG, SUB, MUL, ...;
-- `keras.layers.Discretization` (BUCKETIZE);
-- `Vocabulary` here, for integer and string categories (EQUAL, SELECT_V2, REDUCE_MAX).
-Not device-safe: `keras.layers.Hashing` (string hashing has no builtin kernel, and of a number it first
-formats the number as a string), `keras.layers.IntegerLookup` (an int64 -> int64 hash table, which
-TFLite's builtin tables do not support; one such table in a graph also stops the converter from
-lowering any other table), anything that adds tf.strings ops or mutable tables. `StringLookup`'s static
-string table does convert (HASHTABLE_FIND), but `Vocabulary` needs no table initialization inside the
-file. The SavedModel and the device model run the same layers, so a layer the device cannot run is
-replaced in both, never only on the device.
+Preprocessing uses device-safe layers only (models/layers.py), so the device model takes raw features.
 
 Missing values: a record may lack any feature. Both the SavedModel and the device model take an absent
 feature as its `INPUTS` default (0.0 for the floats, 0 for `trip_seconds`, -1 for the other integers, ""
@@ -28,6 +17,11 @@ from __future__ import annotations
 import keras
 import numpy as np
 import tensorflow as tf
+
+from models.layers import ClippedLog1p, Standardize, Vocabulary, embed, keras_dtype
+
+TASK = "binary"
+CLASSES = ("not_big_tipper", "big_tipper")  # label 0, label 1
 
 # Raw serving inputs: name -> how to parse it from a tf.Example (missing values get the default).
 INPUTS = {
@@ -83,10 +77,15 @@ def build_preprocessing(sample: dict[str, np.ndarray]) -> keras.Model:
     numeric features, int64 vocabulary indices for categorical ones. It runs in the input pipeline on the
     host, is joined with the trained model at export, and uses device-safe layers only (module docstring).
     """
-    inputs = {name: keras.Input(shape=(), name=name, dtype=_keras_dtype(spec.dtype))
-              for name, spec in INPUTS.items()}
+    return taxi_preprocessing(sample, INPUTS)
+
+
+def taxi_preprocessing(sample: dict[str, np.ndarray], inputs_spec: dict) -> keras.Model:
+    """build_preprocessing for any subset of the taxi features (`inputs_spec`, name -> FixedLenFeature)."""
+    inputs = {name: keras.Input(shape=(), name=name, dtype=keras_dtype(spec.dtype))
+              for name, spec in inputs_spec.items()}
     outputs = {}
-    for name in _NUMERIC:
+    for name in _present(_NUMERIC, inputs):
         logged = ClippedLog1p(name=f"{name}_log")
         outputs[name] = Standardize.fitted(logged(sample[name]).numpy(), name=f"{name}_norm")(logged(inputs[name]))
     for name in _LOCATIONS:
@@ -106,133 +105,36 @@ def build_model(preprocessing: keras.Model, hidden_units: tuple[int, ...] = (128
     """Input: the model from build_preprocessing. Output: an uncompiled wide-and-deep Keras model,
     dict of preprocessed tensors -> probability that the tip is big, shape (batch, 1).
     """
-    inputs = {name: keras.Input(shape=(), name=name, dtype=tensor.dtype)
-              for name, tensor in preprocessing.output.items()}
-    vocabulary = {name: _LOCATION_BINS + 1 for name in _LOCATIONS}
+    inputs = model_inputs(preprocessing)
+    # The output stays float32 whatever precision policy the trainer sets.
+    probability = keras.layers.Activation("sigmoid", dtype="float32", name="probability")(
+        wide_and_deep(inputs, preprocessing, hidden_units))
+    return keras.Model(inputs, probability, name="taxi_wide_deep")
+
+
+def model_inputs(preprocessing: keras.Model) -> dict:
+    """The Keras inputs of a model built on `preprocessing`: one per model-ready tensor."""
+    return {name: keras.Input(shape=(), name=name, dtype=tensor.dtype) for name, tensor in preprocessing.output.items()}
+
+
+def wide_and_deep(inputs: dict, preprocessing: keras.Model, hidden_units: tuple[int, ...]):
+    """The wide-and-deep network on the preprocessed taxi features among `inputs` (model_inputs), to one
+    float32 value per example (a logit, or a regression value), shape (batch, 1)."""
+    vocabulary = {name: _LOCATION_BINS + 1 for name in _present(_LOCATIONS, inputs)}
     vocabulary.update({name: preprocessing.get_layer(f"{name}_lookup").vocabulary_size()
-                       for name in (*_INTEGER_CATEGORIES, *_TRACT_CATEGORIES, *_STRING_CATEGORIES)})
-    deep = [keras.layers.Reshape((1,))(inputs[name]) for name in _NUMERIC]
-    deep += [_embed(inputs[name], size, 4 if name in _LOCATIONS else 8, name) for name, size in vocabulary.items()]
-    wide = [_embed(inputs[name], vocabulary[name], 1, f"{name}_wide")
-            for name in _LOCATIONS + _STRING_CATEGORIES]  # a linear term per category value
+                       for name in _present((*_INTEGER_CATEGORIES, *_TRACT_CATEGORIES, *_STRING_CATEGORIES), inputs)})
+    deep = [keras.layers.Reshape((1,))(inputs[name]) for name in _present(_NUMERIC, inputs)]
+    deep += [embed(inputs[name], size, 4 if name in _LOCATIONS else 8, name) for name, size in vocabulary.items()]
+    wide = [embed(inputs[name], vocabulary[name], 1, f"{name}_wide")
+            for name in _present(_LOCATIONS + _STRING_CATEGORIES, inputs)]  # a linear term per category value
 
     hidden = keras.layers.Concatenate(name="deep_features")(deep)
     for width in hidden_units:
         hidden = keras.layers.Dense(width, activation="relu")(hidden)
-    # Logits and the output stay float32 whatever precision policy the trainer sets.
-    deep_logit = keras.layers.Dense(1, dtype="float32", name="deep_logit")(hidden)
-    logit = keras.layers.Add(dtype="float32", name="logit")([deep_logit, *wide])
-    probability = keras.layers.Activation("sigmoid", dtype="float32", name="probability")(logit)
-    return keras.Model(inputs, probability, name="taxi_wide_deep")
+    # The last layers stay float32 whatever precision policy the trainer sets.
+    deep_output = keras.layers.Dense(1, dtype="float32", name="deep_output")(hidden)
+    return keras.layers.Add(dtype="float32", name="wide_and_deep")([deep_output, *wide])
 
 
-@keras.saving.register_keras_serializable(package="models.taxi")  # saved with the preprocessing (warm start)
-class ClippedLog1p(keras.layers.Layer):
-    """log(1 + max(x, 0)) as float32: tames the long tails of fares, distances and durations."""
-
-    def call(self, x):
-        return keras.ops.log1p(keras.ops.maximum(keras.ops.cast(x, "float32"), 0.0))
-
-
-@keras.saving.register_keras_serializable(package="models.taxi")
-class Standardize(keras.layers.Layer):
-    """(x - mean) * scale in float32: Keras's Normalization with its two constants fixed at construction.
-
-    `fitted` rounds both to float16 precision (a relative change below 0.05%, immaterial to a
-    standardization), so every TFLite variant holds them exactly: the float16 variant stores all float
-    constants in half precision, and a value already representable there survives unchanged.
-    """
-
-    def __init__(self, mean: float, scale: float, **kwargs):
-        super().__init__(**kwargs)
-        self.mean, self.scale = float(mean), float(scale)
-
-    @classmethod
-    def fitted(cls, values: np.ndarray, name: str) -> "Standardize":
-        """Input: sample values. Output: the layer that maps them to mean 0 and standard deviation ~1."""
-        values = np.asarray(values, np.float64)
-        mean, std = (float(values.mean()), float(values.std())) if values.size else (0.0, 1.0)
-        return cls(float(np.float16(mean)), float(np.float16(1.0 / max(std, 1e-3))), name=name)
-
-    def call(self, x):
-        return (keras.ops.cast(x, "float32") - np.float32(self.mean)) * np.float32(self.scale)
-
-    def get_config(self):
-        return {**super().get_config(), "mean": self.mean, "scale": self.scale}
-
-
-@keras.saving.register_keras_serializable(package="models.taxi")
-class Vocabulary(keras.layers.Layer):
-    """int64 or string value -> int64 index: 1 + its position in `vocabulary`, 0 for any other value.
-
-    The answers of Keras's IntegerLookup / StringLookup with one out-of-vocabulary index, computed by
-    comparing the value with every vocabulary entry: EQUAL, SELECT_V2 and REDUCE_MAX, builtin TFLite ops
-    that run exactly in every variant, 11-digit census tracts included (IntegerLookup's int64 -> int64 hash
-    table has no TFLite kernel), with no table to initialize inside the file. Meant for vocabularies of
-    up to a few thousand values: each example is compared with all of them.
-    """
-
-    def __init__(self, vocabulary, **kwargs):
-        super().__init__(**kwargs)
-        vocabulary = list(vocabulary)
-        self.is_string = bool(vocabulary) and isinstance(vocabulary[0], str)
-        self.vocabulary = [str(v) for v in vocabulary] if self.is_string else [int(v) for v in vocabulary]
-        if not self.vocabulary or len(set(self.vocabulary)) != len(self.vocabulary):
-            raise ValueError(f"{self.name}: the vocabulary must be non-empty and without repeats")
-
-    @classmethod
-    def adapted(cls, values: np.ndarray, max_size: int, name: str) -> "Vocabulary":
-        """Input: sample values (int64, or bytes for strings). Output: the layer whose vocabulary is the
-        `max_size` most frequent of them, most frequent first (ties: smaller value first)."""
-        values = np.asarray(values)
-        if values.dtype.kind in "OSU":  # strings: kept as text (a value that is not UTF-8 stays out of vocabulary)
-            values = np.array([_text(v) for v in values if _text(v) is not None], dtype=object)
-        return cls(most_frequent(values, max_size), name=name)
-
-    def call(self, x):
-        """Input: values of shape [batch]. Output: their int64 indices, shape [batch]."""
-        if x.shape.rank != 1:
-            raise ValueError(f"{self.name}: expects values of shape [batch], got {x.shape}")
-        if self.is_string:
-            vocabulary, x = tf.constant(self.vocabulary, tf.string), tf.convert_to_tensor(x, tf.string)
-        else:
-            vocabulary, x = tf.constant(self.vocabulary, tf.int64), tf.cast(x, tf.int64)
-        # [vocabulary, 1] against [batch] broadcasts to [vocabulary, batch] without reshaping the input: in
-        # TFLite a string tensor that an op produces is dynamically sized, and one such tensor keeps the
-        # XNNPACK delegate off the whole graph (measured: the wide model's float32 file ran 2x slower).
-        matches = tf.equal(tf.expand_dims(vocabulary, -1), x)
-        positions = tf.range(1, len(self.vocabulary) + 1, dtype=tf.int64)[:, tf.newaxis]
-        return tf.reduce_max(tf.where(matches, positions, tf.constant(0, tf.int64)), axis=0)
-
-    def compute_output_spec(self, x):
-        return keras.KerasTensor(x.shape, dtype="int64")
-
-    def vocabulary_size(self) -> int:
-        return len(self.vocabulary) + 1
-
-    def get_config(self):
-        return {**super().get_config(), "vocabulary": self.vocabulary}
-
-
-def most_frequent(values: np.ndarray, count: int) -> list:
-    """Input: values (integers or strings) and a count. Output: the `count` most frequent distinct values,
-    most frequent first (ties: smaller value first)."""
-    distinct, counts = np.unique(np.asarray(values), return_counts=True)
-    order = sorted(range(len(distinct)), key=lambda i: (-counts[i], distinct[i]))[:count]
-    return [distinct[i].item() if hasattr(distinct[i], "item") else distinct[i] for i in order]
-
-
-def _text(value) -> str | None:
-    try:
-        return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-    except UnicodeDecodeError:
-        return None
-
-
-def _embed(index, vocabulary_size: int, width: int, name: str):
-    embedding = keras.layers.Embedding(vocabulary_size, width, name=f"{name}_embedding")(index)
-    return keras.layers.Reshape((width,))(embedding)
-
-
-def _keras_dtype(dtype: tf.DType) -> str:
-    return {tf.float32: "float32", tf.int64: "int64", tf.string: "string"}[dtype]
+def _present(names, inputs) -> list[str]:
+    return [name for name in names if name in inputs]

@@ -17,6 +17,7 @@ import traceback
 import warnings
 
 
+EXAMPLES = ("taxi", "penguins")  # pipeline.data.EXAMPLES, without importing TensorFlow for --help
 CONFIG_HELP = "YAML file of config overrides (keys and defaults: components/settings.py)"
 
 
@@ -36,11 +37,13 @@ def main(argv: list[str] | None = None) -> int:
                                                    "(overrides serving_dir)")
         command.add_argument("--verbose", action="store_true", help="show TensorFlow, TFX and Beam logs")
 
-    data = commands.add_parser("prepare-data", help="write the bundled Chicago-taxi CSV as TFRecord spans")
-    data.add_argument("--data", default="data/taxi", help="data root to write span-N/ into")
+    data = commands.add_parser("prepare-data", help="write an example dataset (the bundled taxi CSV, TFX's penguins) "
+                                                    "as a TFRecord span")
+    data.add_argument("--example", choices=EXAMPLES, default="taxi", help="which example dataset (default: taxi)")
+    data.add_argument("--data", help="data root to write span-N/ into (default: data/<example>)")
     data.add_argument("--span", type=int, default=1)
-    data.add_argument("--first-row", type=int, default=0, help="start at this CSV row (0-based)")
-    data.add_argument("--rows", type=int, default=None, help="at most N rows (default: all)")
+    data.add_argument("--first-row", type=int, default=0, help="taxi: start at this CSV row (0-based)")
+    data.add_argument("--rows", type=int, default=None, help="taxi: at most N rows (default: all)")
     data.add_argument("--verbose", action="store_true")
 
     doctor = commands.add_parser("doctor", help="check this machine against the config: GPUs, TPUs, bf16, XLA, "
@@ -145,7 +148,13 @@ def filter_native_info_logs():
 
 
 def prepare_data(args) -> int:
-    write_bundled_span(args.data, span=args.span, max_rows=args.rows, first_row=args.first_row)
+    data_root = args.data or os.path.join("data", args.example)
+    if args.example == "penguins":
+        from pipeline.data import write_penguin_span
+        span_dir, records = write_penguin_span(data_root, span=args.span)
+        print(f"wrote {records} tf.Examples (TFX's penguin data) to {span_dir}")
+        return 0
+    write_bundled_span(data_root, span=args.span, max_rows=args.rows, first_row=args.first_row)
     return 0
 
 

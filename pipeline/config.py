@@ -2,6 +2,8 @@
 check live in components/settings.py (re-exported here: `from pipeline.config import TrainConfig, ...`).
 
 YAML mirrors the dataclasses: top-level keys plus the sections `ingest`, `train`, `evaluate`, `export`, `resources`.
+Relative paths in the file (data_root, output_dir, artifact_root, serving_dir, schema_path) are relative to the
+file's folder; paths given on the command line, to the working directory.
 Malformed YAML, unknown keys, wrong types and values failing their field's check raise ConfigError naming the file
 and line or the key; so do a `train.model` that does not import or lacks part of models.interface.ModelModule,
 and a local `schema_path` that is missing or not a TFMD Schema text proto.
@@ -9,13 +11,16 @@ and a local `schema_path` that is missing or not a TFMD Schema text proto.
 from __future__ import annotations
 
 import dataclasses
+import os
+import types
 import typing
 
 import yaml
 
 from components.settings import (CHECK, PROJECT_ROOT, EvaluateConfig, ExportConfig, IngestConfig,  # noqa: F401
                                  PipelineConfig, ResourcesConfig, StepResources, TrainConfig)
-from models.interface import ModelModuleError, load_model_module
+from components.tasks import gateable
+from models.interface import ModelModuleError, check_task, load_model_module, task_of
 
 
 class ConfigError(ValueError):
@@ -30,13 +35,13 @@ def load_config(path: str | None = None, check_references: bool = True, **overri
     """
     raw: dict = {}
     if path:
-        raw = _read_yaml(path)
+        raw = _relative_to(os.path.dirname(os.path.abspath(path)), _read_yaml(path))
     raw.update({key: value for key, value in overrides.items() if value is not None})
     config = _build(PipelineConfig, raw, prefix="")
     config = _local_paths_as_paths(config)
     check_no_secrets(config)
     if check_references:
-        check_model_module(config.train.model)
+        check_model_module(config.train.model, config.evaluate.gate_metrics)
         check_schema(config.schema_path)
     return config
 
@@ -71,6 +76,17 @@ def check_no_secrets(config: PipelineConfig) -> None:
                               f"through the environment or the pod's identity instead")
 
 
+def _relative_to(folder: str, raw: dict) -> dict:
+    """The YAML's top-level paths (PATH_KEYS) that are relative local paths, made relative to `folder` (the
+    config file's): a config names its schema and data where it sits, whatever the working directory."""
+    resolved = dict(raw)
+    for key in PATH_KEYS:
+        value = raw.get(key)
+        if isinstance(value, str) and value and "://" not in value and not os.path.isabs(value):
+            resolved[key] = os.path.normpath(os.path.join(folder, value))
+    return resolved
+
+
 def _local_paths_as_paths(config: PipelineConfig) -> PipelineConfig:
     """`file://` URIs become plain paths (os calls and MLMD take them only so); an output directory that is
     not local is a ConfigError: MLMD's SQLite database and the run lock live there."""
@@ -99,15 +115,23 @@ def _read_yaml(path: str) -> dict:
     return raw
 
 
-def check_model_module(name: str) -> None:
-    """Raises ConfigError naming `train.model` when module `name` does not import or lacks part of
-    models.interface.ModelModule (the message names the module, its file and what it lacks)."""
+def check_model_module(name: str, gate_metrics: list[str] = ()) -> None:
+    """Raises ConfigError naming `train.model` when module `name` does not import, lacks part of
+    models.interface.ModelModule, or its task, labels and model output do not fit (the message names the
+    module and what is wrong); naming `evaluate.gate_metrics` when a metric there is not one of the task's."""
     try:
-        load_model_module(name)
+        module = load_model_module(name)
+        check_task(module, name)
     except ModelModuleError as error:
         where = (f" (a module path such as models.taxi, importable from {PROJECT_ROOT} or the PYTHONPATH)"
                  if error.not_found else "")
         raise ConfigError(f"train.model: {error}{where}") from None
+    task = task_of(module)
+    allowed = [metric.name for metric in gateable(task)]
+    for metric in gate_metrics:
+        if metric not in allowed:
+            raise ConfigError(f"evaluate.gate_metrics: {metric!r} is not a metric a {task.name} task can be gated "
+                              f"on (one of {', '.join(allowed)})")
 
 
 def check_schema(path: str) -> None:
@@ -162,6 +186,11 @@ def _build(cls, raw: dict, prefix: str, base=None):
 
 def _check_type(key: str, value, hint):
     origin = typing.get_origin(hint)
+    arguments = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType) and type(None) in arguments:  # `float | None`: null allowed
+        if value is None:
+            return None
+        (hint,) = [argument for argument in arguments if argument is not type(None)]
     if origin is list:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{key}: expected a list of strings, got {value!r}")

@@ -1,7 +1,8 @@
-"""Materializes the Chicago-taxi CSV that ships in the tfx wheel as TFRecord shards in a span layout.
+"""The example datasets that ship in the tfx wheel, written as TFRecord shards in a span layout.
 
-Record contract: one tf.Example per CSV row, one feature per column under the same name, typed as
-CsvExampleGen infers them for this file; an empty cell is an absent feature; the label is not stored.
+Taxi (binary "big tipper", and the fare regression): the Chicago-taxi CSV, one tf.Example per CSV row, one
+feature per column under the same name, typed as CsvExampleGen infers them for this file; an empty cell is
+an absent feature; the label is not stored. Penguins (multi-class): TFX's own penguin TFRecords, as they are.
 """
 from __future__ import annotations
 
@@ -73,3 +74,29 @@ def write_taxi_span(data_root: str, span: int = 1, csv_path: str | None = None, 
         writer.close()
         fileio.rename(temp, path, overwrite=True)  # a reader never sees a half-written shard (atomic on POSIX)
     return span_dir, rows
+
+
+EXAMPLES = ("taxi", "penguins")
+
+
+def bundled_penguin_files() -> list[str]:
+    """Output: TFX's penguin TFRecords inside the installed tfx package (both of its splits: ingestion
+    splits the span again by its own hash)."""
+    import tfx.components as tfx_components
+    root = os.path.join(os.path.dirname(tfx_components.__file__), "testdata", "penguin", "data")
+    return sorted(fileio.glob(os.path.join(root, "Split-*", "*")))
+
+
+def write_penguin_span(data_root: str, span: int = 1) -> tuple[str, int]:
+    """Input: a data root and span number. Output: (span directory, records written): TFX's penguin records."""
+    span_dir = os.path.join(data_root, f"span-{span}")
+    fileio.makedirs(span_dir)
+    files = bundled_penguin_files()
+    records = 0
+    for index, source in enumerate(files):
+        records += sum(1 for _ in tf.data.TFRecordDataset(source, compression_type="GZIP"))
+        target = os.path.join(span_dir, f"data-{index:05d}-of-{len(files):05d}.tfrecord.gz")
+        temporary = os.path.join(span_dir, "." + os.path.basename(target) + ".tmp")  # hidden: ingestion skips it
+        fileio.copy(source, temporary, overwrite=True)
+        fileio.rename(temporary, target, overwrite=True)
+    return span_dir, records

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from components import contract
-from components.precision_evaluator.gates import format_number
+from components import contract, tasks
+from components.precision_evaluator.gates import describe_check, format_number
 from pipeline.config import PipelineConfig
 from pipeline.run_facts import RunFacts, read_run_facts
 from pipeline.run_guard import claim_pipeline_root, exclusive_run, recover_interrupted_runs
@@ -42,23 +42,22 @@ class RunSummary:
             lines.append(f"  {step.name:<32} {step.status:<7} {step.seconds:6.1f} s")
         if t := facts.training.get(contract.TRAINER_NODE):
             wait = "n/a" if t.get("input_wait_fraction") is None else f"{100 * t['input_wait_fraction']:.1f}%"
-            lines.append(f"  training: {t['strategy']} x{t['replicas']}, {t['precision']}, XLA {'on' if t['xla'] else 'off'}, "
-                         f"{t['examples_per_second']:,.0f} examples/s, input wait {wait}")
+            lines.append(f"  training: {t.get('task', 'binary')}, {t['strategy']} x{t['replicas']}, {t['precision']}, "
+                         f"XLA {'on' if t['xla'] else 'off'}, {t['examples_per_second']:,.0f} examples/s, "
+                         f"input wait {wait}")
         if metrics := facts.candidate_metrics:
             lines.append("  eval metrics: " + ", ".join(f"{k} {format_number(v)}" for k, v in sorted(metrics.items())))
         if facts.evaluation:
             lines.append(f"  evaluation: {facts.evaluation['summary']}")
             for check in facts.evaluation["checks"]:
-                if not check["passed"]:
-                    lines.append(f"    FAILED {check['gate']}: {check['model']} {check['metric']} "
-                                 f"{format_number(check['value'])} vs {format_number(check['reference'])} "
-                                 f"(tolerance {check['tolerance']})")
+                lines.append(f"    {describe_check(check)}")
         if facts.export.get("exported"):
             recommended = facts.export["recommended"]
             variant = facts.export["variants"].get(recommended, {})
+            primary = tasks.task_named(facts.export.get("task", tasks.BINARY)).primary
             lines.append(f"  TFLite for devices: {recommended or 'none accepted'}" + (
-                f" ({facts.export.get('inputs', 'model-ready tensors')} in, {variant['size_bytes']:,} bytes, AUC {variant['auc']:.4f}, "
-                f"{variant['median_latency_us']:.1f} µs/example)" if variant else ""))
+                f" ({facts.export['inputs']} in, {variant['size_bytes']:,} bytes, {primary.label} "
+                f"{variant[primary.name]:.4f}, {variant['median_latency_us']:.1f} µs/example)" if variant else ""))
         lines.append(f"  blessed: {'yes' if facts.blessed else 'no' if facts.blessed is False else 'not evaluated'}")
         lines.append(f"  pushed to: {facts.pushed_to or 'nothing pushed'}")
         lines.append(f"  total wall time: {self.wall_seconds:.1f} s")

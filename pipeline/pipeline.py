@@ -38,6 +38,7 @@ from components import contract
 from components.atomic_pusher.component import AtomicPusher
 from components.model_export.component import ModelExport
 from components.precision_evaluator.component import PrecisionEvaluator
+from components.precision_evaluator.executor import Target
 from components.tfrecord_ingest.component import TFRecordIngest
 from components.tfrecord_ingest.records import fingerprint_input
 from components.validation_gate.component import ValidationGate, ValidationReport
@@ -84,13 +85,14 @@ def create_pipeline(config: PipelineConfig, pipeline_root: str | None = None,
     for node in (trainer, baseline_trainer):
         node.add_upstream_node(validation_gate)  # blocking anomalies and drift stop the run before any training
     model, baseline_model = trainer.outputs[contract.MODEL], baseline_trainer.outputs[contract.MODEL]
+    model_module = load_model_module(config.train.model)
     evaluator = PrecisionEvaluator(
         examples=examples,
         model=model,
         baseline_model=baseline_model,
         production_model=production_model,
         settings=config.evaluate,
-        label_key=load_model_module(config.train.model).LABEL_KEY)
+        target=Target(model_module.LABEL_KEY, model_module.TASK, tuple(model_module.CLASSES)))
     blessing = evaluator.outputs[contract.BLESSING]
     export = ModelExport(
         examples=examples,

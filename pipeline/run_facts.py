@@ -17,7 +17,8 @@ from tfx.dsl.io import fileio
 
 from components import contract
 from components.artifact_files import read_bytes
-from components.precision_evaluator.gates import AUC, CANDIDATE, FP32_BASELINE, OVERALL, PRODUCTION
+from components import tasks
+from components.precision_evaluator.gates import CANDIDATE, FP32_BASELINE, OVERALL, PRODUCTION
 from pipeline.config import PipelineConfig
 from pipeline.mlmd import (artifact_json, is_blessed, open_store, output_artifact, pushed_destination, runs_by_node,
                            spans_of, split_counts)
@@ -66,10 +67,20 @@ class RunFacts:
         return dict(self.evaluation["metrics"][OVERALL][CANDIDATE]) if self.evaluation else {}
 
     @property
-    def auc(self) -> dict[str, float | None]:
-        """Model role (candidate, fp32_baseline, production) -> its overall AUC, for the models evaluated."""
+    def primary_metric(self) -> tasks.Metric | None:
+        """The metric the run's gates decided on (its task's primary metric); None when not evaluated."""
+        if not self.evaluation:
+            return None
+        task = tasks.task_named(self.evaluation.get("task", tasks.BINARY))
+        return task.metric(self.evaluation.get("primary_metric", task.primary.name))
+
+    @property
+    def primary(self) -> dict[str, float | None]:
+        """Model role (candidate, fp32_baseline, production) -> its overall primary metric, for the models
+        evaluated."""
+        metric = self.primary_metric
         overall = self.evaluation.get("metrics", {}).get(OVERALL, {})
-        return {role: metrics.get(AUC) for role, metrics in overall.items()}
+        return {role: metrics.get(metric.name) for role, metrics in overall.items()} if metric else {}
 
     @property
     def blessed_model(self) -> str:
@@ -201,19 +212,20 @@ def _read_anomalies(artifact) -> dict:
 # ------------------------------------------------------------------------------ `python -m pipeline status`
 
 def render_runs(runs: list[RunFacts]) -> str:
-    """The runs as a fixed-width table, one line per run: when, which spans, how each step ended, the
-    candidate, FP32 baseline and production AUC, the blessing, the pushed version and the duration."""
+    """The runs as a fixed-width table, one line per run: when, which spans, how each step ended, the metric
+    the gates decided on and its value for the candidate, FP32 baseline and production model, the blessing,
+    the pushed version and the duration."""
     if not runs:
         return "no runs recorded yet"
-    header = ("started (UTC)", "spans", "outcome", "steps ran/cached", "AUC cand", "AUC fp32", "AUC prod",
+    header = ("started (UTC)", "spans", "outcome", "steps ran/cached", "metric", "cand", "fp32", "prod",
               "blessed", "pushed", "duration")
     rows = [header]
     for run in runs:
-        auc = run.auc
+        values, metric = run.primary, run.primary_metric
         rows.append((
             run.started.strftime("%Y-%m-%d %H:%M:%S"), run.spans or "-", run.outcome,
-            f"{len(run.steps_with('ran'))}/{len(run.steps_with('cached'))}",
-            *("-" if auc.get(role) is None else f"{auc[role]:.4f}" for role in MODEL_ROLES),
+            f"{len(run.steps_with('ran'))}/{len(run.steps_with('cached'))}", metric.label if metric else "-",
+            *("-" if values.get(role) is None else f"{values[role]:.4f}" for role in MODEL_ROLES),
             run.blessed_model or "-", run.pushed_version or "-", f"{run.seconds:.1f} s"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)

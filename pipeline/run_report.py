@@ -18,7 +18,7 @@ import io
 import os
 import shutil
 
-from components.precision_evaluator.gates import ACCURACY, AUC
+from components import tasks
 from pipeline.config import PipelineConfig
 from pipeline.run_facts import MODEL_ROLES, RunFacts, not_started_facts, read_run_facts
 
@@ -150,33 +150,66 @@ def _training_section(training: dict) -> str:
         rows.append([node, f"{report['strategy']} x{report['replicas']}", report["precision"],
                      "on" if report["xla"] else "off", f"{report['examples_per_second']:,.0f}",
                      "n/a" if wait is None else f"{100 * wait:.1f}%", str(report.get("resumed_from_step", 0)),
-                     "yes" if warm.get("applied") else "no", _n(report["final_metrics"].get("val_auc"))])
+                     "yes" if warm.get("applied") else "no", _validation_metric(report)])
     parts.append(_table(["trainer", "strategy", "precision", "XLA", "examples/s", "input wait", "resumed from step",
-                         "warm start", "val AUC"], rows))
+                         "warm start", "validation"], rows))
     parts.append(_image(_training_figure(reports), "training curves per checkpoint interval"))
     return "\n".join(parts)
 
 
+def _validation_metric(report: dict) -> str:
+    """The training's last validation value of its task's metric, named: "AUC 0.9512"."""
+    task = tasks.task_named(report.get("task", tasks.BINARY))
+    value = report["final_metrics"].get(f"val_{task.validation_metric}")
+    return f"{task.validation_metric} {_n(value)}"
+
+
 def _evaluation_section(evaluation: dict) -> str:
-    parts = ["<h2>Evaluation: candidate vs FP32 baseline</h2>"]
+    parts = ["<h2>Evaluation: candidate vs FP32 baseline and production</h2>"]
     if not evaluation:
         return "\n".join(parts + ["<p>Not evaluated in this run.</p>"])
+    task = tasks.task_named(evaluation.get("task", tasks.BINARY))
     roles = [role for role in MODEL_ROLES if any(role in models for models in evaluation["metrics"].values())]
+    metrics = [metric for metric in task.metrics
+               if any(metric.name in values for models in evaluation["metrics"].values() for values in models.values())]
     rows = []
     for slice_name, models in evaluation["metrics"].items():
         count = next((m.get("example_count") for m in models.values() if m.get("example_count") is not None), None)
         row = [slice_name, "-" if count is None else f"{count:,.0f}"]
-        for metric in (AUC, ACCURACY):
-            row += [_n((models.get(role) or {}).get(metric)) for role in roles]
+        for metric in metrics:
+            row += [_n((models.get(role) or {}).get(metric.name)) for role in roles]
         rows.append(row)
-    header = ["slice", "examples"] + [f"{metric} {role}" for metric in ("AUC", "accuracy") for role in roles]
+    header = ["slice", "examples"] + [f"{metric.label} {role}" for metric in metrics for role in roles]
+    parts.append(f"<p>Task: {_e(task.name)}; the gates decide on {_e(task.primary.label)} "
+                 f"({'higher' if task.primary.higher_is_better else 'lower'} is better). "
+                 f"Trivial predictor: {_e(evaluation.get('trivial_predictor', ''))}.</p>")
     parts.append(_table(header, rows, css="slices"))
+    if evaluation.get("confusion_matrix"):
+        parts.append(_confusion_matrices(evaluation["confusion_matrix"], evaluation.get("classes", [])))
     parts.append("<h3>Gates</h3>")
-    parts.append(_table(["gate", "model", "metric", "value", "reference", "delta", "tolerance", "passed"],
-                        [[c["gate"], c["model"], c["metric"], _n(c["value"]), _n(c["reference"]), _n(c["delta"]),
-                          str(c["tolerance"]), "pass" if c["passed"] else "FAIL"] for c in evaluation["checks"]]))
+    parts.append(_table(["gate", "model", "metric", "value", "reference", "improvement", "interval", "tolerance",
+                         "examples", "result", "note"],
+                        [[c["gate"], c["model"], c["metric"], _n(c["value"]),
+                          f"{c['reference_model']} {_n(c['reference'])}" if c["reference"] is not None else c["reference_model"],
+                          _n(c["improvement"]), "" if c["interval"] is None else
+                          f"[{c['interval'][0]:+.4f}, {c['interval'][1]:+.4f}]", f"{c['tolerance']:.4g}",
+                          f"{c['examples']:,}", "pass" if c["passed"] else "FAIL", c["note"]]
+                         for c in evaluation["checks"]]))
+    for note in evaluation.get("notes", []):
+        parts.append(f"<p>{_e(note)}</p>")
     verdict = "ok" if evaluation.get("blessed") else "bad"
     parts.append(f"<p class={verdict} id=blessing>Blessing: {_e(evaluation['summary'])}</p>")
+    return "\n".join(parts)
+
+
+def _confusion_matrices(matrices: dict, classes: list[str]) -> str:
+    """One table per model: a row per actual class, a column per predicted class."""
+    parts = ["<h3>Confusion matrix (eval split; rows: actual class, columns: predicted)</h3>"]
+    for model, rows in matrices.items():
+        names = classes or [str(i) for i in range(len(rows))]
+        parts.append(f"<p>{_e(model)}</p>")
+        parts.append(_table(["actual \\ predicted", *names],
+                            [[name, *(f"{count:,}" for count in row)] for name, row in zip(names, rows)]))
     return "\n".join(parts)
 
 
@@ -188,14 +221,15 @@ def _export_section(export: dict, pushed_to: str | None) -> str:
         parts.append(f"<p>Not exported: {_e(export.get('reason', ''))}.</p>")
     else:
         reference = export["savedmodel"]
-        rows = [["SavedModel", "-", "-", _n(reference["auc"]), "-", "-", "reference", ""]]
+        primary = tasks.task_named(export.get("task", tasks.BINARY)).primary
+        rows = [["SavedModel", "-", "-", _n(reference[primary.name]), "-", "-", "reference", ""]]
         for name, variant in export["variants"].items():
-            rows.append([name, f"{variant['size_bytes']:,}", f"{variant['median_latency_us']:.1f}", _n(variant["auc"]),
-                         _n(variant["auc_drop"]), _n(variant["max_abs_diff"]),
+            rows.append([name, f"{variant['size_bytes']:,}", f"{variant['median_latency_us']:.1f}",
+                         _n(variant[primary.name]), _n(variant["drop"]), _n(variant["max_abs_diff"]),
                          "accepted" if variant["accepted"] else "rejected: " + "; ".join(variant["reasons"]),
                          "recommended" if variant.get("recommended") else ""])
-        parts.append(_table(["variant", "size (bytes)", "latency (µs/example)", "AUC", "AUC drop", "max |diff|",
-                             "verdict", ""], rows, css="ladder"))
+        parts.append(_table(["variant", "size (bytes)", "latency (µs/example)", primary.label, f"{primary.label} drop",
+                             "max |diff|", "verdict", ""], rows, css="ladder"))
         parts.append(_image(_ladder_figure(export["variants"]), "TFLite variants: size and latency"))
         parts.append(f"<p id=tflite-inputs>TFLite inputs: {_e(export.get('inputs', 'model-ready tensors'))}; "
                      f"scored in {_e(export.get('runtime', 'the TFLite interpreter'))} against "
@@ -278,7 +312,8 @@ def _top_values_figure(statistics: dict):
 
 def _training_figure(reports: dict):
     plt = _pyplot()
-    metrics = [m for m in ("loss", "auc", "binary_accuracy") if any(m in r["history"] for r in reports.values())]
+    names = ["loss"] + [tasks.task_named(r.get("task", tasks.BINARY)).validation_metric for r in reports.values()]
+    metrics = [m for m in dict.fromkeys(names) if any(m in r["history"] for r in reports.values())]
     figure, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.2), squeeze=False)
     for ax, metric in zip(axes.flat, metrics):
         for node, report in reports.items():

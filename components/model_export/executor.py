@@ -18,13 +18,13 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from components import artifact_files, contract
+from components import artifact_files, contract, tasks
 from components.model_export import tflite
 from components.model_export.variants import judge_variants, recommended_variant
 from components.precision_evaluator.blessing import chosen_model, is_blessed
 from components.settings import ExportConfig, section_from_dict
 from components.trainer.export import model_ready_dir
-from models.interface import ModelModule, load_model_module
+from models.interface import ModelModule, load_model_module, task_of
 
 _BATCH = 1024
 INPUTS_DESCRIPTION = "raw features"  # what every TFLite variant takes (the report's "inputs")
@@ -80,51 +80,60 @@ def export_model(serving_model_dir: str, model_module: ModelModule, train_files:
     cannot be converted with builtin ops only is left out of the ladder and named in "failed_variants".
     """
     artifact_files.copy_tree(serving_model_dir, os.path.join(output_dir, contract.SAVED_MODEL_DIR))
+    task, classes = task_of(model_module), tuple(model_module.CLASSES)
     saved_model = tf.saved_model.load(serving_model_dir)
-    eval_split = _score_savedmodel(saved_model, model_module, eval_files)
-    reference = tflite.score(eval_split["labels"], eval_split["probabilities"])
+    eval_split = _score_savedmodel(saved_model, model_module, task, eval_files)
+    reference = tasks.score(task, eval_split["labels"], eval_split["predictions"])
     representative = raw_features(model_module, train_files, settings.representative_examples)
     keras_dir = model_ready_dir(serving_model_dir)
     preprocessing = keras.saving.load_model(os.path.join(keras_dir, contract.PREPROCESSING_FILE))
     model = keras.saving.load_model(os.path.join(keras_dir, contract.MODEL_READY_FILE))
     results, failed = {}, {}
     with tempfile.TemporaryDirectory() as scratch:
-        device_model = tflite.write_device_savedmodel(preprocessing, model, model_module.INPUTS,
+        device_model = tflite.write_device_savedmodel(preprocessing, model, model_module.INPUTS, task.prediction_key,
                                                       os.path.join(scratch, "device_model"))
         for variant in settings.tflite_variants:
             logging.info("ModelExport: converting and scoring the %s TFLite variant", variant)
             try:
-                flatbuffer = tflite.convert(device_model, variant, representative)
+                flatbuffer = tflite.convert(device_model, variant, representative,
+                                            float_output_layer=not task.is_classification)
             except tflite.ConversionError as error:
                 logging.warning("ModelExport: the %s TFLite variant was not converted: %s", variant, error)
                 failed[variant] = str(error)
                 continue
             relative_path = f"{contract.TFLITE_DIR}/{variant}.tflite"
             artifact_files.write_bytes(os.path.join(output_dir, relative_path), flatbuffer)
-            interpreter = tflite.DeviceInterpreter(flatbuffer)
-            probabilities = interpreter.predict(eval_split["raw"])
+            interpreter = tflite.DeviceInterpreter(flatbuffer, task.prediction_key)
+            predictions = interpreter.predict(eval_split["raw"])
             results[variant] = {
-                **tflite.score(eval_split["labels"], probabilities),
+                **tasks.score(task, eval_split["labels"], predictions),
                 "size_bytes": len(flatbuffer),
                 **tflite.weight_bytes(flatbuffer),
                 "median_latency_us": 1e6 * interpreter.median_latency_seconds(eval_split["raw"],
                                                                               settings.latency_examples),
-                **_differences(probabilities, eval_split["probabilities"]),
+                **output_differences(task, predictions, eval_split["predictions"]),
                 "ops": tflite.operators(flatbuffer),
                 "non_builtin_ops": tflite.non_builtin_ops(flatbuffer),
                 "quantized_preprocessing_ops": tflite.quantized_preprocessing_ops(flatbuffer),
                 "file": relative_path,
             }
-    judged = judge_variants(results, reference["auc"], settings.max_tflite_auc_drop)
-    return {"exported": True, "eval_examples": len(eval_split["labels"]), "savedmodel": reference,
+    judged = judge_variants(results, task, reference, settings.max_tflite_drop)
+    return {"exported": True, "task": task.name, "primary_metric": task.primary.name, "classes": list(classes),
+            "eval_examples": len(eval_split["labels"]), "savedmodel": reference,
             "inputs": INPUTS_DESCRIPTION, "device_inputs": tflite.input_conventions(model_module.INPUTS),
-            "device_output": f"{contract.OUTPUT_NAME}: float32 [1, 1]", "compared_with": contract.RAW_SIGNATURE,
-            "runtime": tflite.runtime_name(), "max_tflite_auc_drop": settings.max_tflite_auc_drop,
+            "device_output": tasks.output_description(task, classes), "compared_with": contract.RAW_SIGNATURE,
+            "runtime": tflite.runtime_name(), "max_tflite_drop": settings.max_tflite_drop,
             "variants": judged, "failed_variants": failed, "recommended": recommended_variant(judged)}
 
 
-def _differences(probabilities: np.ndarray, reference: np.ndarray) -> dict[str, float]:
-    difference = np.abs(probabilities - reference)
+def output_differences(task: tasks.Task, predictions: np.ndarray, reference: np.ndarray) -> dict[str, float]:
+    """How far a variant's outputs are from the SavedModel's: the mean and largest absolute difference, in
+    probability for classifiers; for regression relative to the spread of the SavedModel's predictions
+    (their mean absolute deviation), so one tolerance serves any label scale."""
+    difference = np.abs(np.asarray(predictions, np.float64) - np.asarray(reference, np.float64))
+    if not task.is_classification:
+        reference = np.asarray(reference, np.float64)
+        difference = difference / max(float(np.abs(reference - reference.mean()).mean()), 1e-12)
     return {"max_abs_diff": float(difference.max()), "mean_abs_diff": float(difference.mean())}
 
 
@@ -145,17 +154,20 @@ def _parse_raw(model_module: ModelModule, serialized: tf.Tensor) -> dict[str, tf
     return tf.io.parse_example(serialized, model_module.INPUTS)
 
 
-def _score_savedmodel(saved_model, model_module: ModelModule, files: list[str]) -> dict[str, Any]:
-    """For every record in `files`: the label, the raw features and the SavedModel's serving_raw probability."""
-    parts: dict[str, list] = {"labels": [], "probabilities": [], "raw": []}
+def _score_savedmodel(saved_model, model_module: ModelModule, task: tasks.Task, files: list[str]) -> dict[str, Any]:
+    """For every record in `files`: the label, the raw features and the SavedModel's serving_raw prediction
+    (the task's prediction_key output: [N] or [N, K])."""
+    parts: dict[str, list] = {"labels": [], "predictions": [], "raw": []}
     for serialized in _records(files):
         raw = _parse_raw(model_module, serialized)
         parts["labels"].append(saved_model.signatures[contract.TRANSFORM_SIGNATURE](examples=serialized)[
             model_module.LABEL_KEY].numpy().reshape(-1))
-        parts["probabilities"].append(saved_model.signatures[contract.RAW_SIGNATURE](**raw)[
-            contract.OUTPUT_NAME].numpy().reshape(-1))
+        output = saved_model.signatures[contract.RAW_SIGNATURE](**raw)[task.prediction_key].numpy()
+        parts["predictions"].append(output.reshape(len(output), -1))
         parts["raw"].append({name: tensor.numpy() for name, tensor in raw.items()})
-    return {"labels": np.concatenate(parts["labels"]), "probabilities": np.concatenate(parts["probabilities"]),
+    predictions = np.concatenate(parts["predictions"])
+    return {"labels": np.concatenate(parts["labels"]),
+            "predictions": predictions.reshape(-1) if predictions.shape[1] == 1 else predictions,
             "raw": {name: np.concatenate([batch[name] for batch in parts["raw"]]) for name in parts["raw"][0]}}
 
 
@@ -171,39 +183,43 @@ def _write_reports(directory: str, report: dict) -> None:
 
 
 def render_markdown(report: dict) -> str:
-    """The export report as Markdown: the device model's inputs, then one row per TFLite variant."""
+    """The export report as Markdown: the device model's inputs, then one row per TFLite variant with the
+    task's metrics."""
     if not report["exported"]:
         return f"# Export\n\nNot exported: {report['reason']}.\n"
+    task = tasks.task_named(report["task"])
     reference = report["savedmodel"]
     variants = report["variants"]
     float32 = variants.get("float32")
+    metrics = [metric for metric in task.metrics if metric.name in reference]
+    scores = ", ".join(f"{metric.label} {reference[metric.name]:.4f}" for metric in metrics)
     lines = ["# Export", "",
-             f"SavedModel on {report['eval_examples']} eval examples: AUC {reference['auc']:.4f}, "
-             f"accuracy {reference['binary_accuracy']:.4f}.", "",
-             f"TFLite inputs: {report.get('inputs', 'model-ready tensors')}, one example per call (shape [1] each); "
-             f"output {report.get('device_output', 'probabilities')}. Each variant was scored in "
-             f"{report.get('runtime', 'the TFLite interpreter')} on every eval record and compared with the "
-             f"SavedModel's {report.get('compared_with', 'output')} on the same raw features.", ""]
+             f"SavedModel on {report['eval_examples']} eval examples ({task.name}): {scores}.", "",
+             f"TFLite inputs: {report['inputs']}, one example per call (shape [1] each); output "
+             f"{report['device_output']}. Each variant was scored in {report['runtime']} on every eval record and "
+             f"compared with the SavedModel's {report['compared_with']} on the same raw features.", ""]
     if report.get("device_inputs"):
-        lines += ["| input | dtype | pass when the trip lacks it |", "| --- | --- | --- |"]
+        lines += ["| input | dtype | pass when the example lacks it |", "| --- | --- | --- |"]
         lines += [f"| {item['name']} | {item['dtype']} | "
                   f"{'(required)' if item['missing_value'] is None else repr(item['missing_value'])} |"
                   for item in report["device_inputs"]]
         lines.append("")
-    lines += ["| variant | AUC | AUC drop | accuracy | size (bytes) | size vs float32 | weights vs float32 | "
-              "median latency (µs) | latency vs float32 | output diff mean / max | verdict |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += ["| variant | " + " | ".join(metric.label for metric in metrics) + f" | {task.primary.label} drop | "
+              "size (bytes) | size vs float32 | weights vs float32 | median latency (µs) | latency vs float32 | "
+              "output diff mean / max | verdict |",
+              "| --- | " + " | ".join("---" for _ in metrics) + " | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for variant, result in variants.items():
         size_ratio = f"{result['size_bytes'] / float32['size_bytes']:.2f}x" if float32 else "n/a"
         weight_ratio = f"{result['weight_bytes'] / float32['weight_bytes']:.2f}x" if float32 else "n/a"
         latency_ratio = f"{result['median_latency_us'] / float32['median_latency_us']:.2f}x" if float32 else "n/a"
         verdict = "recommended" if result["recommended"] else "accepted" if result["accepted"] else (
             "rejected: " + "; ".join(result["reasons"]))
-        lines.append(f"| {variant} | {result['auc']:.4f} | {result['auc_drop']:.4f} | {result['binary_accuracy']:.4f} "
-                     f"| {result['size_bytes']:,} | {size_ratio} | {weight_ratio} | {result['median_latency_us']:.1f} | {latency_ratio} "
+        lines.append(f"| {variant} | " + " | ".join(f"{result[metric.name]:.4f}" for metric in metrics)
+                     + f" | {result['drop']:.4f} | {result['size_bytes']:,} | {size_ratio} | {weight_ratio} "
+                     f"| {result['median_latency_us']:.1f} | {latency_ratio} "
                      f"| {result['mean_abs_diff']:.2g} / {result['max_abs_diff']:.2g} | {verdict} |")
     for variant, reason in report.get("failed_variants", {}).items():
-        lines.append(f"| {variant} | | | | | | | | | | not converted: {reason} |")
+        lines.append(f"| {variant} | " + " | ".join("" for _ in metrics) + f" | | | | | | | | not converted: {reason} |")
     lines += ["", f"Recommended for devices: {report['recommended'] or 'none (no variant was accepted)'}.", ""]
     ops = sorted({op for result in variants.values() for op in result.get("ops", [])})
     if ops:

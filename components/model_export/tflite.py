@@ -29,7 +29,6 @@ from components import contract
 from components.model_export.variants import TFLITE_VARIANTS
 from components.native_stderr import native_stderr_to_log
 
-AUC_THRESHOLDS = 10_000  # as many as TFMA's AUC uses
 PREPROCESSING_SCOPE = "raw_preprocessing"  # name scope of the preprocessing ops inside the device graph
 _INPUT_DTYPE_NAMES = {tf.float32: "float32", tf.int64: "int64", tf.string: "string"}
 _QUANTIZED_TYPES = ("INT8", "UINT8", "INT16", "INT4")
@@ -39,13 +38,16 @@ class ConversionError(RuntimeError):
     """A variant could not be converted with builtin ops only (the message names the ops at fault)."""
 
 
-def write_device_savedmodel(preprocessing: keras.Model, model: keras.Model, inputs: dict, export_dir: str) -> str:
+def write_device_savedmodel(preprocessing: keras.Model, model: keras.Model, inputs: dict, output_name: str,
+                            export_dir: str) -> str:
     """Input: the fitted preprocessing (raw features -> model-ready tensors), the float32 model-ready model,
-    the model module's INPUTS (name -> tf.io.FixedLenFeature) and a folder.
+    the model module's INPUTS (name -> tf.io.FixedLenFeature), the output's name (the task's prediction_key)
+    and a folder.
 
     Output: `export_dir`, a SavedModel whose serving_default takes one raw example (shape [1] per input,
-    the feature's own dtype) and returns {"probabilities": [1, 1]}: the same computation as the serving
-    SavedModel's serving_raw signature, with the preprocessing ops under PREPROCESSING_SCOPE."""
+    the feature's own dtype) and returns {output_name: [1, 1] or [1, K]}: the model's output for it, as the
+    serving SavedModel's serving_raw signature computes it, with the preprocessing ops under
+    PREPROCESSING_SCOPE."""
     archive = keras.export.ExportArchive()
     archive.track(preprocessing)
     archive.track(model)
@@ -54,9 +56,9 @@ def write_device_savedmodel(preprocessing: keras.Model, model: keras.Model, inpu
     def probabilities(features):
         with tf.name_scope(PREPROCESSING_SCOPE):
             model_ready = preprocessing(features)
-        return {contract.OUTPUT_NAME: tf.cast(model(model_ready, training=False), tf.float32)}
+        return {output_name: tf.cast(model(model_ready, training=False), tf.float32)}
 
-    # The .tflite file's one signature, under the serving name: raw features -> {"probabilities"}.
+    # The .tflite file's one signature, under the serving name: raw features -> {output_name}.
     archive.add_endpoint(contract.SERVING_SIGNATURE, probabilities, input_signature=[spec])
     archive.write_out(export_dir, verbose=False)
     return export_dir
@@ -78,13 +80,16 @@ def input_conventions(inputs: dict) -> list[dict]:
     return conventions
 
 
-def convert(saved_model_dir: str, variant: str, representative: dict[str, np.ndarray] | None = None) -> bytes:
-    """Input: a device SavedModel (write_device_savedmodel), a variant name, and (full_int8 only) raw
-    calibration features, name -> array of N rows. Output: the .tflite flatbuffer bytes.
+def convert(saved_model_dir: str, variant: str, representative: dict[str, np.ndarray] | None = None,
+            float_output_layer: bool = False) -> bytes:
+    """Input: a device SavedModel (write_device_savedmodel), a variant name, (full_int8 only) raw calibration
+    features, name -> array of N rows, and whether full_int8 keeps the model's output layer in float32 (a
+    regression output: an int8 one saturates outside the calibration range). Output: the .tflite bytes.
 
     Every variant is converted with TFLITE_BUILTINS only (full int8: TFLITE_BUILTINS_INT8 first, builtin
     float and integer kernels for what has no int8 kernel); ConversionError names any op that would need
-    more. full_int8 quantizes all but the ops under PREPROCESSING_SCOPE, inputs and output stay float."""
+    more. full_int8 quantizes all but the ops under PREPROCESSING_SCOPE (and the output layer when asked),
+    inputs and output stay float."""
     if variant not in TFLITE_VARIANTS:
         raise ValueError(f"unknown TFLite variant {variant!r} (known: {', '.join(TFLITE_VARIANTS)})")
     converter = tf.lite.TFLiteConverter.from_saved_model(saved_model_dir,
@@ -100,7 +105,7 @@ def convert(saved_model_dir: str, variant: str, representative: dict[str, np.nda
             if variant != "full_int8":
                 flatbuffer = converter.convert()
             else:
-                flatbuffer = _quantize_core(converter, representative)
+                flatbuffer = _quantize_core(converter, representative, float_output_layer)
     except Exception as error:  # the converter raises its own ConverterError, with the ops in its notes
         text = "\n".join([str(error), *getattr(error, "__notes__", [])])
         missing = sorted(set(re.findall(r"'tf\.(\w+)' op is neither a custom op nor a flex op", text)))
@@ -114,10 +119,11 @@ def convert(saved_model_dir: str, variant: str, representative: dict[str, np.nda
     return flatbuffer
 
 
-def _quantize_core(converter, representative: dict[str, np.ndarray] | None) -> bytes:
-    """Full-integer quantization of everything but the preprocessing: calibrate on the representative raw
-    examples, then quantize with the preprocessing ops' outputs on the quantizer's deny list (the selective
-    quantization of tf.lite.experimental.QuantizationDebugger, without its debug instrumentation)."""
+def _quantize_core(converter, representative: dict[str, np.ndarray] | None, float_output_layer: bool) -> bytes:
+    """Full-integer quantization of everything but the preprocessing (and, with `float_output_layer`, the
+    ops from the last fully connected layer to the output): calibrate on the representative raw examples,
+    then quantize with those ops' outputs on the quantizer's deny list (the selective quantization of
+    tf.lite.experimental.QuantizationDebugger, without its debug instrumentation)."""
     from tensorflow.lite.python import convert as lite_convert
 
     if not representative:
@@ -129,8 +135,9 @@ def _quantize_core(converter, representative: dict[str, np.ndarray] | None) -> b
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8, tf.lite.OpsSet.TFLITE_BUILTINS]
     converter._experimental_calibrate_only = True  # pylint: disable=protected-access
     calibrated = converter.convert()
+    denied = preprocessing_tensor_names(calibrated) + (output_layer_tensor_names(calibrated) if float_output_layer else [])
     return lite_convert.mlir_quantize(calibrated, input_data_type=tf.float32, output_data_type=tf.float32,
-                                      denylisted_nodes=preprocessing_tensor_names(calibrated))
+                                      denylisted_nodes=denied)
 
 
 def _calibration_value(value: bytes) -> np.ndarray:
@@ -165,6 +172,29 @@ def preprocessing_tensor_names(flatbuffer: bytes) -> list[str]:
                 name = graph.tensors[index].name.decode()
                 if _is_preprocessing(name):
                     names.add(name)
+    return sorted(names)
+
+
+def output_layer_tensor_names(flatbuffer: bytes) -> list[str]:
+    """Names of the tensors the output layer produces: walking back from each subgraph output through the
+    ops that produce it, up to and including the last FULLY_CONNECTED (the layer that sets the output's
+    range)."""
+    model = _model(flatbuffer)
+    op_names = _op_names(model)
+    names = set()
+    for graph in model.subgraphs:
+        producer = {index: op for op in graph.operators for index in _indices(op.outputs)}
+        for output in _indices(graph.outputs):
+            index = output
+            while index in producer:
+                op = producer[index]
+                names.add(graph.tensors[index].name.decode())
+                if op_names[op.opcodeIndex] == "FULLY_CONNECTED":
+                    break
+                inputs = [i for i in _indices(op.inputs) if i in producer]
+                if not inputs:
+                    break
+                index = inputs[0]
     return sorted(names)
 
 
@@ -280,15 +310,15 @@ def _interpreter_class():
 
 class DeviceInterpreter:
     """One converted model in LiteRT, the device runtime (TensorFlow's interpreter when ai-edge-litert is not
-    installed), fed one raw example at a time as an app would."""
+    installed), fed one raw example at a time as an app would; `output_name` is the output it reads."""
 
-    def __init__(self, flatbuffer: bytes):
+    def __init__(self, flatbuffer: bytes, output_name: str):
         with native_stderr_to_log("TFLite interpreter"):
             self._interpreter = _interpreter_class()(model_content=flatbuffer, num_threads=1)
             self._interpreter.allocate_tensors()
         runner = self._interpreter.get_signature_runner(contract.SERVING_SIGNATURE)
         self._inputs = {name: detail["index"] for name, detail in runner.get_input_details().items()}
-        self._output = runner.get_output_details()[contract.OUTPUT_NAME]["index"]
+        self._output = runner.get_output_details()[output_name]["index"]
         del runner  # it must not outlive allocate/invoke checks on the interpreter
 
     def _set_example(self, features: dict[str, np.ndarray], row: int) -> None:
@@ -296,14 +326,16 @@ class DeviceInterpreter:
             self._interpreter.set_tensor(index, features[name][row:row + 1])
 
     def predict(self, features: dict[str, np.ndarray]) -> np.ndarray:
-        """Input: raw features, name -> array of N rows (strings as bytes). Output: N float32 probabilities."""
+        """Input: raw features, name -> array of N rows (strings as bytes). Output: the model's outputs, [N]
+        for one value per example, [N, K] for K class probabilities."""
         rows = len(next(iter(features.values())))
-        out = np.empty(rows, np.float32)
+        outputs = []
         for row in range(rows):
             self._set_example(features, row)
             self._interpreter.invoke()
-            out[row] = self._interpreter.get_tensor(self._output).reshape(-1)[0]
-        return out
+            outputs.append(self._interpreter.get_tensor(self._output).reshape(-1).copy())
+        out = np.stack(outputs).astype(np.float32) if outputs else np.zeros((0, 1), np.float32)
+        return out.reshape(rows) if out.shape[1] == 1 else out
 
     def median_latency_seconds(self, features: dict[str, np.ndarray], examples: int) -> float:
         """Median wall time of one invoke() over the first `examples` rows (inputs set outside the timing)."""
@@ -315,12 +347,3 @@ class DeviceInterpreter:
             self._interpreter.invoke()
             timings.append(time.perf_counter() - start)
         return statistics.median(timings)
-
-
-def score(labels: np.ndarray, probabilities: np.ndarray) -> dict[str, float]:
-    """Input: 0/1 labels and probabilities. Output: {"auc", "binary_accuracy"} from Keras metrics."""
-    auc = keras.metrics.AUC(num_thresholds=AUC_THRESHOLDS)
-    accuracy = keras.metrics.BinaryAccuracy()
-    auc.update_state(labels, probabilities)
-    accuracy.update_state(labels, probabilities)
-    return {"auc": float(auc.result()), "binary_accuracy": float(accuracy.result())}

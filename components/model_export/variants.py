@@ -7,34 +7,40 @@ preprocessing, which stays exact in all of them:
   dynamic_int8  weights int8, activations quantized on the fly
   full_int8     the model core's weights and activations int8, calibrated on a representative dataset;
                 preprocessing in its own types (float32 normalization, integer lookups and bins), raw inputs
-                and the float output as they are
+                and the float output as they are; a regression model's output layer stays float32 too (an int8
+                output holds about 256 levels over the calibration range and saturates outside it)
 """
 from __future__ import annotations
 
 TFLITE_VARIANTS = ("float32", "float16", "dynamic_int8", "full_int8")
 
-# Largest mean |probability - SavedModel probability| over the eval split that still counts as the same
-# model: catches a broken conversion (wrong inputs, ignored options), not quantization noise. Measured on the
-# taxi models: float16 1e-5, dynamic int8 5e-4 to 9e-4, full int8 4e-3 to 7e-3 (whose single worst example,
-# in a 1024-wide network, was 0.27 off with the AUC unchanged, so the maximum is no criterion).
+# Largest mean |output - SavedModel output| over the eval split that still counts as the same model: catches a
+# broken conversion (wrong inputs, ignored options), not quantization noise. In probability for classifiers;
+# for regression relative to the spread of the SavedModel's predictions (ModelExport's output_differences).
+# Taken from the taxi models' measured differences (benchmarks page): the maximum is no criterion, one
+# example of a 1024-wide network moved 0.27 under full int8 with the AUC unchanged.
 OUTPUT_TOLERANCE = {"float32": 1e-5, "float16": 1e-3, "dynamic_int8": 0.01, "full_int8": 0.03}
 
 
-def judge_variants(results: dict[str, dict], reference_auc: float, max_auc_drop: float) -> dict[str, dict]:
-    """Input: variant -> {"auc", "size_bytes", "mean_abs_diff", ...}, the SavedModel's AUC, the allowed drop.
+def judge_variants(results: dict[str, dict], task, reference: dict[str, float], max_drop: float) -> dict[str, dict]:
+    """Input: variant -> {<the task's metrics>, "size_bytes", "mean_abs_diff", ...}, the task
+    (components/tasks.py), the SavedModel's metrics, the allowed drop on the task's primary metric (its
+    units; a fraction of the SavedModel's value when the task's tolerances are relative).
 
-    Output: the same dicts with "auc_drop", "accepted", "reasons" (why a variant was rejected) and
-    "recommended" (True for the smallest accepted file, False for the rest). A variant that holds an op
-    outside TFLite's builtins ("non_builtin_ops", e.g. Flex) or computes preprocessing in a quantized type
-    ("quantized_preprocessing_ops") is rejected whatever its AUC.
+    Output: the same dicts with "drop" (how much worse than the SavedModel on the primary metric), "accepted",
+    "reasons" (why a variant was rejected) and "recommended" (True for the smallest accepted file, False for
+    the rest). A variant that holds an op outside TFLite's builtins ("non_builtin_ops", e.g. Flex) or
+    computes preprocessing in a quantized type ("quantized_preprocessing_ops") is rejected whatever it scores.
     """
+    primary = task.primary
+    allowed = task.tolerance(max_drop, reference[primary.name])
     judged = {}
     for variant, result in results.items():
         reasons = []
-        auc_drop = reference_auc - result["auc"]
-        if auc_drop > max_auc_drop:
-            reasons.append(f"AUC {result['auc']:.4f} is {auc_drop:.4f} below the SavedModel's {reference_auc:.4f} "
-                           f"(tolerance {max_auc_drop})")
+        drop = 0.0 - primary.improvement(result[primary.name], reference[primary.name])
+        if drop > allowed:
+            reasons.append(f"{primary.label} {result[primary.name]:.4f} is {drop:.4f} worse than the SavedModel's "
+                           f"{reference[primary.name]:.4f} (tolerance {allowed:.4g})")
         if result["mean_abs_diff"] > OUTPUT_TOLERANCE[variant]:
             reasons.append(f"outputs differ from the SavedModel's by {result['mean_abs_diff']:.4g} on average "
                            f"(tolerance {OUTPUT_TOLERANCE[variant]})")
@@ -42,7 +48,7 @@ def judge_variants(results: dict[str, dict], reference_auc: float, max_auc_drop:
             reasons.append(f"needs ops outside TFLite's builtins: {', '.join(result['non_builtin_ops'])}")
         if result.get("quantized_preprocessing_ops"):
             reasons.append(f"preprocessing quantized: {', '.join(result['quantized_preprocessing_ops'][:3])}")
-        judged[variant] = {**result, "auc_drop": auc_drop, "output_tolerance": OUTPUT_TOLERANCE[variant],
+        judged[variant] = {**result, "drop": drop, "allowed_drop": allowed, "output_tolerance": OUTPUT_TOLERANCE[variant],
                            "accepted": not reasons, "reasons": reasons, "recommended": False}
     accepted = [variant for variant, result in judged.items() if result["accepted"]]
     if accepted:

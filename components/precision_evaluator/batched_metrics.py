@@ -5,10 +5,12 @@ example and slice (`add_input`, about 45 µs each here): for 3 models, 2 slices 
 that is 24 calls per example, 70% of a TFMA run. This evaluator keeps TFMA's metric computations (built
 from the same EvalConfig by `metric_specs.to_computations`) and replaces only their per-example
 `add_input` with numpy sums over every example of a slice in a batch, into the accumulator each TFMA
-combiner keeps (example count; cross-entropy sum; confusion matrix at each threshold; calibration
-histogram of 10,000 buckets). The combiners' own `extract_output`, TFMA's derived metrics (AUC, accuracy,
-precision, recall from those), diff and validation steps and TFMA's writers then run unchanged, so the
-output is TFMA's, file for file.
+combiner keeps (example count; cross-entropy sum; binary confusion matrix at each threshold, also one class
+against the rest; calibration histogram of 10,000 buckets; multi-class confusion matrix; regression error
+sums; label and prediction sums; and the Keras metrics TFMA wraps, updated once per slice and batch). The
+combiners' own `extract_output`, TFMA's derived metrics (AUC, accuracy, precision, recall, calibration from
+those), diff and validation steps and TFMA's writers then run unchanged, so the output is TFMA's, file for
+file.
 
 `unsupported_reason(eval_config)` says why a config needs TFMA's own evaluator instead (a metric whose
 combiner has no batched twin here, example weights, confidence intervals, ...); None when this one serves.
@@ -23,8 +25,10 @@ import tensorflow_model_analysis as tfma
 from tensorflow_model_analysis.contrib.aggregates import binary_confusion_matrices as bcm_aggregates
 from tensorflow_model_analysis.evaluators import metrics_plots_and_validations_evaluator as tfma_evaluator
 from tensorflow_model_analysis.evaluators import metrics_validator
-from tensorflow_model_analysis.metrics import (binary_confusion_matrices, calibration_histogram,
-                                               cross_entropy_metrics, example_count, metric_specs, metric_types)
+from tensorflow_model_analysis.metrics import (binary_confusion_matrices, calibration, calibration_histogram,
+                                               cross_entropy_metrics, example_count, mean_regression_error,
+                                               metric_specs, metric_types, multi_class_confusion_matrix_metrics,
+                                               tf_metric_wrapper)
 from tensorflow_model_analysis.slicer import slicer_lib
 from tensorflow_model_analysis.utils import model_util
 
@@ -188,20 +192,37 @@ def _twin(computation) -> "_Twin":
 
 
 class _Twin:
-    """Input to `add`: one model's labels and predictions for the examples of one slice in one batch
-    (1-D arrays). Accumulators are numpy arrays that add up; `output` hands TFMA's combiner its own
-    accumulator type and returns what the combiner's extract_output returns."""
+    """Input to `add`: one model's labels ([n]) and predictions ([n], or [n, K] class probabilities) for the
+    examples of one slice in one batch. Accumulators are numpy arrays that add up; `output` hands TFMA's
+    combiner its own accumulator type and returns what the combiner's extract_output returns."""
 
     def __init__(self, combiner):
         self.combiner = combiner
         key = getattr(combiner, "_key", None) or getattr(combiner, "_metric_key", None)
         self.model_name = key.model_name if key is not None else combiner._model_name
-        if key is not None and (key.sub_key or key.output_name or key.aggregation_type):
-            raise _Unsupported(f"{type(combiner).__name__} with sub key, output name or aggregation ({key})")
+        sub_key = key.sub_key if key is not None else getattr(combiner, "_sub_key", None)
+        self.class_id = sub_key.class_id if sub_key is not None else None
+        if sub_key is not None and (sub_key.top_k is not None or sub_key.k is not None or self.class_id is None):
+            raise _Unsupported(f"{type(combiner).__name__} with a top_k or k sub key ({key})")
+        if key is not None and (key.output_name or key.aggregation_type):
+            raise _Unsupported(f"{type(combiner).__name__} with output name or aggregation ({key})")
         if getattr(combiner, "_example_weighted", False):
             raise _Unsupported(f"{type(combiner).__name__} with example weights")
         if getattr(combiner, "_class_weights", None) or getattr(combiner, "_aggregation_type", None):
             raise _Unsupported(f"{type(combiner).__name__} with class weights or aggregation")
+
+    def binary(self, labels: np.ndarray, predictions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The (label, prediction) pairs a binary metric sees, as TFMA's select_class_id gives them: with a
+        class id, label == class id against that class's probability; else one value per example."""
+        if self.class_id is None:
+            if predictions.ndim == 2 and predictions.shape[1] > 1:
+                raise ValueError(f"{type(self.combiner).__name__} of {self.model_name}: {predictions.shape[1]} "
+                                 "predictions per example need a class id (binarize)")
+            return labels.reshape(-1), predictions.reshape(-1)
+        if predictions.ndim != 2 or self.class_id >= predictions.shape[1]:
+            raise ValueError(f"{type(self.combiner).__name__} of {self.model_name}: class_id {self.class_id} out of "
+                             f"range for predictions of shape {predictions.shape}")
+        return (labels.reshape(-1) == self.class_id).astype(np.float64), predictions[:, self.class_id]
 
     def add(self, labels: np.ndarray, predictions: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -220,6 +241,7 @@ class _ExampleCount(_Twin):
 
 class _BinaryCrossEntropy(_Twin):
     def add(self, labels, predictions):
+        labels, predictions = self.binary(labels, predictions)
         # TFMA adds _cross_entropy(label, prediction) per example: a mean, elementwise before it. float64
         # labels make the terms and their mean float64 (the logs stay in the predictions' dtype, as in TFMA).
         mean = self.combiner._cross_entropy(labels.astype(np.float64), predictions)
@@ -250,6 +272,7 @@ class _ConfusionMatrices(_Twin):
         self.fractional = matrices._enable_fractional_labels
 
     def add(self, labels, predictions):
+        labels, predictions = self.binary(labels, predictions)
         labels = labels.astype(np.float64)
         predictions = predictions.astype(np.float64)
         if self.fractional:
@@ -284,6 +307,7 @@ class _CalibrationHistogram(_Twin):
         self.fractional = combiner._fractional_labels
 
     def add(self, labels, predictions):
+        labels, predictions = self.binary(labels, predictions)
         labels = labels.astype(np.float64)
         predictions = predictions.astype(np.float64)
         if self.fractional:  # (0, p, 1 - label) and (1, p, label); TFMA drops tuples of weight 0
@@ -315,11 +339,133 @@ class _CalibrationHistogram(_Twin):
         return self.combiner.extract_output(histogram)
 
 
+class _MultiClassConfusionMatrices(_Twin):
+    """Per threshold, examples per (actual class, predicted class): the predicted class is the most probable
+    one, or none (-1) once its probability is at or below a threshold, which holds for every later
+    threshold too (TFMA's order). Accumulator [thresholds, K, K + 1], the last column for none."""
+
+    def __init__(self, combiner):
+        super().__init__(combiner)
+        self.thresholds = list(combiner._thresholds)
+
+    def add(self, labels, predictions):
+        if predictions.ndim != 2 or predictions.shape[1] < 2:
+            raise ValueError(f"multi-class confusion matrix of {self.model_name}: predictions shape must be > 1, "
+                             f"got {predictions.shape}")
+        classes = predictions.shape[1]
+        actual = labels.reshape(-1).astype(np.int64)
+        if np.any((actual < 0) | (actual >= classes)):
+            raise ValueError(f"multi-class confusion matrix of {self.model_name}: a label outside 0..{classes - 1}")
+        predicted = predictions.argmax(axis=1)
+        best = predictions[np.arange(len(predicted)), predicted]
+        result = np.zeros((len(self.thresholds), classes, classes + 1))
+        none = np.zeros(len(predicted), dtype=bool)
+        for i, threshold in enumerate(self.thresholds):
+            none |= best <= threshold
+            np.add.at(result[i], (actual, np.where(none, classes, predicted)), 1.0)
+        return result
+
+    def output(self, accumulator):
+        matrices = multi_class_confusion_matrix_metrics.Matrices()
+        no_prediction = accumulator.shape[2] - 1
+        for threshold, counts in zip(self.thresholds, accumulator):
+            matrices[threshold] = {
+                multi_class_confusion_matrix_metrics.MatrixEntryKey(
+                    int(a), multi_class_confusion_matrix_metrics.NO_PREDICTED_CLASS_ID if p == no_prediction else int(p)):
+                float(counts[a, p]) for a, p in zip(*np.nonzero(counts))}
+        return self.combiner.extract_output(matrices)
+
+
+class _MeanRegressionError(_Twin):
+    """Sum of the combiner's per-example error (absolute, squared, ...) and the count, NaN errors left out of
+    both, as TFMA does."""
+
+    def add(self, labels, predictions):
+        labels, predictions = self.binary(labels, predictions)
+        difference = np.abs(labels.astype(predictions.dtype) - predictions)  # in the inputs' dtype, as TFMA
+        if isinstance(self.combiner, mean_regression_error._MeanAbsoluteErrorCombiner):
+            errors = difference.astype(np.float64)
+        elif isinstance(self.combiner, mean_regression_error._MeanSquaredErrorCombiner):
+            errors = difference.astype(np.float64) ** 2
+        else:
+            raise ValueError(f"no batched twin for {type(self.combiner).__name__}")
+        kept = ~np.isnan(errors)
+        return np.array([errors[kept].sum(), float(kept.sum())])
+
+    def output(self, accumulator):
+        total = mean_regression_error._MeanRegressionErrorAccumulator()
+        total.total_regression_error, total.total_example_weights = float(accumulator[0]), float(accumulator[1])
+        return self.combiner.extract_output(total)
+
+
+class _WeightedLabelsPredictions(_Twin):
+    """Sums of labels, of predictions and of examples (MeanLabel, MeanPrediction, Calibration)."""
+
+    def add(self, labels, predictions):
+        labels, predictions = self.binary(labels, predictions)
+        return np.array([labels.astype(np.float64).sum(), predictions.astype(np.float64).sum(), float(len(labels))])
+
+    def output(self, accumulator):
+        total = calibration._WeightedLabelsPredictionsExamples()
+        total.total_weighted_labels, total.total_weighted_predictions, total.total_weighted_examples = (
+            float(value) for value in accumulator)
+        return self.combiner.extract_output(total)
+
+
+class _KerasMetrics(_Twin):
+    """The Keras metrics TFMA wraps (SparseCategoricalAccuracy, SparseCategoricalCrossentropy, ...), updated
+    once per slice and batch; the accumulator is their summed weights, as TFMA's own batches sum them."""
+
+    def __init__(self, combiner):
+        super().__init__(combiner)
+        if combiner._output_names != [""] or combiner._sub_key_in_config:
+            raise _Unsupported("Keras metrics with output names or a top_k in their config")
+        self._shapes = None  # per metric, the shapes of its weights (known after the first update)
+
+    def _metrics(self) -> list:
+        self.combiner.setup()  # deserializes the Keras metrics on first use, in the worker
+        return self.combiner._metrics[""]
+
+    def add(self, labels, predictions):
+        rows = len(labels)
+        labels = labels.reshape(rows, 1)
+        predictions = predictions.reshape(rows, -1)
+        weights, shapes = [], []
+        for metric in self._metrics():
+            metric.reset_states()
+            metric.update_state(labels, predictions, np.ones((rows, 1), np.float32))
+            values = metric.get_weights()
+            shapes.append([np.shape(value) for value in values])
+            weights += [np.ravel(value).astype(np.float64) for value in values]
+        self._shapes = shapes
+        return np.concatenate(weights)
+
+    def output(self, accumulator):
+        metrics = self._metrics()
+        if self._shapes is None:  # this worker saw no batch: the shapes of freshly reset weights
+            self._shapes = [[np.shape(value) for value in metric.get_weights()] for metric in metrics]
+        total = self.combiner.create_accumulator()
+        offset = 0
+        for index, shapes in enumerate(self._shapes):
+            values = []
+            for shape in shapes:
+                size = int(np.prod(shape))
+                values.append(accumulator[offset:offset + size].reshape(shape).astype(np.float32))
+                offset += size
+            total.add_weights(0, index, values)
+        return self.combiner.extract_output(total)
+
+
 _TWINS_BY_COMBINER.update({
     example_count._ExampleCountCombiner: _ExampleCount,
     cross_entropy_metrics._BinaryCrossEntropyCombiner: _BinaryCrossEntropy,
     binary_confusion_matrices._BinaryConfusionMatrixCombiner: _ConfusionMatrices,
     calibration_histogram._CalibrationHistogramCombiner: _CalibrationHistogram,
+    multi_class_confusion_matrix_metrics._MultiClassConfusionMatrixCombiner: _MultiClassConfusionMatrices,
+    mean_regression_error._MeanAbsoluteErrorCombiner: _MeanRegressionError,
+    mean_regression_error._MeanSquaredErrorCombiner: _MeanRegressionError,
+    calibration._WeightedLabelsPredictionsExamplesCombiner: _WeightedLabelsPredictions,
+    tf_metric_wrapper._CompilableMetricsCombiner: _KerasMetrics,
 })
 
 

@@ -5,7 +5,8 @@ same Trainer at float32 without XLA), optional `production_model` (the latest bl
 LatestBlessedModelStrategy resolver).
 Produces: `evaluation` (ModelEvaluation: TFMA results plus precision_report.json/.md) and `blessing` (a
 standard ModelBlessing that refers to the candidate, or to the FP32 baseline after a fallback).
-Parameters: `settings`, JSON: the `evaluate` config section plus `label_key` (executor.settings_json).
+Parameters: `settings`, JSON: the `evaluate` config section plus the models' target: label key, task and
+class names (executor.settings_json).
 """
 from tfx import types
 from tfx.dsl.components.base import base_beam_component, executor_spec
@@ -36,9 +37,10 @@ class PrecisionEvaluator(base_beam_component.BaseBeamComponent):
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
 
     def __init__(self, examples: types.BaseChannel, model: types.BaseChannel, baseline_model: types.BaseChannel,
-                 settings: EvaluateConfig, label_key: str, production_model: types.BaseChannel | None = None):
+                 settings: EvaluateConfig, target: executor.Target,
+                 production_model: types.BaseChannel | None = None):
         super().__init__(spec=PrecisionEvaluatorSpec(
             examples=examples, model=model, baseline_model=baseline_model, production_model=production_model,
-            settings=executor.settings_json(settings, label_key),
+            settings=executor.settings_json(settings, target),
             evaluation=types.Channel(type=standard_artifacts.ModelEvaluation),
             blessing=types.Channel(type=standard_artifacts.ModelBlessing)))

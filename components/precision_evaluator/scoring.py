@@ -3,9 +3,10 @@
 Input: TFMA's batched extracts (an Arrow RecordBatch from TFXIO with the serialized records in
 tfma.ARROW_INPUT_COLUMN). Output: the same extracts plus, per model name, its transformed features (from
 the ModelSpec's preprocessing functions, e.g. `transform_features`), its labels (`label_key` among them)
-and its predictions (the ModelSpec's signature, e.g. `serving_default`), as numpy arrays with one row per
-example: what TFMA's TransformedFeatures, Labels and Predictions extractors put in the extracts, before
-TFMA unbatches them.
+and its predictions (the ModelSpec's signature, e.g. `serving_default`, and its `prediction_key` output),
+as numpy arrays with one row per example ([N] for one value per example, [N, K] for K class
+probabilities): what TFMA's TransformedFeatures, Labels and Predictions extractors put in the extracts,
+before TFMA unbatches them.
 
 Each SavedModel is loaded once per Beam worker (shared between the DoFn instances of a process), so on
 Dataflow, Flink or Spark every worker scores its share of the eval split.
@@ -94,6 +95,14 @@ def _one_per_example(values: np.ndarray, rows: int, what: str) -> np.ndarray:
     return values.reshape(rows)
 
 
+def _per_example(values: np.ndarray, rows: int, what: str) -> np.ndarray:
+    """[N] for one value per example, [N, K] for K values per example."""
+    if not values.shape or values.shape[0] != rows:
+        raise ValueError(f"{what}: expected one row per example ({rows}), got shape {values.shape}")
+    values = values.reshape(rows, -1)
+    return values.reshape(rows) if values.shape[1] == 1 else values
+
+
 def _label(spec, transformed: dict[str, np.ndarray], batch) -> np.ndarray:
     """The label as TFMA's LabelsExtractor finds it: `label_key` among the transformed features, else a raw
     feature of that name."""
@@ -117,4 +126,4 @@ def _prediction(spec, outputs: dict[str, np.ndarray], rows: int) -> np.ndarray:
         (values,) = outputs.values()
     else:
         _, values = metric_util.prepare_labels_and_predictions(None, outputs, "")
-    return _one_per_example(np.asarray(values), rows, f"{spec.name} prediction")
+    return _per_example(np.asarray(values), rows, f"{spec.name} prediction")

@@ -14,8 +14,8 @@ import keras
 import tensorflow as tf
 from tfx.dsl.io import fileio
 
-from components import contract
-from models.interface import ModelModule
+from components import artifact_files, contract, tasks
+from models.interface import ModelModule, task_of
 
 
 def model_ready_dir(serving_model_dir: str) -> str:
@@ -44,11 +44,14 @@ def float32_copy(model_module: ModelModule, preprocessing: keras.Model, trained:
 
 def export_serving_model(model_module: ModelModule, preprocessing: keras.Model, model: keras.Model,
                          export_dir: str) -> None:
-    """Writes `export_dir` as a SavedModel with the serving_default, serving_raw and transform_features
-    signatures; `model` must already be float32 (see float32_copy)."""
+    """Writes `export_dir` as a SavedModel with the serving_default (serialized tf.Examples), serving_raw (one
+    tensor per raw feature), transform_features (the label) and preprocess signatures; serving_default and
+    serving_raw return the task's outputs (components/tasks.py: serving_outputs). `model` must already be
+    float32 (see float32_copy)."""
     archive = keras.export.ExportArchive()
     archive.track(preprocessing)
     archive.track(model)
+    task, classes = task_of(model_module), tuple(model_module.CLASSES)
     example_spec = [tf.TensorSpec([None], tf.string, name="examples")]
     raw_spec = [{name: tf.TensorSpec([None], spec.dtype, name=name) for name, spec in model_module.INPUTS.items()}]
 
@@ -57,7 +60,8 @@ def export_serving_model(model_module: ModelModule, preprocessing: keras.Model, 
 
     @tf.function(input_signature=raw_spec)  # traced once, called by serve_examples too
     def serve_raw(features):
-        return {contract.OUTPUT_NAME: tf.cast(model(preprocessing(features), training=False), tf.float32)}
+        output = tf.cast(model(preprocessing(features), training=False), tf.float32)
+        return tasks.serving_outputs(task, output, classes)
 
     def serve_examples(serialized):
         return serve_raw(tf.io.parse_example(serialized, model_module.INPUTS))
@@ -81,3 +85,21 @@ def _export_keras_files(preprocessing: keras.Model, model: keras.Model, export_d
     fileio.makedirs(export_dir)
     model.save(os.path.join(export_dir, contract.MODEL_READY_FILE))
     preprocessing.save(os.path.join(export_dir, contract.PREPROCESSING_FILE))
+
+
+MODEL_FACTS_FILE = "model_facts.json"  # beside the Keras files: what the evaluator and export need to know
+
+
+def model_facts(training_report: dict) -> dict:
+    """What later steps read about a trained model: its task and classes, the numerics it trained with and
+    the label counts of each split (the training split's build the trivial predictor)."""
+    return {key: training_report[key] for key in ("model", "task", "classes", "precision", "xla", "labels")}
+
+
+def write_model_facts(serving_model_dir: str, facts: dict) -> None:
+    artifact_files.write_json(os.path.join(model_ready_dir(serving_model_dir), MODEL_FACTS_FILE), facts)
+
+
+def read_model_facts(serving_model_dir: str) -> dict:
+    """The model_facts of a trained model ({} for a model exported before they were written)."""
+    return artifact_files.read_json_if_exists(os.path.join(model_ready_dir(serving_model_dir), MODEL_FACTS_FILE)) or {}

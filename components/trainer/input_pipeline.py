@@ -16,14 +16,15 @@ def list_files(file_patterns: list[str]) -> list[str]:
     return files
 
 
-def _compression(files: list[str]) -> str:
+def record_compression(files: list[str]) -> str:
+    """The compression_type for TFRecordDataset: GZIP when every file is named *.gz (ingestion writes them so)."""
     return "GZIP" if all(f.endswith(".gz") for f in files) else ""
 
 
 def count_records(file_patterns: list[str]) -> int:
     """Input: TFRecord file patterns. Output: how many records they hold (one pass over the files)."""
     files = list_files(file_patterns)
-    records = tf.data.TFRecordDataset(files, compression_type=_compression(files), num_parallel_reads=4)
+    records = tf.data.TFRecordDataset(files, compression_type=record_compression(files), num_parallel_reads=4)
     return int(records.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
 
 
@@ -31,7 +32,7 @@ def fits_in_memory(file_patterns: list[str], max_megabytes: int) -> bool:
     """Output: True when the serialized records of these files should take at most `max_megabytes` of RAM."""
     files = list_files(file_patterns)
     size = sum(tf.io.gfile.stat(f).length for f in files)
-    if _compression(files):
+    if record_compression(files):
         size *= GZIP_EXPANSION
     return size <= max_megabytes * 2**20
 
@@ -48,7 +49,7 @@ def make_dataset(file_patterns: list[str], feature_spec: dict[str, tf.io.FixedLe
     `shard_by_data` makes multi-worker training split records, not files, between workers.
     """
     files = list_files(file_patterns)
-    compression = _compression(files)
+    compression = record_compression(files)
     dataset = tf.data.Dataset.from_tensor_slices(files)
     dataset = dataset.interleave(
         lambda path: tf.data.TFRecordDataset(path, compression_type=compression),

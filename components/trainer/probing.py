@@ -15,11 +15,12 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from components import tasks
 from components.settings import TrainConfig
 from components.trainer.device import Decision, DeviceDescription, choose_precision, config_override, xla_candidates
 from components.trainer.distribution import work_around_keras_multi_worker_fit
 from components.trainer.plan import TrainingPlan, WarmupThenConstant
-from models.interface import ModelModule
+from models.interface import ModelModule, task_of
 
 PROBE_BATCHES = 20  # distinct in-memory batches the XLA and input-wait timings cycle through
 
@@ -107,20 +108,22 @@ def _build_and_compile(model_module: ModelModule, preprocessing: keras.Model, se
         keras.config.set_dtype_policy("float32")
     if multi_worker:
         work_around_keras_multi_worker_fit(model)
-    _compile(model, plan, settings, policy, xla)
+    _compile(model, model_module, plan, settings, policy, xla)
     return model
 
 
-def _compile(model: keras.Model, plan: TrainingPlan, settings: TrainConfig, precision: str, xla: bool) -> None:
+def _compile(model: keras.Model, model_module: ModelModule, plan: TrainingPlan, settings: TrainConfig,
+             precision: str, xla: bool) -> None:
     """Adam with warmup and the scaled learning rate (wrapped for dynamic loss scaling under mixed_float16),
-    binary cross-entropy, AUC and accuracy; XLA and steps per execution as decided."""
+    the task's loss (or the module's make_loss()) and Keras metrics; XLA and steps per execution as decided."""
     accumulation = plan.gradient_accumulation_steps
     optimizer = keras.optimizers.Adam(WarmupThenConstant(plan.learning_rate, settings.warmup_steps),
                                       gradient_accumulation_steps=accumulation if accumulation > 1 else None)
     if precision == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-    model.compile(optimizer=optimizer, loss=keras.losses.BinaryCrossentropy(),
-                  metrics=[keras.metrics.AUC(name="auc"), keras.metrics.BinaryAccuracy(name="binary_accuracy")],
+    task = task_of(model_module)
+    loss = model_module.make_loss() if hasattr(model_module, "make_loss") else tasks.loss(task)
+    model.compile(optimizer=optimizer, loss=loss, metrics=tasks.keras_metrics(task),
                   jit_compile=xla, steps_per_execution=settings.steps_per_execution)
 
 

@@ -1,8 +1,9 @@
 """The GPU-aware training loop, independent of TFX: device -> strategy -> precision -> XLA -> fit -> export.
 
 `train(job)` takes file patterns, output directories and the settings (the pipeline's TrainConfig) and
-returns the training report, which the chief also writes as JSON. The model module (models.interface.ModelModule) supplies
-only INPUTS, LABEL_INPUTS, LABEL_KEY, make_label, build_preprocessing(sample) and build_model(preprocessing).
+returns the training report, which the chief also writes as JSON. The model module (models.interface.ModelModule)
+supplies only its task, inputs and label, build_preprocessing(sample) and build_model(preprocessing); the
+loss and metrics follow from the task (components/tasks.py) unless the module brings its own loss.
 How the precision and XLA are probed is in probing.py, checkpoint handling in checkpoints.py.
 """
 from __future__ import annotations
@@ -24,11 +25,14 @@ from components.trainer.device import choose_strategy, config_override, describe
 from components.trainer.distribution import (configure_gpus, is_chief, make_strategy, supported_steps_per_execution,
                                              worker_task)
 from components.trainer.export import export_serving_model, float32_copy
-from components.trainer.input_pipeline import count_records, fits_in_memory, make_dataset
+from components.tasks import summarize_labels
+from components.trainer.export import model_facts, write_model_facts
+from components.trainer.input_pipeline import fits_in_memory, make_dataset
+from components.trainer.labels import read_labels
 from components.trainer.plan import training_plan
 from components.trainer.probing import build_for_device, in_memory_batches, input_wait
 from components.trainer.warm_start import apply_warm_start, load_warm_start
-from models.interface import load_model_module
+from models.interface import load_model_module, task_of
 
 ADAPT_SAMPLE_SIZE = 20_000  # rows used to fit the preprocessing layers (vocabularies, normalization)
 
@@ -60,15 +64,17 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
     keras.utils.set_random_seed(settings.seed)
     keras.config.set_dtype_policy("float32")
     warm = load_warm_start(model_module, job.base_model, settings.warm_start)
-    sample_rows = None  # rows in the adapt sample: all training records when fewer than ADAPT_SAMPLE_SIZE
     preprocessing = warm.preprocessing
     if preprocessing is None:
-        sample = read_sample(job.train_files, model_module.INPUTS, ADAPT_SAMPLE_SIZE)
-        sample_rows = len(next(iter(sample.values())))
-        preprocessing = model_module.build_preprocessing(sample)
+        preprocessing = model_module.build_preprocessing(read_sample(job.train_files, model_module.INPUTS,
+                                                                     ADAPT_SAMPLE_SIZE))
 
-    small = sample_rows is not None and sample_rows < ADAPT_SAMPLE_SIZE  # the sample read every record
-    train_examples = sample_rows if small else count_records(job.train_files)
+    task = task_of(model_module)
+    labels = {split: read_labels(files, model_module, task, split)  # one pass each: counts, and bad labels stop here
+              for split, files in (("train", job.train_files), ("eval", job.eval_files))}
+    label_summaries = {split: summarize_labels(task, values, tuple(model_module.CLASSES))
+                       for split, values in labels.items()}
+    train_examples = label_summaries["train"].examples
     settings = dataclasses.replace(
         settings, steps_per_execution=supported_steps_per_execution(settings.steps_per_execution, replicas))
     plan = training_plan(train_examples, settings, replicas)
@@ -120,7 +126,8 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
 
     final_metrics = {name: float(values[-1]) for name, values in history.history.items()}
     report = {
-        "model": settings.model,
+        "model": settings.model, "task": task.name, "classes": list(model_module.CLASSES),
+        "labels": {split: summary.to_json() for split, summary in label_summaries.items()},
         "device": dataclasses.asdict(device),
         "strategy": strategy_choice.value, "strategy_reason": strategy_choice.reason, "replicas": replicas,
         "worker": worker, "precision": precision.value, "precision_reason": precision.reason,
@@ -142,6 +149,7 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
     if chief:  # every worker holds the same model; the chief alone writes what the run leaves behind
         export_serving_model(model_module, preprocessing, float32_copy(model_module, preprocessing, model),
                              job.serving_model_dir)
+        write_model_facts(job.serving_model_dir, model_facts(report))
         artifact_files.write_json(os.path.join(job.run_dir, contract.TRAINING_REPORT_FILE), report)
     return report
 

@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 import models.taxi as taxi
+from models import layers
 from components import contract
 from components.model_export import tflite
 from components.model_export.executor import export_model, raw_features, render_markdown
@@ -228,13 +229,13 @@ def test_a_preprocessing_layer_without_builtin_kernels_is_named_and_not_shipped(
 
 def test_vocabulary_gives_keras_lookup_indices_and_survives_saving(tmp_path):
     tracts = np.array([17031081500, 17031839100, -1, 17031081500, 17031320100, -1, 17031081500], np.int64)
-    layer = taxi.Vocabulary.adapted(tracts, 500, name="tract_lookup")
+    layer = layers.Vocabulary.adapted(tracts, 500, name="tract_lookup")
     assert layer.vocabulary == [17031081500, -1, 17031320100, 17031839100]  # by frequency, then value
     queries = np.array([17031081500, -1, 17031839100, 17031839101, 0], np.int64)
     lookup = keras.layers.IntegerLookup(vocabulary=layer.vocabulary)
     assert np.array_equal(layer(queries).numpy(), lookup(queries).numpy())
     payments = np.array([b"Cash", b"Credit Card", b"Cash", b""], dtype=object)
-    strings = taxi.Vocabulary.adapted(payments, 10, name="pay_lookup")
+    strings = layers.Vocabulary.adapted(payments, 10, name="pay_lookup")
     assert strings.vocabulary == ["Cash", "", "Credit Card"]
     words = tf.constant(["Cash", "", "Credit Card", "Dispute"])
     string_lookup = keras.layers.StringLookup(vocabulary=strings.vocabulary)
@@ -246,7 +247,7 @@ def test_vocabulary_gives_keras_lookup_indices_and_survives_saving(tmp_path):
 
 
 def test_standardize_constants_are_exact_in_half_precision():
-    layer = taxi.Standardize.fitted(np.log1p(np.array([3.25, 6.05, 12.5, 40.0, 5.85])), name="fare_norm")
+    layer = layers.Standardize.fitted(np.log1p(np.array([3.25, 6.05, 12.5, 40.0, 5.85])), name="fare_norm")
     for constant in (layer.mean, layer.scale):
         assert float(np.float32(np.float16(constant))) == float(np.float32(constant))
     values = layer(np.log1p(np.array([3.25, 6.05, 12.5, 40.0, 5.85], np.float32))).numpy()

@@ -28,6 +28,9 @@ from components.trainer.train import TrainingJob, train
 from pipeline.config import load_config
 
 
+TAXI_TARGET = evaluator_executor.Target("big_tipper", "binary", ("not_big_tipper", "big_tipper"))
+
+
 def _artifact(cls, uri, artifact_id=None):
     artifact = cls()
     artifact.uri = str(uri)
@@ -38,8 +41,8 @@ def _artifact(cls, uri, artifact_id=None):
 
 @pytest.fixture(scope="module")
 def trained(taxi_span_root, tmp_path_factory):
-    """An Examples artifact (shard 0 train, shard 1 eval) and two float32 models: a properly trained FP32
-    baseline and a 'candidate' left practically untrained (one pass at a learning rate of 1e-7)."""
+    """An Examples artifact (shard 0 train, shard 1 eval) and two models: a properly trained FP32 baseline and
+    a mixed-precision 'candidate' left practically untrained (one pass at a learning rate of 1e-7)."""
     root = tmp_path_factory.mktemp("precision")
     shards = sorted(tf.io.gfile.glob(os.path.join(taxi_span_root, "span-1", "*.gz")))
     examples = _artifact(standard_artifacts.Examples, root / "examples", 1)
@@ -49,11 +52,11 @@ def trained(taxi_span_root, tmp_path_factory):
     examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
     examples_utils.set_payload_format(examples, example_gen_pb2.PayloadFormat.FORMAT_TF_EXAMPLE)
     models = {}
-    for name, model_id, overrides in (("fp32_baseline", 11, {"epochs": 3}),
-                                      ("candidate", 12, {"epochs": 1, "learning_rate": 1e-7})):
+    for name, model_id, overrides in (("fp32_baseline", 11, {"epochs": 3, "precision": "float32"}),
+                                      ("candidate", 12, {"epochs": 1, "learning_rate": 1e-7,
+                                                         "precision": "mixed_bfloat16"})):
         uri = root / name
-        settings = load_config(train={"batch_size": 64, "input_probe_steps": 0, "precision": "float32", "xla": "off",
-                                      **overrides}).train
+        settings = load_config(train={"batch_size": 64, "input_probe_steps": 0, "xla": "off", **overrides}).train
         train(TrainingJob(settings=settings, train_files=[shards[0]], eval_files=[shards[1]],
                           serving_model_dir=str(uri / "Format-Serving"), run_dir=str(uri / "run"),
                           checkpoint_dir=str(uri / "checkpoints")))
@@ -69,8 +72,8 @@ def _evaluate(trained, output, executor_class=evaluator_executor.Executor, produ
     examples, models = trained
     evaluation = _artifact(standard_artifacts.ModelEvaluation, output / "evaluation")
     blessing = _artifact(standard_artifacts.ModelBlessing, output / "blessing")
-    settings = evaluator_executor.settings_json(load_config(evaluate={"min_auc": 0.8, **evaluate}).evaluate,
-                                                "big_tipper")
+    settings = evaluator_executor.settings_json(load_config(evaluate={"absolute_bar": 0.8, **evaluate}).evaluate,
+                                                TAXI_TARGET)
     context = base_beam_executor.BaseBeamExecutor.Context(beam_pipeline_args=["--direct_running_mode=in_memory"],
                                                           tmp_dir=str(output / "tmp"))
     inputs = {contract.EXAMPLES: [examples], contract.MODEL: [models["candidate"]],
@@ -106,7 +109,7 @@ def test_candidate_failing_fp32_parity_falls_back_to_the_baseline_which_is_expor
     with open(tmp_path / "export" / contract.EXPORT_REPORT_FILE) as handle:
         export_report = json.load(handle)
     assert export_report["source_model"]["id"] == models["fp32_baseline"].id
-    assert abs(export_report["savedmodel"]["auc"] - overall["fp32_baseline"]["auc"]) < 0.005  # Keras vs TFMA AUC
+    assert abs(export_report["savedmodel"]["auc"] - overall["fp32_baseline"]["auc"]) < 0.001  # exact vs TFMA AUC
     assert exported.get_string_custom_property("recommended_tflite") == export_report["recommended"]
 
 
@@ -122,12 +125,15 @@ def test_without_the_fallback_nothing_is_blessed(trained, tmp_path):
 
 
 def test_the_pipeline_config_takes_the_batched_metrics():
-    """Every metric in METRICS, three models, overall and sliced: no fallback to the per-example evaluator."""
-    config = evaluator_executor.make_eval_config(["candidate", "fp32_baseline", "production"], "big_tipper",
-                                                 "payment_type")
-    assert batched_metrics.unsupported_reason(config) is None
-    with_other_metric = evaluator_executor.make_eval_config(["candidate"], "big_tipper", "")
-    with_other_metric.metrics_specs[0].metrics.add(class_name="MeanLabel")
+    """Every task's metrics, three models, overall and sliced: no fallback to the per-example evaluator."""
+    targets = [TAXI_TARGET, evaluator_executor.Target("species", "multiclass", ("a", "b", "c")),
+               evaluator_executor.Target("fare", "regression")]
+    for target in targets:
+        config = evaluator_executor.make_eval_config(["candidate", "fp32_baseline", "production"], target,
+                                                     "payment_type")
+        assert batched_metrics.unsupported_reason(config) is None, target
+    with_other_metric = evaluator_executor.make_eval_config(["candidate"], TAXI_TARGET, "")
+    with_other_metric.metrics_specs[0].metrics.add(class_name="SquaredPearsonCorrelation")
     # A metric without a batched twin runs on TFMA's own evaluator instead (the executor falls back).
     assert "no batched twin" in batched_metrics.unsupported_reason(with_other_metric)
 
@@ -135,10 +141,11 @@ def test_the_pipeline_config_takes_the_batched_metrics():
 def test_settings_travel_as_json_of_the_config_section_and_come_back_typed():
     """The exec property `settings`: the config section's fields in order (the evaluator's plus the label key),
     read back at the executor boundary as the same dataclass; an unknown setting is an error naming it."""
-    evaluate = load_config(evaluate={"min_auc": 0.7, "slice_feature": ""}).evaluate
-    text = evaluator_executor.settings_json(evaluate, "big_tipper")
-    assert list(json.loads(text).items()) == list(dataclasses.asdict(evaluate).items()) + [("label_key", "big_tipper")]
-    assert evaluator_executor.read_settings(text) == (evaluate, "big_tipper")
+    evaluate = load_config(evaluate={"absolute_bar": 0.7, "slice_feature": ""}).evaluate
+    text = evaluator_executor.settings_json(evaluate, TAXI_TARGET)
+    assert list(json.loads(text).items()) == list(dataclasses.asdict(evaluate).items()) + [
+        ("target", {"label_key": "big_tipper", "task": "binary", "classes": ["not_big_tipper", "big_tipper"]})]
+    assert evaluator_executor.read_settings(text) == (evaluate, TAXI_TARGET)
     export = load_config(export={"tflite_variants": ["float16", "full_int8"]}).export
     assert json.loads(export_executor.settings_json(export)) == dataclasses.asdict(export)
     assert export_executor.read_settings(export_executor.settings_json(export)) == export
@@ -213,7 +220,8 @@ def _synthetic_batches(rows_per_batch=(1500, 700, 1)):
 
 
 def _synthetic_config():
-    config = evaluator_executor.make_eval_config(["a", "b"], "label", "payment_type")
+    config = evaluator_executor.make_eval_config(["a", "b"], evaluator_executor.Target("label", "binary", ("0", "1")),
+                                                 "payment_type")
     for spec in (tfma.SlicingSpec(feature_keys=["hour"]), tfma.SlicingSpec(feature_keys=["payment_type", "hour"]),
                  tfma.SlicingSpec(feature_values={"payment_type": "Cash"})):
         config.slicing_specs.append(spec)
