@@ -243,6 +243,7 @@ class LabelSummary:
     training split's."""
     examples: int
     mean: float  # the mean label (binary: the share of positives)
+    median: float = 0.0  # the median label (regression: the best constant under MAE)
     class_counts: tuple[int, ...] = ()  # classification: examples per class id
 
     def to_json(self) -> dict:
@@ -250,7 +251,8 @@ class LabelSummary:
 
     @classmethod
     def from_json(cls, value: dict) -> "LabelSummary":
-        return cls(int(value["examples"]), float(value["mean"]), tuple(value.get("class_counts", ())))
+        return cls(int(value["examples"]), float(value["mean"]), float(value.get("median", value["mean"])),
+                   tuple(value.get("class_counts", ())))
 
 
 def summarize_labels(task: Task, labels: np.ndarray, classes: tuple[str, ...]) -> LabelSummary:
@@ -259,18 +261,21 @@ def summarize_labels(task: Task, labels: np.ndarray, classes: tuple[str, ...]) -
     counts = ()
     if task.is_classification:
         counts = tuple(int(c) for c in np.bincount(labels.astype(np.int64), minlength=len(classes)))
-    return LabelSummary(len(labels), float(labels.mean()) if len(labels) else 0.0, counts)
+    if not len(labels):
+        return LabelSummary(0, 0.0, 0.0, counts)
+    return LabelSummary(len(labels), float(labels.mean()), float(np.median(labels)), counts)
 
 
 def trivial_predictions(task: Task, training: LabelSummary, examples: int) -> np.ndarray:
-    """What a model that learned nothing predicts for `examples` examples, in the prediction_key's shape:
-    binary the training share of positives (a constant: AUC 0.5), multiclass certainty on the training
-    split's majority class, regression the training mean label."""
+    """What a model that learned nothing predicts for `examples` examples, in the prediction_key's shape: the
+    best constant on the training split under the task's primary metric. Binary: the share of positives (any
+    constant has AUC 0.5); multiclass: certainty on the majority class; regression: the median label (the
+    constant with the lowest MAE; the mean has the lowest MSE but a larger MAE on skewed labels)."""
     if task.name == MULTICLASS:
         predictions = np.zeros((examples, len(training.class_counts)))
         predictions[:, int(np.argmax(training.class_counts))] = 1.0
         return predictions
-    return np.full(examples, training.mean)
+    return np.full(examples, training.median if task.name == REGRESSION else training.mean)
 
 
 def trivial_description(task: Task, training: LabelSummary, classes: tuple[str, ...]) -> str:
@@ -278,7 +283,7 @@ def trivial_description(task: Task, training: LabelSummary, classes: tuple[str, 
         return f"always {classes[int(np.argmax(training.class_counts))]!r}, the training split's majority class"
     if task.name == BINARY:
         return f"a constant ({training.mean:.4f}, the training share of positives): AUC 0.5"
-    return f"always {training.mean:.6g}, the training split's mean label"
+    return f"always {training.median:.6g}, the training split's median label (the best constant under MAE)"
 
 
 def check_labels(task: Task, labels: np.ndarray, classes: tuple[str, ...], where: str) -> None:

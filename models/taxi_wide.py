@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import keras
 
-from models.taxi import INPUTS, LABEL_INPUTS, LABEL_KEY, build_preprocessing, make_label  # noqa: F401
+from models.taxi import CLASSES, INPUTS, LABEL_INPUTS, LABEL_KEY, TASK, build_preprocessing, make_label  # noqa: F401
 from models import taxi
 
 HIDDEN_UNITS = (1024, 1024, 512)

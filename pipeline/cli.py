@@ -2,8 +2,9 @@
 
 Exit status: 0 success, 1 a failed step or an unexpected error (--verbose adds its traceback), 2 a bad config
 (malformed YAML, unknown key, wrong type or value, a `train.model` or `schema_path` that cannot be used, a
-credential in a Beam flag, an artifact root that belongs to another output directory), 75 another run holds
-the output directory.
+model whose task, labels and output do not fit, a credential in a Beam flag, an artifact root that belongs to
+another output directory) or labels the task does not allow (a class id outside the model's classes, a
+label missing from some records), 75 another run holds the output directory.
 """
 from __future__ import annotations
 
@@ -254,6 +255,7 @@ def run_pipeline(args, write_demo_data: bool = False) -> int:
 def _run_and_report(config, verbose: bool, known_runs: frozenset[str]) -> int:
     """Runs the pipeline (call inside locked_run), prints how it ended and writes its report. Output: the
     exit status. `known_runs`: the run ids MLMD held before this run, so the report is this run's own."""
+    from components.tasks import TaskError
     from components.tfrecord_ingest.records import IngestionError
     from pipeline.local_runner import run_locked
     try:
@@ -262,6 +264,10 @@ def _run_and_report(config, verbose: bool, known_runs: frozenset[str]) -> int:
         print(f"ingestion error: {error}", file=sys.stderr)
         write_report(config, f"ingestion error: {error}", known_runs)
         return 1
+    except TaskError as error:  # the labels do not fit the task the model declares: the user's to fix, as a config
+        print(f"task error: {error}", file=sys.stderr)
+        write_report(config, f"task error: {error}", known_runs)
+        return 2
     except Exception as error:  # a component failed: say which error, exit non-zero
         report_unexpected(error, verbose, "pipeline failed")
         write_report(config, f"{type(error).__name__}: {error}", known_runs)

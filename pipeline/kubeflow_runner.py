@@ -22,7 +22,7 @@ from tfx.dsl.components.base import base_component
 from components import contract
 from pipeline.config import PROJECT_ROOT, PipelineConfig, StepResources
 from pipeline.kfp_entrypoint import TFX_ENTRYPOINT
-from pipeline.pipeline import create_pipeline
+from pipeline.pipeline import baseline_after_candidate, create_pipeline
 
 ResourceSpec = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec.ResourceSpec
 STEP_ROLES = {contract.TRAINER_NODE: "training", contract.FP32_BASELINE_NODE: "training",
@@ -102,8 +102,10 @@ def compile_kubeflow(config: PipelineConfig, image: str, pipeline_root: str, out
                            f"the image carries: put it under {PROJECT_ROOT} (it is then read from "
                            f"{image_project_root} in the image) or on an object store (gs://, s3://)")
     vertex_training = vertex_training_config(config, image)
+    accelerators = bool(config.resources.training.accelerator and config.resources.training.accelerator_count)
     pipeline = create_pipeline(config, pipeline_root=pipeline_root, fingerprint_data=False,
-                               vertex_training=vertex_training)
+                               vertex_training=vertex_training,
+                               baseline_after_candidate=baseline_after_candidate(config, accelerators))
     for node in pipeline.components:
         if isinstance(node, base_component.BaseComponent):
             node.with_platform_config(resource_spec(getattr(config.resources, step_role(node.id, config))))

@@ -3,7 +3,9 @@
 TFRecordIngest (latest span, or the last N) -> StatisticsGen -> ImportSchemaGen (curated schema) -> ExampleValidator
   -> ValidationGate (blocking anomalies; drift from the last accepted span's statistics)
   -> Trainer (automatic strategy, precision, XLA)  +  Fp32BaselineTrainer (same model, float32, no XLA),
-     both warm-started from the latest blessed model
+     both warm-started from the latest blessed model; the baseline reads the candidate's training report and
+     trains only when the candidate's numerics differ (mixed precision or XLA), unless it is known ahead
+     that they do (a compile for accelerators), when the two train side by side
   -> PrecisionEvaluator (candidate vs FP32 baseline vs latest blessed model; blessing + report)
   -> ModelExport (blessed model: SavedModel + TFLite ladder, each re-evaluated)
   -> AtomicPusher (new version folder, only when blessed)
@@ -26,7 +28,6 @@ import os
 from tfx.components.example_validator.component import ExampleValidator
 from tfx.components.schema_gen.import_schema_gen.component import ImportSchemaGen
 from tfx.components.statistics_gen.component import StatisticsGen
-from tfx.components.trainer.component import Trainer
 from tfx.dsl.components.common.resolver import Resolver
 from tfx.dsl.input_resolution.strategies.latest_artifact_strategy import LatestArtifactStrategy
 from tfx.dsl.input_resolution.strategies.latest_blessed_model_strategy import LatestBlessedModelStrategy
@@ -40,6 +41,7 @@ from components.model_export.component import ModelExport
 from components.precision_evaluator.component import PrecisionEvaluator
 from components.precision_evaluator.executor import Target
 from components.tfrecord_ingest.component import TFRecordIngest
+from components.trainer.component import Trainer
 from components.tfrecord_ingest.records import fingerprint_input
 from components.validation_gate.component import ValidationGate, ValidationReport
 from pipeline.code_fingerprint import code_fingerprint
@@ -47,16 +49,18 @@ from pipeline.config import PipelineConfig
 from models.interface import load_model_module
 from pipeline.resolvers import LatestBlessedModelFromOtherData, LatestFromOtherData
 
-TRAINER_RUN_FN = "components.trainer.run_fn.run_fn"
 TRAINER_PACKAGE = "components.trainer"
 
 
 def create_pipeline(config: PipelineConfig, pipeline_root: str | None = None,
-                    fingerprint_data: bool = True, vertex_training: dict | None = None) -> tfx_pipeline.Pipeline:
+                    fingerprint_data: bool = True, vertex_training: dict | None = None,
+                    baseline_after_candidate: bool = True) -> tfx_pipeline.Pipeline:
     """Input: a checked PipelineConfig; optionally a pipeline root other than the config's (a URI when
     compiling for Kubeflow), whether to fingerprint the input files now (off when the files are read
-    only at run time elsewhere), and Vertex AI training settings (TFX's Vertex Trainer custom_config keys)
-    to run both trainers as multi-replica CustomJobs. Output: the TFX pipeline (no runner attached)."""
+    only at run time elsewhere), Vertex AI training settings (TFX's Vertex Trainer custom_config keys)
+    to run both trainers as multi-replica CustomJobs, and whether the FP32 baseline takes the candidate's
+    ModelRun (it then runs after the candidate and trains only when the candidate's numerics differ; False:
+    the two train side by side, see baseline_after_candidate). Output: the TFX pipeline (no runner attached)."""
     pipeline_root = _absolute(pipeline_root or config.pipeline_root)  # MLMD's URIs then read from any directory
     data_fingerprint = fingerprint_input(config.data_root, config.ingest.span_window) if fingerprint_data else ""
     ingest = TFRecordIngest(input_base=config.data_root, eval_fraction=config.ingest.eval_fraction,
@@ -79,8 +83,9 @@ def create_pipeline(config: PipelineConfig, pipeline_root: str | None = None,
     base_model = production_model if config.train.warm_start else None
     checkpoint_root = os.path.join(pipeline_root, "checkpoints")
     trainer = _trainer(config, examples, schema, base_model, contract.TRAINER_NODE, checkpoint_root, vertex_training)
+    candidate_run = trainer.outputs[contract.MODEL_RUN] if baseline_after_candidate else None
     baseline_trainer = _trainer(config, examples, schema, base_model, contract.FP32_BASELINE_NODE, checkpoint_root,
-                                vertex_training, precision="float32", xla="off",
+                                vertex_training, candidate_run=candidate_run, precision="float32", xla="off",
                                 input_probe_steps=0)  # the reference: its input wait is not what we tune
     for node in (trainer, baseline_trainer):
         node.add_upstream_node(validation_gate)  # blocking anomalies and drift stop the run before any training
@@ -137,23 +142,31 @@ def _resolver(node_id: str, data_fingerprint: str, blessed_model: bool = False, 
     return Resolver(strategy_class=strategy, **channels).with_id(node_id)
 
 
+def baseline_after_candidate(config: PipelineConfig, accelerators: bool) -> bool:
+    """Whether the FP32 baseline should wait for the candidate to learn whether it must train (True), or train
+    beside it (False) because the candidate's numerics will differ anyway: a precision other than float32
+    set in the config, XLA on, or (precision auto) training on accelerators, which get mixed precision.
+    Local runs run one step at a time, so waiting costs nothing there."""
+    train = config.train
+    differ = train.precision in ("mixed_float16", "mixed_bfloat16") or train.xla == "on" or (
+        train.precision == "auto" and accelerators)
+    return not differ
+
+
 def _trainer(config: PipelineConfig, examples: BaseChannel, schema: BaseChannel, base_model: BaseChannel | None,
-             node_id: str, checkpoint_root: str, vertex_training: dict | None, **train_overrides) -> Trainer:
+             node_id: str, checkpoint_root: str, vertex_training: dict | None, candidate_run: BaseChannel | None = None,
+             **train_overrides) -> Trainer:
     """The GPU-aware Trainer as node `node_id` on the `examples` and `schema` channels, warm-started from
-    `base_model` (a channel, or None), with `train_overrides` applied to the train config; TFX's Vertex AI
-    Trainer with `vertex_training` merged into its custom_config when given (the same run_fn then runs in
-    every replica of the CustomJob)."""
+    `base_model` (a channel, or None), given the candidate's ModelRun (`candidate_run`, the FP32 baseline
+    only), with `train_overrides` applied to the train config; run as a Vertex AI CustomJob with
+    `vertex_training` merged into its custom_config when given (the same run_fn then runs in every replica)."""
     custom_config = trainer_custom_config(config, os.path.join(checkpoint_root, node_id), **train_overrides)
     trainer_class = Trainer
     if vertex_training:
-        from tfx.extensions.google_cloud_ai_platform.trainer.component import Trainer as trainer_class
+        from components.trainer.vertex import VertexTrainer as trainer_class
         custom_config = {**custom_config, **vertex_training}
-    return trainer_class(
-        run_fn=TRAINER_RUN_FN,
-        examples=examples,
-        schema=schema,
-        base_model=base_model,
-        custom_config=custom_config).with_id(node_id)
+    return trainer_class(examples=examples, schema=schema, base_model=base_model, candidate_run=candidate_run,
+                         custom_config=custom_config).with_id(node_id)
 
 
 def trainer_custom_config(config: PipelineConfig, checkpoint_dir: str, **train_overrides) -> dict:

@@ -145,6 +145,9 @@ def _training_section(training: dict) -> str:
         return "\n".join(parts + ["<p>No training in this run.</p>"])
     rows = []
     for node, report in reports.items():
+        if report.get("skipped"):
+            rows.append([node, "not trained: " + report["reason"], "", "", "", "", "", "", ""])
+            continue
         wait = report.get("input_wait_fraction")
         warm = report.get("warm_start") or {}
         rows.append([node, f"{report['strategy']} x{report['replicas']}", report["precision"],
@@ -153,7 +156,8 @@ def _training_section(training: dict) -> str:
                      "yes" if warm.get("applied") else "no", _validation_metric(report)])
     parts.append(_table(["trainer", "strategy", "precision", "XLA", "examples/s", "input wait", "resumed from step",
                          "warm start", "validation"], rows))
-    parts.append(_image(_training_figure(reports), "training curves per checkpoint interval"))
+    trained = {node: report for node, report in reports.items() if not report.get("skipped")}
+    parts.append(_image(_training_figure(trained), "training curves per checkpoint interval"))
     return "\n".join(parts)
 
 

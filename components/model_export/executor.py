@@ -84,7 +84,7 @@ def export_model(serving_model_dir: str, model_module: ModelModule, train_files:
     saved_model = tf.saved_model.load(serving_model_dir)
     eval_split = _score_savedmodel(saved_model, model_module, task, eval_files)
     reference = tasks.score(task, eval_split["labels"], eval_split["predictions"])
-    representative = raw_features(model_module, train_files, settings.representative_examples)
+    representative = calibration_features(saved_model, model_module, task, train_files, settings.representative_examples)
     keras_dir = model_ready_dir(serving_model_dir)
     preprocessing = keras.saving.load_model(os.path.join(keras_dir, contract.PREPROCESSING_FILE))
     model = keras.saving.load_model(os.path.join(keras_dir, contract.MODEL_READY_FILE))
@@ -169,6 +169,25 @@ def _score_savedmodel(saved_model, model_module: ModelModule, task: tasks.Task, 
     return {"labels": np.concatenate(parts["labels"]),
             "predictions": predictions.reshape(-1) if predictions.shape[1] == 1 else predictions,
             "raw": {name: np.concatenate([batch[name] for batch in parts["raw"]]) for name in parts["raw"][0]}}
+
+
+CALIBRATION_POOL = 20  # regression: calibration examples are chosen from this many times as many records
+
+
+def calibration_features(saved_model, model_module: ModelModule, task: tasks.Task, files: list[str],
+                         rows: int) -> dict[str, np.ndarray]:
+    """The full-int8 calibration set: the first `rows` training records (classification), or for regression
+    `rows` records spread evenly over the range of the SavedModel's predictions on up to CALIBRATION_POOL x
+    `rows` records, extremes included: every int8 activation range then spans what the model predicts on
+    its training data, and only a prediction beyond all of that can saturate."""
+    if task.is_classification:
+        return raw_features(model_module, files, rows)
+    pool = raw_features(model_module, files, rows * CALIBRATION_POOL)
+    predictions = saved_model.signatures[contract.RAW_SIGNATURE](
+        **{name: tf.constant(values) for name, values in pool.items()})[task.prediction_key].numpy().reshape(-1)
+    order = np.argsort(predictions, kind="stable")
+    chosen = np.unique(order[np.linspace(0, len(order) - 1, min(rows, len(order))).round().astype(int)])
+    return {name: values[chosen] for name, values in pool.items()}
 
 
 def raw_features(model_module: ModelModule, files: list[str], rows: int) -> dict[str, np.ndarray]:

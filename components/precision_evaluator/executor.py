@@ -32,7 +32,6 @@ from components.trainer.export import read_model_facts
 
 BATCH_SIZE = 4096  # eval examples per batch read, scored and summed together
 CONFUSION_MATRIX_PLOT = "multi_class_confusion_matrix_plot"
-SKIPPED_BASELINE_FILE = "fp32_baseline_skipped.json"  # in a baseline Model's serving folder: it was not trained
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +137,7 @@ class Executor(evaluator_executor.Executor):
 
 def skipped_baseline(baseline: types.Artifact) -> str:
     """Why the FP32 baseline Model holds no trained model ("" when it does): the reason its Trainer wrote."""
-    marker = os.path.join(path_utils.serving_model_path(baseline.uri), SKIPPED_BASELINE_FILE)
+    marker = os.path.join(path_utils.serving_model_path(baseline.uri), contract.SKIPPED_BASELINE_FILE)
     return (artifact_files.read_json_if_exists(marker) or {}).get("reason", "")
 
 

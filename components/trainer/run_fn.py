@@ -3,12 +3,18 @@
 Consumes (through FnArgs): train/eval file patterns, serving_model_dir, model_run_dir, base_model (the
 latest blessed model's serving directory, for warm start; None when there is none), and custom_config:
 the pipeline's TrainConfig as a dict plus `checkpoint_root`, where interrupted runs keep their checkpoints,
-and `code_fingerprint`, the digest of the training code (it keys TFX's cache and the checkpoints).
+`code_fingerprint`, the digest of the training code (it keys TFX's cache and the checkpoints), and for the
+FP32 baseline `candidate_run`, the candidate's ModelRun folder.
 Produces the SavedModel in serving_model_dir and training_report.json plus TensorBoard logs in model_run_dir.
+An FP32 baseline whose candidate trained in plain float32 without XLA is not trained again (the same model,
+trained twice, would compare training noise, not precision): serving_model_dir then holds only
+fp32_baseline_skipped.json, and the training report says why.
 """
 from __future__ import annotations
 
-from components import contract
+import os
+
+from components import artifact_files, contract
 from components.settings import TrainConfig, section_from_dict
 from components.trainer.checkpoints import checkpoint_dir_for
 from components.trainer.train import TrainingJob, train
@@ -22,12 +28,38 @@ def train_config_from(custom_config: dict) -> tuple[TrainConfig, str, str | None
     settings = {key: value for key, value in custom_config.items() if not key.startswith(VERTEX_KEY_PREFIX)}
     checkpoint_root = settings.pop(contract.CHECKPOINT_ROOT)
     code_fingerprint = settings.pop(contract.CODE_FINGERPRINT, None)
+    settings.pop(contract.CANDIDATE_RUN, None)
     return (section_from_dict(TrainConfig, settings, "Trainer custom_config", "training"), checkpoint_root,
             code_fingerprint)
 
 
+def same_numerics_as_candidate(candidate_run: str, settings: TrainConfig) -> str:
+    """Input: the candidate's ModelRun folder and this (baseline) training's settings. Output: why training
+    again would give the candidate's own model ("" when the candidate's numerics differ: mixed precision or
+    XLA, or this training is not plain float32 without XLA)."""
+    if (settings.precision, settings.xla) != ("float32", "off"):
+        return ""
+    report = artifact_files.read_json(os.path.join(candidate_run, contract.TRAINING_REPORT_FILE))
+    if report["precision"] == "float32" and not report["xla"]:
+        return "candidate trained in float32 without XLA: it is its own FP32 baseline, not trained again"
+    return ""
+
+
+def write_skipped_baseline(serving_model_dir: str, model_run_dir: str, reason: str, candidate_run: str) -> None:
+    """The outputs of a baseline that was not trained: the marker the evaluator reads (inside
+    serving_model_dir, which TFX checks exists) and a training report that says why."""
+    record = {"skipped": True, "reason": reason, "candidate_run": candidate_run}
+    artifact_files.write_json(os.path.join(serving_model_dir, contract.SKIPPED_BASELINE_FILE), record)
+    artifact_files.write_json(os.path.join(model_run_dir, contract.TRAINING_REPORT_FILE), record)
+
+
 def run_fn(fn_args) -> None:
     settings, checkpoint_root, code_fingerprint = train_config_from(fn_args.custom_config)
+    candidate_run = fn_args.custom_config.get(contract.CANDIDATE_RUN)
+    reason = same_numerics_as_candidate(candidate_run, settings) if candidate_run else ""
+    if reason:
+        write_skipped_baseline(fn_args.serving_model_dir, fn_args.model_run_dir, reason, candidate_run)
+        return
     train_files = list(fn_args.train_files)
     train(TrainingJob(settings=settings, train_files=train_files, eval_files=list(fn_args.eval_files),
                       serving_model_dir=fn_args.serving_model_dir, run_dir=fn_args.model_run_dir,

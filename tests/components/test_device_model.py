@@ -14,7 +14,7 @@ import tensorflow as tf
 
 import models.taxi as taxi
 from models import layers
-from components import contract
+from components import contract, tasks
 from components.model_export import tflite
 from components.model_export.executor import export_model, raw_features, render_markdown
 from components.model_export.variants import OUTPUT_TOLERANCE, TFLITE_VARIANTS
@@ -43,7 +43,7 @@ def exported(taxi_span_root, tmp_path_factory):
 def _serving_raw(serving_dir: str, features: dict[str, np.ndarray]) -> np.ndarray:
     signature = tf.saved_model.load(serving_dir).signatures[contract.RAW_SIGNATURE]
     outputs = signature(**{name: tf.constant(values) for name, values in features.items()})
-    return outputs[contract.OUTPUT_NAME].numpy().reshape(-1)
+    return outputs[tasks.PROBABILITIES].numpy().reshape(-1)
 
 
 LITERT_ONLY = textwrap.dedent("""
@@ -97,7 +97,7 @@ def test_the_ladder_is_scored_in_litert_against_serving_raw_on_the_whole_eval_sp
     assert report["inputs"] == "raw features" and report["compared_with"] == "serving_raw"
     assert report["runtime"].startswith("LiteRT (ai-edge-litert ")
     for variant, result in report["variants"].items():
-        assert result["auc_drop"] <= report["max_tflite_auc_drop"], variant
+        assert result["drop"] <= report["max_tflite_drop"], variant
         assert 0 <= result["mean_abs_diff"] <= result["max_abs_diff"] <= 1
         assert result["median_latency_us"] > 0 and result["size_bytes"] == os.path.getsize(
             os.path.join(export_dir, result["file"]))
@@ -157,7 +157,7 @@ def test_absent_features_take_the_documented_value_and_score_as_in_the_savedmode
     lacking += [r for r, names in zip(records, present) if "dropoff_census_tract" not in names][:20]
     assert len(lacking) >= 60
     expected = tf.saved_model.load(serving).signatures[contract.SERVING_SIGNATURE](examples=tf.constant(lacking))[
-        contract.OUTPUT_NAME].numpy().reshape(-1)
+        tasks.PROBABILITIES].numpy().reshape(-1)
     from ai_edge_litert.interpreter import Interpreter
     for variant, result in report["variants"].items():
         runner = Interpreter(model_path=os.path.join(export_dir, result["file"])).get_signature_runner()
@@ -221,7 +221,7 @@ def test_a_preprocessing_layer_without_builtin_kernels_is_named_and_not_shipped(
     model = keras.Model(ready, keras.layers.Dense(1, activation="sigmoid")(
         keras.layers.Reshape((4,))(keras.layers.Embedding(16, 4)(ready["tract"]))))
     saved = tflite.write_device_savedmodel(preprocessing, model, {"tract": tf.io.FixedLenFeature([], tf.int64, -1)},
-                                           str(tmp_path / "device"))
+                                           tasks.PROBABILITIES, str(tmp_path / "device"))
     with pytest.raises(tflite.ConversionError, match="StringToHashBucketFast") as error:
         tflite.convert(saved, "float32")
     assert "device-safe" in str(error.value)

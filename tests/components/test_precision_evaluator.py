@@ -282,3 +282,123 @@ def test_slice_groups_follow_tfma_slicer():
     expected = [i for i in range(300) if hour[i] == [2] and payment[i] and b"Dispute" in payment[i]]
     assert list(groups[(("hour", 2), ("payment_type", "Dispute"))]) == expected
     assert all(isinstance(key[0][1], int) for key in groups if key and key[0][0] == "hour")
+
+
+# --- Multiclass and regression twins --------------------------------------------------------------------
+
+def _outputs_as_rows(model_names):
+    """Like _columns_as_model_outputs, for K values per example: each model's prediction column holds a row."""
+    def add(extracts):
+        batch = extracts[tfma.constants.ARROW_RECORD_BATCH_KEY]
+
+        def column(name):
+            values = batch.column(batch.schema.get_field_index(name)).flatten().to_numpy()
+            rows = values.reshape(batch.num_rows, -1)
+            return rows.reshape(batch.num_rows) if rows.shape[1] == 1 else rows
+        return {**extracts, tfma.constants.LABELS_KEY: {name: column("label") for name in model_names},
+                tfma.constants.PREDICTIONS_KEY: {name: column(f"prediction_{name}") for name in model_names}}
+    return tfma.extractors.Extractor(stage_name=_STAGE, ptransform=beam.Map(add))
+
+
+def _task_batches(task, rows_per_batch=(1200, 500, 1)):
+    """Record batches with a slice feature, labels and two models' predictions for `task`: class ids and
+    probability rows (ties, certainty, a zero row) for multiclass; skewed values with outliers for regression."""
+    rng = np.random.default_rng(11)
+    batches = []
+    for rows in rows_per_batch:
+        payment = [[[b"Cash", b"Credit Card"][int(rng.integers(0, 2))]] for _ in range(rows)]
+        arrays, types = [pa.array(payment, type=pa.large_list(pa.large_binary()))], ["payment_type"]
+        if task == "multiclass":
+            labels = rng.integers(0, 3, rows)
+            arrays.append(pa.array([[int(v)] for v in labels], type=pa.large_list(pa.int64())))
+            for name in ("a", "b"):
+                scores = rng.dirichlet([1.0, 1.0, 1.0], size=rows).astype(np.float32)
+                special = rng.random(rows)
+                scores[special < 0.05] = [0.5, 0.5, 0.0]  # a tie: the first class is the prediction
+                scores[(special >= 0.05) & (special < 0.08)] = np.eye(3, dtype=np.float32)[labels[(special >= 0.05)
+                                                                                                & (special < 0.08)]]
+                scores[special > 0.995] = 0.0  # no class above the threshold
+                arrays.append(pa.array([list(row) for row in scores], type=pa.large_list(pa.float32())))
+        else:
+            labels = rng.gamma(2.0, 6.0, rows).astype(np.float32)
+            arrays.append(pa.array([[float(v)] for v in labels], type=pa.large_list(pa.float32())))
+            for name in ("a", "b"):
+                predictions = (labels + rng.normal(scale=3.0, size=rows)).astype(np.float32)
+                predictions[rng.random(rows) < 0.01] = 500.0  # outliers
+                arrays.append(pa.array([[float(v)] for v in predictions], type=pa.large_list(pa.float32())))
+        batches.append(pa.RecordBatch.from_arrays(arrays, types + ["label", "prediction_a", "prediction_b"]))
+    return batches
+
+
+def _task_config(task):
+    classes = ("x", "y", "z") if task == "multiclass" else ()
+    config = evaluator_executor.make_eval_config(["a", "b"], evaluator_executor.Target("label", task, classes),
+                                                 "payment_type")
+    for spec in config.model_specs:
+        spec.ClearField("signature_name")
+        spec.ClearField("preprocessing_function_names")
+        spec.ClearField("prediction_key")
+    return config
+
+
+def _tfma_outputs(output_path, batches, config, extractors, evaluators):
+    """TFMA's metrics and plots: {(slice, key): value}, plots as their text protos."""
+    metrics = _tfma_metrics(output_path, batches, config, extractors, evaluators)
+    for per_slice in tfma.load_plots(str(output_path)):
+        for entry in per_slice.plot_keys_and_values:
+            metrics[(str(per_slice.slice_key), str(entry.key))] = str(entry.value)
+    return metrics
+
+
+def test_multiclass_twins_match_tfma_per_example_metrics_and_confusion_matrix(tmp_path):
+    """Sparse categorical accuracy and cross-entropy (Keras metrics TFMA wraps: float32 sums, so 1e-6), recall
+    per class (binarized) and the confusion matrix plot (exactly), overall and per payment type."""
+    config, batches = _task_config("multiclass"), _task_batches("multiclass")
+    reference = _tfma_outputs(
+        tmp_path / "reference", batches, config,
+        [_outputs_as_rows(["a", "b"]), features_extractor.FeaturesExtractor(eval_config=config),
+         unbatch_extractor.UnbatchExtractor(), slice_key_extractor.SliceKeyExtractor(eval_config=config,
+                                                                                    materialize=False)],
+        [tfma.evaluators.MetricsPlotsAndValidationsEvaluator(eval_config=config)])
+    assert batched_metrics.unsupported_reason(config) is None
+    batched = _tfma_outputs(tmp_path / "batched", batches, config, [_outputs_as_rows(["a", "b"])],
+                            [batched_metrics.evaluator(config, run_after=_STAGE)])
+    assert batched.keys() == reference.keys()
+    names = " ".join(key for _, key in reference)
+    for metric in ("sparse_categorical_accuracy", "sparse_categorical_crossentropy", "recall",
+                   "multi_class_confusion_matrix_plot", "class_id"):
+        assert metric in names, metric
+    for key, value in reference.items():
+        if isinstance(value, str):
+            assert batched[key] == value, key  # the confusion matrix, cell for cell
+        elif math.isnan(value):
+            assert math.isnan(batched[key]), key
+        else:
+            assert abs(batched[key] - value) <= 1e-6 * max(1.0, abs(value)), (key, batched[key], value)
+
+
+def test_regression_twins_give_the_exact_means_per_slice(tmp_path):
+    """MSE, MAE, mean label and prediction, calibration: checked against numpy (TFMA's own per-example MSE and
+    MAE count a merged accumulator twice when a runner merges partial sums, so they are no reference)."""
+    config, batches = _task_config("regression"), _task_batches("regression")
+    batched = _tfma_metrics(tmp_path / "batched", batches, config, [_outputs_as_rows(["a", "b"])],
+                            [batched_metrics.evaluator(config, run_after=_STAGE)])
+    labels = np.concatenate([b.column(1).flatten().to_numpy() for b in batches]).astype(np.float64)
+    payment = np.concatenate([np.array(b.column(0).flatten().to_pylist()) for b in batches])
+    found = 0
+    for (slice_key, key), value in batched.items():
+        model = "a" if 'model_name: "a"' in key else "b"
+        predictions = np.concatenate([b.column(2 if model == "a" else 3).flatten().to_numpy()
+                                      for b in batches]).astype(np.float64)
+        members = np.ones(len(labels), bool)
+        if "Cash" in slice_key or "Credit Card" in slice_key:
+            members = payment == (b"Cash" if "Cash" in slice_key else b"Credit Card")
+        error = labels[members] - predictions[members]
+        expected = {"mean_squared_error": (error ** 2).mean(), "mean_absolute_error": np.abs(error).mean(),
+                    "mean_label": labels[members].mean(), "mean_prediction": predictions[members].mean(),
+                    "calibration": predictions[members].sum() / labels[members].sum(),
+                    "example_count": members.sum()}
+        name = key.split('name: "')[1].split('"')[0]
+        assert value == pytest.approx(expected[name], rel=1e-6), (slice_key, key)
+        found += 1
+    assert found == 3 * 2 * 6  # overall and two payment types, two models, six metrics

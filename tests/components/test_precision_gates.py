@@ -1,73 +1,191 @@
-"""The precision evaluator's gate rules on metric tables (what TFMA hands them), without TFX."""
+"""The precision evaluator's gate rules and paired intervals on per-example predictions, without TFX: every
+task, a worse model told apart from sampling noise, a model that learned nothing never blessed."""
+import dataclasses
+
+import numpy as np
 import pytest
 
-from components.precision_evaluator.gates import CANDIDATE, FP32_BASELINE, OVERALL, PRODUCTION, decide, render_markdown
+from components import tasks
+from components.precision_evaluator import paired
+from components.precision_evaluator.gates import (CANDIDATE, FP32_BASELINE, PRODUCTION, TRIVIAL, EvalPredictions,
+                                                  decide, describe_check, render_markdown)
 from pipeline.config import load_config
+
+BINARY, MULTICLASS, REGRESSION = (tasks.task_named(name) for name in tasks.TASK_NAMES)
 
 
 def _settings(**overrides):
-    return load_config(evaluate={"min_auc": 0.8, **overrides}).evaluate
+    return load_config(check_references=False, evaluate={"absolute_bar": None, **overrides}).evaluate
 
 
-def _metrics(candidate, baseline, production=None):
-    overall = {CANDIDATE: {"auc": candidate[0], "binary_accuracy": candidate[1]},
-               FP32_BASELINE: {"auc": baseline[0], "binary_accuracy": baseline[1]}}
-    if production:
-        overall[PRODUCTION] = {"auc": production[0], "binary_accuracy": production[1]}
-    return {OVERALL: overall}
+def _binary(examples=4000, seed=0):
+    """Labels and a latent signal: a model's score is the signal plus its own noise (more noise: worse)."""
+    rng = np.random.default_rng(seed)
+    signal = rng.normal(size=examples)
+    labels = (signal + rng.normal(scale=0.8, size=examples) > 0.3).astype(np.float32)
+    shared = rng.normal(size=examples)  # noise every model of this data shares: their errors correlate
+
+    def model(noise, own_seed):
+        own = np.random.default_rng(own_seed).normal(size=examples)
+        return 1 / (1 + np.exp(-(signal + 0.5 * shared + noise * own)))
+    return labels, model
+
+
+def _data(labels, trivial, **predictions):
+    return EvalPredictions(labels, {**predictions, TRIVIAL: trivial})
+
+
+def _binary_data(candidate_noise, baseline_noise=None, production_noise=None, examples=4000):
+    labels, model = _binary(examples)
+    predictions = {CANDIDATE: model(candidate_noise, 1)}
+    if baseline_noise is not None:
+        predictions[FP32_BASELINE] = model(baseline_noise, 2)
+    if production_noise is not None:
+        predictions[PRODUCTION] = model(production_noise, 3)
+    return _data(labels, np.full(examples, labels.mean()), **predictions)
 
 
 def _failed(decision):
     return {(c.gate, c.model, c.metric) for c in decision.checks if not c.passed}
 
 
-def test_candidate_within_tolerance_of_the_fp32_baseline_is_blessed():
-    decision = decide(_metrics((0.948, 0.890), (0.951, 0.893)), _settings())
+def test_delong_interval_matches_a_paired_bootstrap():
+    labels, model = _binary(1500)
+    a, b = model(0.6, 1), model(0.9, 2)
+    difference = paired.compare(BINARY, tasks.AUC, labels, a, b, 0.95)
+    assert difference.value == pytest.approx(tasks.auc(labels, a)) and difference.improvement > 0
+    rng = np.random.default_rng(5)
+    samples = []
+    for _ in range(400):
+        index = rng.integers(0, len(labels), len(labels))
+        samples.append(tasks.auc(labels[index], a[index]) - tasks.auc(labels[index], b[index]))
+    assert np.std(samples) == pytest.approx(difference.half_width / paired.z_value(0.95), rel=0.15)
+
+
+def test_mean_metric_interval_is_the_paired_difference():
+    labels = np.array([0, 1, 2, 1, 0, 2, 2, 1] * 50)
+    right = np.eye(3)[labels]
+    wrong_sometimes = right.copy()
+    wrong_sometimes[::8] = np.eye(3)[(labels[::8] + 1) % 3]  # 1 in 8 wrong
+    difference = paired.compare(MULTICLASS, tasks.ACCURACY, labels, wrong_sometimes, right, 0.95)
+    assert difference.value == pytest.approx(7 / 8) and difference.reference == 1.0
+    assert difference.improvement == pytest.approx(-1 / 8) and difference.low < -1 / 8 < difference.high < 0
+
+
+def test_a_candidate_as_good_as_its_references_within_the_noise_is_blessed():
+    data = _binary_data(candidate_noise=0.80, baseline_noise=0.78, production_noise=0.79)
+    decision = decide(BINARY, data, _settings())
     assert decision.blessed and decision.chosen_model == CANDIDATE and not _failed(decision)
-    parity = [c for c in decision.checks if c.gate == "fp32_parity"]
-    assert [(c.metric, round(c.delta, 4)) for c in parity] == [("auc", -0.003), ("binary_accuracy", -0.003)]
-    assert not any(c.gate == "vs_production" for c in decision.checks)  # nothing blessed before
+    gates = [(c.gate, c.metric) for c in decision.checks]
+    assert gates == [("beats_trivial", "auc"), ("fp32_parity", "auc"), ("vs_production", "auc")]  # the primary only
+    for check in decision.checks:
+        assert check.interval[0] <= check.improvement <= check.interval[1] and check.examples == 4000
 
 
-@pytest.mark.parametrize("candidate, failed_metric", [((0.940, 0.893), "auc"), ((0.951, 0.885), "binary_accuracy")])
-def test_parity_failure_falls_back_to_the_fp32_baseline(candidate, failed_metric):
-    decision = decide(_metrics(candidate, (0.951, 0.893), production=(0.950, 0.892)), _settings())
-    assert decision.blessed and decision.chosen_model == FP32_BASELINE
-    assert _failed(decision) == {("fp32_parity", CANDIDATE, failed_metric)}
-    assert "FP32 baseline blessed instead" in decision.summary
-    # The baseline had to pass its own gates: the bar and the production comparison.
-    assert {(c.gate, c.model) for c in decision.checks if c.model == FP32_BASELINE} == {
-        ("min_auc", FP32_BASELINE), ("vs_production", FP32_BASELINE)}
-
-
-def test_fallback_switched_off_blesses_nothing():
-    decision = decide(_metrics((0.940, 0.893), (0.951, 0.893)), _settings(fallback_to_fp32=False))
-    assert not decision.blessed and decision.chosen_model is None
-    assert "fallback to the FP32 baseline is off" in decision.summary
-
-
-def test_worse_than_production_blesses_nothing_even_with_a_fallback():
-    decision = decide(_metrics((0.90, 0.85), (0.92, 0.86), production=(0.95, 0.89)), _settings())
+def test_a_candidate_the_data_show_worse_than_production_is_refused_and_the_report_says_by_how_much():
+    data = _binary_data(candidate_noise=2.5, baseline_noise=2.5, production_noise=0.6)
+    decision = decide(BINARY, data, _settings())
     assert not decision.blessed
     assert ("vs_production", CANDIDATE, "auc") in _failed(decision)
-    assert ("vs_production", FP32_BASELINE, "auc") in _failed(decision)
-    assert "FP32 baseline failed vs_production too" in decision.summary
+    check = next(c for c in decision.checks if c.gate == "vs_production")
+    assert check.interval[1] < -check.tolerance
+    line = describe_check(check)
+    assert line.startswith("vs_production: candidate auc ") and "worse by" in line and "interval [" in line
+    assert "4,000 examples (FAIL)" in line
 
 
-def test_below_the_absolute_bar_without_parity_failure_does_not_fall_back():
-    decision = decide(_metrics((0.75, 0.80), (0.751, 0.80)), _settings())
-    assert not decision.blessed and _failed(decision) == {("min_auc", CANDIDATE, "auc")}
-    assert all(c.model == CANDIDATE for c in decision.checks)
+def test_parity_failure_falls_back_to_the_fp32_baseline_which_passes_its_own_gates():
+    data = _binary_data(candidate_noise=2.5, baseline_noise=0.7, production_noise=0.75)
+    decision = decide(BINARY, data, _settings())
+    assert decision.blessed and decision.chosen_model == FP32_BASELINE
+    assert ("fp32_parity", CANDIDATE, "auc") in _failed(decision)
+    assert "FP32 baseline blessed instead" in decision.summary
+    assert {(c.gate, c.model) for c in decision.checks if c.model == FP32_BASELINE} == {
+        ("beats_trivial", FP32_BASELINE), ("vs_production", FP32_BASELINE)}
+    off = decide(BINARY, data, _settings(fallback_to_fp32=False))
+    assert not off.blessed and "fallback to the FP32 baseline is off" in off.summary
 
 
-def test_tolerances_come_from_the_config():
-    metrics = _metrics((0.945, 0.893), (0.951, 0.893))
-    assert not decide(metrics, _settings(fallback_to_fp32=False)).blessed  # 0.006 below, default tolerance 0.005
-    assert decide(metrics, _settings(max_auc_drop_vs_fp32=0.01)).chosen_model == CANDIDATE
+def test_a_candidate_trained_in_float32_is_its_own_baseline_and_parity_does_not_apply():
+    data = _binary_data(candidate_noise=0.8)
+    decision = decide(BINARY, data, _settings(), parity_not_applicable="candidate trained in float32 without XLA")
+    parity = [c for c in decision.checks if c.gate == "fp32_parity"]
+    assert decision.blessed and len(parity) == 1 and parity[0].passed and parity[0].value is None
+    assert parity[0].note == "n/a: candidate trained in float32 without XLA"
+    assert "n/a: candidate trained in float32" in describe_check(parity[0])
 
 
-def test_an_undefined_metric_fails_its_gate_and_the_report_says_so():
-    decision = decide(_metrics((None, 0.9), (0.95, 0.9)), _settings(fallback_to_fp32=False))
-    assert not decision.blessed and ("min_auc", CANDIDATE, "auc") in _failed(decision)
-    markdown = render_markdown(decision, _metrics((None, 0.9), (0.95, 0.9)))
-    assert "**NOT BLESSED**" in markdown and "| min_auc | candidate | auc | n/a |" in markdown
+def test_other_metrics_are_gated_only_when_the_config_names_them():
+    data = _binary_data(candidate_noise=0.8, baseline_noise=0.8)
+    named = decide(BINARY, data, _settings(gate_metrics=["binary_accuracy"]))
+    assert [(c.gate, c.metric) for c in named.checks if c.gate == "fp32_parity"] == [
+        ("fp32_parity", "auc"), ("fp32_parity", "binary_accuracy")]
+    with pytest.raises(tasks.TaskError, match="'mean_absolute_error' is not a metric of a binary task"):
+        decide(BINARY, data, _settings(gate_metrics=["mean_absolute_error"]))
+
+
+def test_the_absolute_bar_is_on_the_point_estimate_in_the_metrics_direction():
+    float32 = "candidate trained in float32 without XLA"
+    data = _binary_data(candidate_noise=0.8)
+    auc = tasks.auc(data.labels, data.predictions[CANDIDATE])
+    assert not decide(BINARY, data, _settings(absolute_bar=auc + 0.01), float32).blessed
+    assert decide(BINARY, data, _settings(absolute_bar=auc - 0.01), float32).blessed
+    labels = np.linspace(0, 10, 500)
+    regression = _data(labels, np.full(500, labels.mean()), **{CANDIDATE: labels + 0.5})  # MAE 0.5
+    assert decide(REGRESSION, regression, _settings(absolute_bar=0.6), float32).blessed  # MAE at most 0.6
+    assert not decide(REGRESSION, regression, _settings(absolute_bar=0.4), float32).blessed
+
+
+@pytest.mark.parametrize("task", [BINARY, MULTICLASS, REGRESSION], ids=lambda task: task.name)
+def test_a_model_that_predicts_a_constant_is_refused_by_the_trivial_predictor_gate(task):
+    """Whatever bar the config sets (none here), a model that learned nothing is never blessed."""
+    rng = np.random.default_rng(3)
+    if task is MULTICLASS:
+        labels = rng.integers(0, 3, 900)
+        training = tasks.summarize_labels(task, labels, ("a", "b", "c"))
+        constant = np.tile([0.2, 0.5, 0.3], (900, 1))
+    elif task is BINARY:
+        labels = (rng.random(900) < 0.3).astype(np.float32)
+        training = tasks.summarize_labels(task, labels, ("no", "yes"))
+        constant = np.full(900, 0.42)
+    else:
+        labels = rng.gamma(2.0, 5.0, 900)
+        training = tasks.summarize_labels(task, labels, ())
+        constant = np.full(900, float(labels.mean()) + 0.3)  # any constant: the median is the best one under MAE
+    data = _data(labels, tasks.trivial_predictions(task, training, 900), **{CANDIDATE: constant})
+    decision = decide(task, data, _settings(), parity_not_applicable="candidate trained in float32 without XLA")
+    assert not decision.blessed and ("beats_trivial", CANDIDATE, task.primary.name) in _failed(decision)
+
+
+def test_regression_tolerances_are_a_fraction_of_the_references_mae():
+    rng = np.random.default_rng(4)
+    labels = rng.gamma(2.0, 5.0, 3000)
+    production = labels + rng.normal(scale=2.0, size=3000)
+    slightly_worse = production + rng.normal(scale=0.3, size=3000)
+    data = _data(labels, np.full(3000, labels.mean()), **{CANDIDATE: slightly_worse, PRODUCTION: production})
+    decision = decide(REGRESSION, data, _settings(max_drop_vs_production=0.05),
+                      parity_not_applicable="candidate trained in float32 without XLA")
+    check = next(c for c in decision.checks if c.gate == "vs_production")
+    assert check.tolerance == pytest.approx(0.05 * check.reference) and check.metric == "mean_absolute_error"
+    assert check.value > check.reference and check.passed  # worse, but not beyond 5% of production's MAE
+    strict = decide(REGRESSION, data, _settings(max_drop_vs_production=0.0),
+                    parity_not_applicable="candidate trained in float32 without XLA")
+    assert ("vs_production", CANDIDATE, "mean_absolute_error") in _failed(strict)
+
+
+def test_a_small_eval_split_says_it_cannot_resolve_the_tolerance():
+    data = _binary_data(candidate_noise=0.8, baseline_noise=0.8, examples=300)
+    decision = decide(BINARY, data, _settings())
+    parity = next(c for c in decision.checks if c.gate == "fp32_parity")
+    assert parity.note.startswith("the eval split (300 examples) cannot resolve a drop of 0.005")
+    markdown = render_markdown(decision, {"overall": {"candidate": {"auc": parity.value}}}, 0.95)
+    assert "cannot resolve a drop" in markdown and "| fp32_parity | candidate | auc |" in markdown
+
+
+def test_an_unknown_confidence_or_gate_metric_is_a_config_error():
+    from pipeline.config import ConfigError
+    with pytest.raises(ConfigError, match="evaluate.confidence"):
+        load_config(check_references=False, evaluate={"confidence": 1.5})
+    with pytest.raises(ConfigError, match="evaluate.gate_metrics: 'rmse' is not a metric a binary task can be gated on"):
+        load_config(evaluate={"gate_metrics": ["rmse"]})
+    assert dataclasses.asdict(load_config(evaluate={"absolute_bar": None}).evaluate)["absolute_bar"] is None

@@ -430,3 +430,27 @@ def test_checkpoints_are_spaced_by_min_seconds(tmp_path, min_seconds, written):
     model.fit(data, steps_per_epoch=2, epochs=4, callbacks=[checkpoints, record], verbose=0)
     assert checkpoints.checkpoints_written == written
     assert seen == ([1, 2, 3, 4] if written else [None] * 4)
+
+
+def test_the_fp32_baseline_is_not_trained_again_when_the_candidate_trained_in_plain_float32(tmp_path):
+    """The baseline reads the candidate's training report: the same float32 training twice would compare
+    training noise, not precision; with mixed precision or XLA in the candidate, the baseline trains."""
+    from components.trainer.run_fn import same_numerics_as_candidate, write_skipped_baseline
+
+    baseline = load_config(train={"precision": "float32", "xla": "off"}).train
+    candidate_run = tmp_path / "candidate_run"
+    candidate_run.mkdir()
+    for precision, xla, skipped in (("float32", False, True), ("mixed_bfloat16", True, False),
+                                    ("float32", True, False), ("mixed_float16", False, False)):
+        (candidate_run / contract.TRAINING_REPORT_FILE).write_text(json.dumps({"precision": precision, "xla": xla}))
+        reason = same_numerics_as_candidate(str(candidate_run), baseline)
+        assert bool(reason) == skipped, (precision, xla)
+    (candidate_run / contract.TRAINING_REPORT_FILE).write_text(json.dumps({"precision": "float32", "xla": False}))
+    assert not same_numerics_as_candidate(str(candidate_run), load_config(train={"precision": "mixed_bfloat16"}).train)
+    reason = same_numerics_as_candidate(str(candidate_run), baseline)
+    write_skipped_baseline(str(tmp_path / "model" / "Format-Serving"), str(tmp_path / "model_run"), reason,
+                           str(candidate_run))
+    marker = json.loads((tmp_path / "model" / "Format-Serving" / contract.SKIPPED_BASELINE_FILE).read_text())
+    report = json.loads((tmp_path / "model_run" / contract.TRAINING_REPORT_FILE).read_text())
+    assert marker == report == {"skipped": True, "reason": reason, "candidate_run": str(candidate_run)}
+    assert reason.startswith("candidate trained in float32 without XLA")

@@ -3,7 +3,7 @@ import keras
 import tensorflow as tf
 
 from models import taxi
-from models.taxi import INPUTS, LABEL_INPUTS, LABEL_KEY, build_preprocessing, make_label  # noqa: F401
+from models.taxi import CLASSES, INPUTS, LABEL_INPUTS, LABEL_KEY, TASK, build_preprocessing, make_label  # noqa: F401
 
 
 class RoundTripThroughText(keras.layers.Layer):

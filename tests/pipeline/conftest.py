@@ -12,7 +12,7 @@ from pipeline.run_report import REPORT_FILE
 
 CONFIG_TEXT = """\
 train: {epochs: 3}
-evaluate: {min_auc: 0.8}
+evaluate: {absolute_bar: 0.8}
 export: {latency_examples: 50}
 """
 

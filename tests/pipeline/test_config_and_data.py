@@ -28,7 +28,7 @@ def test_yaml_overrides_nested_sections_and_keeps_other_defaults(tmp_path):
     ("train:\n  epoch: 2\n", "train.epoch"),
     ("train:\n  batch_size: -8\n", "train.batch_size"),
     ("train:\n  batch_size: '256'\n", "train.batch_size"),
-    ("evaluate:\n  min_auc: 1.5\n", "evaluate.min_auc"),
+    ("evaluate:\n  absolute_bar: -1\n", "evaluate.absolute_bar"),
     ("ingest:\n  eval_fraction: 0\n", "ingest.eval_fraction"),
     ("enable_cache: 'yes'\n", "enable_cache"),
 ])
@@ -110,7 +110,8 @@ def test_model_module_must_import_and_hold_the_model_contract(tmp_path, monkeypa
     with pytest.raises(ConfigError, match=r"^train\.model: cannot import 'models\.no_such_model': No module named .*"
                                           r"\(a module path such as models\.taxi, importable from .* or the PYTHONPATH\)$"):
         load_config(train={"model": "models.no_such_model"})
-    half = _module(tmp_path, "hardening_half_model", "INPUTS = {}\nLABEL_KEY = 'y'\nbuild_model = 3\n")
+    half = _module(tmp_path, "hardening_half_model", "TASK = 'binary'\nCLASSES = ('no', 'yes')\nINPUTS = {}\n"
+                                                     "LABEL_KEY = 'y'\nbuild_model = 3\n")
     with pytest.raises(ConfigError) as raised:
         load_config(train={"model": half})
     message = str(raised.value)
@@ -164,3 +165,48 @@ def test_span_layout_holds_every_row_once(tmp_path):
     files = sorted(tf.io.gfile.glob(f"{span_dir}/*"))
     assert [f.rsplit("/", 1)[1] for f in files] == [f"data-0000{i}-of-00003.tfrecord.gz" for i in range(3)]
     assert sum(1 for _ in tf.data.TFRecordDataset(files, compression_type="GZIP")) == 101
+
+
+PENGUIN_LIKE = """
+import keras, tensorflow as tf
+TASK = {task!r}
+CLASSES = {classes!r}
+INPUTS = {{"x": tf.io.FixedLenFeature([], tf.float32, default_value=0.0)}}
+LABEL_INPUTS = {{"y": tf.io.FixedLenFeature([], {label_dtype}, default_value={label_default!r})}}
+LABEL_KEY = "y"
+def make_label(features):
+    return features["y"]
+def build_preprocessing(sample):
+    x = keras.Input(shape=(), name="x")
+    return keras.Model({{"x": x}}, {{"x": keras.layers.Reshape((1,))(x)}})
+def build_model(preprocessing):
+    x = keras.Input(shape=(1,), name="x")
+    return keras.Model({{"x": x}}, keras.layers.Dense({outputs}, activation="softmax")(x))
+"""
+
+
+@pytest.mark.parametrize("task, classes, label_dtype, label_default, outputs, message", [
+    ("binary", ("no", "yes"), "tf.float32", 0.0, 3,
+     r"a binary task needs a model output of shape \(batch, 1\); build_model's output has shape \(None, 3\)"),
+    ("regression", (), "tf.string", b"", 1, r"make_label returns strings; a regression task needs float32 labels"),
+    ("multiclass", ("a", "b", "c"), "tf.float32", 0.0, 3,
+     r"make_label returns float32; a multiclass task needs int64 class ids"),
+    ("multiclass", ("a", "b"), "tf.int64", 0, 2, r"a multiclass task has 3 or more CLASSES, got 2"),
+    ("ordinal", (), "tf.float32", 0.0, 1, r"TASK 'ordinal' is not one of binary, multiclass, regression"),
+], ids=["binary_with_3_outputs", "regression_with_string_label", "multiclass_with_float_label",
+        "multiclass_with_2_classes", "unknown_task"])
+def test_a_task_that_does_not_fit_the_model_exits_2_naming_it(tmp_path, monkeypatch, capsys, task, classes,
+                                                                label_dtype, label_default, outputs, message):
+    from pipeline.cli import main as cli_main
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    name = _module(tmp_path, f"task_model_{task}_{len(classes)}_{outputs}_{label_dtype[3:]}", PENGUIN_LIKE.format(
+        task=task, classes=classes, label_dtype=label_dtype, label_default=label_default, outputs=outputs))
+    (tmp_path / "c.yaml").write_text(f"train: {{model: {name}}}\n")
+    capsys.readouterr()
+    code = cli_main(["run", "--config", str(tmp_path / "c.yaml"), "--data", str(tmp_path), "--output",
+                     str(tmp_path / "out")])
+    stderr = capsys.readouterr().err
+    assert code == 2
+    assert re.search(rf"^config error: train\.model: '{name}': {message}", stderr, re.MULTILINE), stderr
+    assert not (tmp_path / "out").exists()

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components import contract
+from components import contract, tasks
 from components.model_export.variants import OUTPUT_TOLERANCE, TFLITE_VARIANTS
 from components.trainer.device import (choose_precision, choose_strategy, describe_devices, device_from_json,
                                        xla_candidates)
@@ -69,7 +69,7 @@ def data_root(taxi_span_root, tmp_path_factory):
 def first_run(data_root, tmp_path_factory):
     output = tmp_path_factory.mktemp("run")
     config = load_config(data_root=data_root, output_dir=str(output), train={"epochs": 3},
-                         evaluate={"min_auc": 0.8}, export={"latency_examples": 50})
+                         evaluate={"absolute_bar": 0.8}, export={"latency_examples": 50})
     summary = run_local(config)
     return _record(config, summary, blessing=_newest_mlmd_artifact(config, "ModelBlessing"))
 
@@ -168,10 +168,15 @@ def test_training_reports_record_device_choices_and_the_fp32_baseline(first_run)
     assert report["steps_run"] == report["total_steps"] and len(report["history"]["val_auc"]) == 1
     assert report["examples_per_second"] > 0 and 0 <= report["input_wait_fraction"] <= 1
     assert report["final_metrics"]["val_auc"] > 0.8
+    assert report["task"] == "binary" and report["labels"]["train"]["examples"] == report["train_examples"]
     assert summary.facts.training["Trainer"] == report and "examples/s" in summary.render()
     baseline = _report(first_run, "Fp32BaselineTrainer", contract.MODEL_RUN, contract.TRAINING_REPORT_FILE)
-    assert (baseline["precision"], baseline["xla"]) == ("float32", False)
-    assert baseline["total_steps"] == report["total_steps"]  # the same training, only the numerics differ
+    if (report["precision"], report["xla"]) == ("float32", False):  # the candidate is its own FP32 baseline
+        assert baseline["skipped"] is True and baseline["reason"].startswith("candidate trained in float32")
+        assert summary.facts.training["Fp32BaselineTrainer"] == baseline
+    else:
+        assert (baseline["precision"], baseline["xla"]) == ("float32", False)
+        assert baseline["total_steps"] == report["total_steps"]  # the same training, only the numerics differ
 
 
 def test_precision_report_agrees_with_the_blessing(first_run):
@@ -186,30 +191,39 @@ def test_precision_report_agrees_with_the_blessing(first_run):
     assert os.path.exists(os.path.join(blessing_dir, "BLESSED"))
     assert not os.path.exists(os.path.join(blessing_dir, "NOT_BLESSED"))
     assert report["models"]["candidate"]["uri"] == first_run.outputs[("Trainer", contract.MODEL)]
-    assert report["models"]["fp32_baseline"]["uri"] == first_run.outputs[("Fp32BaselineTrainer", contract.MODEL)]
+    if "fp32_baseline" in report["models"]:
+        assert report["models"]["fp32_baseline"]["uri"] == first_run.outputs[("Fp32BaselineTrainer", contract.MODEL)]
     # The standard ModelBlessing in MLMD says the same, and names the blessed model (TFX's resolver reads this).
     blessing = first_run.facts["blessing"]
     assert blessing.uri == blessing_dir and blessing.custom_properties[contract.BLESSED_PROPERTY].int_value == 1
     assert blessing.custom_properties["current_model_id"].int_value == report["models"][chosen]["id"]
     checks = {(c["gate"], c["model"], c["metric"]): c for c in report["checks"]}
-    candidate_gates = {("min_auc", "candidate", "auc"), ("fp32_parity", "candidate", "auc"),
-                       ("fp32_parity", "candidate", "binary_accuracy")}
+    candidate_gates = {("absolute_bar", "candidate", "auc"), ("beats_trivial", "candidate", "auc"),
+                       ("fp32_parity", "candidate", "auc")}
     overall = report["metrics"]["overall"]
-    for metric, tolerance in (("auc", 0.005), ("binary_accuracy", 0.005)):
-        parity = checks[("fp32_parity", "candidate", metric)]
-        assert (parity["value"], parity["reference"]) == (overall["candidate"][metric], overall["fp32_baseline"][metric])
-        assert parity["passed"] == (parity["delta"] >= -tolerance)
+    parity = checks[("fp32_parity", "candidate", "auc")]
+    training = _report(first_run, "Trainer", contract.MODEL_RUN, contract.TRAINING_REPORT_FILE)
+    if (training["precision"], training["xla"]) == ("float32", False):  # its own baseline: nothing to compare
+        assert parity["passed"] and parity["value"] is None and parity["note"].startswith("n/a: candidate trained")
+        assert set(report["models"]) == {"candidate"} and report["fp32_parity"].startswith("candidate trained")
+    else:  # compared on the same examples, with the interval of the paired difference
+        low, high = parity["interval"]
+        assert low <= parity["improvement"] <= high and parity["examples"] == overall["candidate"]["example_count"]
+        assert parity["passed"] == (high >= -parity["tolerance"])
+        assert abs(parity["value"] - overall["candidate"]["auc"]) < 1e-3  # exact AUC vs TFMA's 10,000 thresholds
+    trivial = checks[("beats_trivial", "candidate", "auc")]
+    assert trivial["reference"] == 0.5 and trivial["interval"][0] > 0 and trivial["passed"]
     if chosen == "candidate":
         assert set(checks) == candidate_gates and all(c["passed"] for c in checks.values())
-    else:  # the fallback: the candidate failed parity, the baseline passed its own gate
-        assert set(checks) == candidate_gates | {("min_auc", "fp32_baseline", "auc")}
-        assert not all(checks[gate]["passed"] for gate in candidate_gates if gate[0] == "fp32_parity")
-        assert checks[("min_auc", "fp32_baseline", "auc")]["passed"]
+    else:  # the fallback: the candidate failed parity, the baseline passed its own gates
+        assert set(checks) == candidate_gates | {("absolute_bar", "fp32_baseline", "auc"),
+                                                 ("beats_trivial", "fp32_baseline", "auc")}
+        assert not parity["passed"] and checks[("absolute_bar", "fp32_baseline", "auc")]["passed"]
         assert "FP32 baseline blessed instead" in report["summary"]
     # Per-slice metrics for both models; the slices partition the eval split.
     slices = {name: per_model for name, per_model in report["metrics"].items() if name.startswith("payment_type=")}
     assert {"payment_type=Cash", "payment_type=Credit Card"} <= set(slices)
-    for model in ("candidate", "fp32_baseline"):
+    for model in report["models"]:
         assert sum(per_model[model]["example_count"] for per_model in slices.values()) == overall[model]["example_count"]
         assert {"auc", "binary_accuracy", "precision", "recall", "binary_crossentropy"} <= set(overall[model])
     markdown = open(os.path.join(blessing_dir, contract.PRECISION_REPORT_MARKDOWN)).read()
@@ -226,17 +240,18 @@ def test_tflite_variants_match_the_savedmodel_and_the_recommended_one_is_pushed(
     import models.taxi as model_module
     assert report["inputs"] == "raw features" and report["compared_with"] == contract.RAW_SIGNATURE
     raw = {k: v.numpy() for k, v in tf.io.parse_example(serialized, model_module.INPUTS).items()}  # absent -> missing value
-    expected = saved_model.signatures[contract.SERVING_SIGNATURE](examples=serialized)[contract.OUTPUT_NAME].numpy().reshape(-1)
+    expected = saved_model.signatures[contract.SERVING_SIGNATURE](examples=serialized)[
+        tasks.PROBABILITIES].numpy().reshape(-1)
     from ai_edge_litert.interpreter import Interpreter  # LiteRT: no Flex delegate
     for variant, result in report["variants"].items():
         path = os.path.join(export_dir, result["file"])
         assert os.path.getsize(path) == result["size_bytes"]
         assert result["non_builtin_ops"] == [] and result["quantized_preprocessing_ops"] == []
         runner = Interpreter(model_path=path).get_signature_runner()
-        got = np.array([runner(**{k: v[i:i + 1] for k, v in raw.items()})[contract.OUTPUT_NAME].reshape(-1)[0]
+        got = np.array([runner(**{k: v[i:i + 1] for k, v in raw.items()})[tasks.PROBABILITIES].reshape(-1)[0]
                         for i in range(len(expected))])
         assert np.abs(got - expected).mean() <= OUTPUT_TOLERANCE[variant], variant
-        assert result["accepted"] == (result["auc_drop"] <= 0.01 and result["mean_abs_diff"] <= OUTPUT_TOLERANCE[variant])
+        assert result["accepted"] == (result["drop"] <= 0.01 and result["mean_abs_diff"] <= OUTPUT_TOLERANCE[variant])
     sizes = {variant: result["size_bytes"] for variant, result in report["variants"].items()}
     assert sizes["full_int8"] < 0.5 * sizes["float32"] and sizes["float16"] < sizes["float32"]
     # Each converter option took effect (none accepted and ignored): weights halve in float16, quarter in int8.
@@ -258,9 +273,14 @@ def test_pushed_savedmodel_scores_raw_examples(first_run):
     serialized = _eval_examples(first_run)
     loaded = tf.saved_model.load(first_run.summary.facts.pushed_to)
     serve = loaded.signatures[contract.SERVING_SIGNATURE]
-    probabilities = serve(examples=tf.constant(serialized))[contract.OUTPUT_NAME].numpy().reshape(-1)
+    outputs = serve(examples=tf.constant(serialized))
+    probabilities = outputs[tasks.PROBABILITIES].numpy().reshape(-1)
     assert probabilities.dtype == np.float32 and len(probabilities) == len(serialized)
     assert ((probabilities >= 0) & (probabilities <= 1)).all()
+    # TF Serving's classify convention beside it: a probability per class and the class names.
+    scores, classes = outputs[tasks.SCORES].numpy(), outputs[tasks.CLASSES].numpy()
+    assert scores.shape == (len(serialized), 2) and np.allclose(scores[:, 1], probabilities)
+    assert classes.shape == (len(serialized), 2) and list(classes[0]) == [b"not_big_tipper", b"big_tipper"]
 
     labels = loaded.signatures[contract.TRANSFORM_SIGNATURE](examples=tf.constant(serialized))["big_tipper"].numpy()
     payment = [tf.train.Example.FromString(s).features.feature["payment_type"].bytes_list.value[0] for s in serialized]
@@ -285,8 +305,11 @@ def test_next_span_trains_warm_started_and_is_evaluated_against_the_blessed_mode
     measured = validation["drift"]["splits"]["train"]
     assert {"fare", "trip_miles", "payment_type", "company"} <= set(measured)
     assert not any(entry["drifted"] for entries in measured.values() for entry in entries)
-    for node in ("Trainer", "Fp32BaselineTrainer"):  # both start from the first run's blessed model
-        warm = _report(second_span, node, contract.MODEL_RUN, contract.TRAINING_REPORT_FILE)["warm_start"]
+    for node in ("Trainer", "Fp32BaselineTrainer"):  # each that trained starts from the first run's blessed model
+        report = _report(second_span, node, contract.MODEL_RUN, contract.TRAINING_REPORT_FILE)
+        if report.get("skipped"):
+            continue
+        warm = report["warm_start"]
         assert warm["applied"] is True and warm["base_model"].startswith(blessed["uri"] + os.sep), (node, warm)
     assert summary.facts.evaluation["models"]["production"]["id"] == blessed["id"]
     assert any(check["gate"] == "vs_production" for check in summary.facts.evaluation["checks"])
@@ -324,7 +347,7 @@ def test_a_degraded_candidate_is_not_blessed_and_the_pushed_version_is_untouched
     report = summary.facts.evaluation
     assert report["blessed"] is False and report["chosen_model"] is None
     failed = {(c["gate"], c["model"]) for c in report["checks"] if not c["passed"]}
-    assert ("min_auc", "candidate") in failed  # AUC near chance on meaningless labels
+    assert ("beats_trivial", "candidate") in failed  # AUC near chance on meaningless labels
     assert os.path.exists(os.path.join(degraded_run.outputs[("PrecisionEvaluator", contract.BLESSING)], "NOT_BLESSED"))
     assert _report(degraded_run, "ModelExport", contract.EXPORTED_MODEL, contract.EXPORT_REPORT_FILE)["exported"] is False
     assert degraded_run.facts["versions_unchanged"] and degraded_run.facts["push_dir_unchanged"]

@@ -58,7 +58,7 @@ def unchanged_production(production, tree_digest):
     ("train: {epochs: 3, epoch: 2}\n", "train.epoch"),  # unknown key
     ("train: {batch_size: big}\n", "train.batch_size"),  # wrong type
     ("train: {batch_size: -64}\n", "train.batch_size"),  # impossible value
-    ("evaluate: {max_auc_drop_vs_fp32: 1.5}\n", "evaluate.max_auc_drop_vs_fp32"),  # tolerance above 1
+    ("evaluate: {max_drop_vs_fp32: -0.5}\n", "evaluate.max_drop_vs_fp32"),  # a negative tolerance
 ])
 def test_config_faults_exit_2_naming_the_key(unchanged_production, capsys, tmp_path, text, key):
     config_file = tmp_path / "bad.yaml"
@@ -271,16 +271,16 @@ KILLABLE_TRAINING = ("train: {epochs: 20, batch_size: 64, steps_per_execution: 1
 
 @pytest.fixture(scope="module")
 def interrupted(production, tmp_path_factory, tree_digest):
-    """Starts `python -m pipeline run` on the production directory with a longer training. Once the baseline
-    trainer has written two checkpoints it freezes the run (SIGSTOP), tries a second run, kills the first
+    """Starts `python -m pipeline run` on the production directory with a longer training. Once the trainer
+    has written two checkpoints it freezes the run (SIGSTOP), tries a second run, kills the first
     (SIGKILL) and truncates its last training_metadata.json, as a kill in the middle of writing it would
     leave it. Then it runs again, as a user would after the kill, and records what that run did."""
     config_file = tmp_path_factory.mktemp("interrupted") / "config.yaml"
-    config_file.write_text("evaluate: {min_auc: 0.8}\nexport: {latency_examples: 50}\n" + KILLABLE_TRAINING)
+    config_file.write_text("evaluate: {absolute_bar: 0.8}\nexport: {latency_examples: 50}\n" + KILLABLE_TRAINING)
     config = load_config(str(config_file), data_root=production.data_root, output_dir=production.config.output_dir)
     command = [sys.executable, "-m", "pipeline", "run", "--config", str(config_file), "--data", production.data_root,
                "--output", config.output_dir]
-    checkpoints = os.path.join(config.pipeline_root, "checkpoints", "Fp32BaselineTrainer", "*", BACKUP_METADATA)
+    checkpoints = os.path.join(config.pipeline_root, "checkpoints", "Trainer", "*", BACKUP_METADATA)
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:  # whatever fails here, no stopped process is left holding the output directory
         deadline = time.monotonic() + 300
@@ -310,11 +310,11 @@ def interrupted(production, tmp_path_factory, tree_digest):
     with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
         code = cli_main(["run", "--config", str(config_file), "--data", production.data_root,
                          "--output", config.output_dir])
-    reports = sorted(glob.glob(os.path.join(config.pipeline_root, "Fp32BaselineTrainer", contract.MODEL_RUN, "*",
+    reports = sorted(glob.glob(os.path.join(config.pipeline_root, "Trainer", contract.MODEL_RUN, "*",
                                             contract.TRAINING_REPORT_FILE)), key=os.path.getmtime)
     return {"config": config, "pid": process.pid, "second": second,
             "executions": (executions_before, executions_meanwhile), "left_running": left_running,
-            "restart": {"code": code, "stderr": stderr.getvalue(), "baseline_report": open(reports[-1]).read(),
+            "restart": {"code": code, "stderr": stderr.getvalue(), "trainer_report": open(reports[-1]).read(),
                         "examples_added": count_outputs(config, "TFRecordIngest", contract.EXAMPLES) - examples_before,
                         "pushed_unchanged": tree_digest(production.pushed_dir) == pushed_before}}
 
@@ -353,16 +353,16 @@ def test_a_run_killed_mid_checkpoint_restarts_resumes_training_and_leaves_no_dup
     from ml_metadata.proto import metadata_store_pb2
     config, restart = interrupted["config"], interrupted["restart"]
     state = metadata_store_pb2.Execution.State
-    assert len(interrupted["left_running"]) == 1  # the baseline trainer the kill interrupted
+    assert len(interrupted["left_running"]) == 1  # the trainer the kill interrupted
 
     assert restart["code"] == 0, restart["stderr"]  # the truncated training metadata did not wedge it
     store = _store(config)
     executions = store.get_executions()
     assert not [e.id for e in executions if e.last_known_state in (state.NEW, state.RUNNING)]
     assert {e.id: e.last_known_state for e in executions}[interrupted["left_running"][0]] == state.CANCELED
-    # Resumed: the restarted baseline trainer began at the checkpoint before the torn one, not at step 0.
-    assert '"resumed_from_step": 0' not in restart["baseline_report"]
-    assert '"resumed_from_step"' in restart["baseline_report"]
+    # Resumed: the restarted trainer began at the checkpoint before the torn one, not at step 0.
+    assert '"resumed_from_step": 0' not in restart["trainer_report"]
+    assert '"resumed_from_step"' in restart["trainer_report"]
     # No duplicate: ingestion and validation were reused from the cache, not run again.
     assert restart["examples_added"] == 0
     # No orphan: every output folder on disk is an artifact in MLMD, and every artifact's folder exists.

@@ -48,12 +48,37 @@ def test_the_written_file_parses_as_a_kfp_pipeline_job(compiled):
 
 def test_tasks_and_dependencies_match_the_local_dag(compiled):
     config, _, job = compiled
-    local = {node.id: {upstream.id for upstream in node.upstream_nodes}
-             for node in create_pipeline(config, fingerprint_data=False).components if node.id != RESOLVER}
+    local = {node.id: {upstream.id for upstream in node.upstream_nodes}  # GPU pods: the trainers side by side
+             for node in create_pipeline(config, fingerprint_data=False, baseline_after_candidate=False).components
+             if node.id != RESOLVER}
     remote = {name: {dep.split("-model-")[0] for dep in task.get("dependentTasks", [])}
               for name, task in _tasks(job).items() if not name.startswith(RESOLVER)}
     assert remote == local
     assert {"Trainer", "Fp32BaselineTrainer", "PrecisionEvaluator", "ModelExport", "AtomicPusher"} <= set(remote)
+    assert "Trainer" not in remote["Fp32BaselineTrainer"]
+
+
+@pytest.mark.parametrize("training, precision, waits", [
+    ({"accelerator": "", "accelerator_count": 0}, "auto", True),  # CPU pods: the candidate may train in float32
+    ({"accelerator_count": 1}, "auto", False),  # GPU pods: mixed precision; both train side by side
+    ({"accelerator": "", "accelerator_count": 0}, "mixed_bfloat16", False),
+], ids=["cpu_pods", "gpu_pods", "bf16_set_in_the_config"])
+def test_the_baseline_waits_for_the_candidates_run_only_where_its_numerics_may_be_the_same(tmp_path, training,
+                                                                                             precision, waits):
+    """Two pods, two trainers: the baseline learns whether to train from the candidate's ModelRun, an input
+    of its task, which makes it run after the candidate; where the numerics differ for certain it does not
+    wait."""
+    config = load_config(data_root="gs://bucket/taxi", serving_dir="/mnt/serving", resources={"training": training},
+                         train={"precision": precision})
+    job = compile_kubeflow(config, image="i", pipeline_root="gs://bucket/root", output_file=str(tmp_path / "p.json"))
+    baseline = _tasks(job)["Fp32BaselineTrainer"]
+    assert ("Trainer" in baseline.get("dependentTasks", [])) == waits
+    artifacts = baseline["inputs"].get("artifacts", {})
+    assert ("candidate_run" in artifacts) == waits
+    if waits:
+        assert artifacts["candidate_run"]["taskOutputArtifact"] == {"producerTask": "Trainer",
+                                                                    "outputArtifactKey": "model_run"}
+    assert "components.trainer.executor.Executor" in " ".join(_container(job, "Fp32BaselineTrainer")["args"])
 
 
 def test_every_container_step_carries_its_resources(compiled):
@@ -86,15 +111,15 @@ def test_ingestion_always_runs_and_paths_are_the_pods(compiled):
 
 def test_the_evaluator_and_export_settings_travel_as_json_of_their_config_sections(compiled):
     """The typed sections are serialized at the pipeline and rebuilt in the executors: on the wire they are
-    the JSON of the section's fields, in field order (the evaluator's with the model's label key last)."""
+    the JSON of the section's fields, in field order (the evaluator's with what the model predicts last)."""
     config, _, job = compiled
     tasks = _tasks(job)
 
     def settings(task):
         return tasks[task]["inputs"]["parameters"]["settings"]["runtimeValue"]["constant"]
 
-    assert settings("PrecisionEvaluator") == json.dumps({**dataclasses.asdict(config.evaluate),
-                                                         "label_key": "big_tipper"})
+    target = {"label_key": "big_tipper", "task": "binary", "classes": ["not_big_tipper", "big_tipper"]}
+    assert settings("PrecisionEvaluator") == json.dumps({**dataclasses.asdict(config.evaluate), "target": target})
     assert settings("ModelExport") == json.dumps(dataclasses.asdict(config.export))
     assert tasks["ModelExport"]["inputs"]["parameters"]["model_module"]["runtimeValue"]["constant"] == "models.taxi"
 
@@ -138,7 +163,7 @@ def test_multi_worker_training_compiles_to_a_vertex_custom_job_with_a_chief_and_
                            output_file=str(tmp_path / "p.json"))
     for trainer in ("Trainer", "Fp32BaselineTrainer"):
         container = _container(job, trainer)
-        assert "google_cloud_ai_platform.trainer.executor" in " ".join(container["args"])
+        assert "components.trainer.vertex.VertexExecutor" in " ".join(container["args"])
         assert container["resources"]["cpuLimit"] == config.resources.data.cpu  # it only waits for the job
         custom_config = json.loads(_tasks(job)[trainer]["inputs"]["parameters"]["custom_config"]
                                    ["runtimeValue"]["constant"])

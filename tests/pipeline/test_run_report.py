@@ -96,6 +96,11 @@ def test_a_blocked_run_report_shows_the_anomalies(tmp_path):
     assert images == []
 
 
+CHECK = {"gate": "vs_production", "model": "candidate", "metric": "auc", "value": 0.9463, "reference": 0.9401,
+         "reference_model": "production", "improvement": 0.0062, "interval": [-0.0011, 0.0135], "tolerance": 0.01,
+         "examples": 5032, "passed": True, "note": ""}
+
+
 def _blessed_run(**changes) -> RunFacts:
     """The facts of a finished run that blessed and pushed its candidate (numbers as a real run's)."""
     metrics = {"candidate": {"auc": 0.9463, "binary_accuracy": 0.8895, "example_count": 5032.0},
@@ -104,12 +109,13 @@ def _blessed_run(**changes) -> RunFacts:
         pipeline="taxi-accel", run_id="r2", data_root="/data", started=STARTED, seconds=32.4,
         steps=(Step("TFRecordIngest", "ran", 2.0), Step("Trainer", "ran", 20.0), Step("AtomicPusher", "ran", 0.2)),
         spans="1", counts={"train": 20000, "eval": 5032},
-        training={"Trainer": {"strategy": "one_device", "replicas": 1, "precision": "mixed_bfloat16", "xla": True,
+        training={"Trainer": {"task": "binary", "strategy": "one_device", "replicas": 1, "precision": "mixed_bfloat16",
+                              "xla": True,
                               "examples_per_second": 101493.2, "input_wait_fraction": 0.0,
                               "final_metrics": {"val_auc": 0.94}, "history": {"loss": [0.4, 0.3]}},
                   "Fp32BaselineTrainer": {}},
         evaluation={"summary": "candidate blessed: every gate passed", "blessed": True, "chosen_model": "candidate",
-                    "checks": [], "metrics": {"overall": metrics}},
+                    "task": "binary", "primary_metric": "auc", "checks": [CHECK], "metrics": {"overall": metrics}},
         blessed=True, pushed_to="/serving/1795334123")
     return dataclasses.replace(facts, **changes)
 
@@ -118,9 +124,11 @@ def test_the_summary_the_report_and_the_status_table_render_the_same_facts():
     facts = _blessed_run()
 
     summary = RunSummary(facts).render()
-    assert "  training: one_device x1, mixed_bfloat16, XLA on, 101,493 examples/s, input wait 0.0%" in summary
+    assert "  training: binary, one_device x1, mixed_bfloat16, XLA on, 101,493 examples/s, input wait 0.0%" in summary
     assert "  eval metrics: auc 0.9463, binary_accuracy 0.8895, example_count 5,032" in summary
-    assert "  evaluation: candidate blessed: every gate passed\n  blessed: yes\n" in summary
+    assert ("  evaluation: candidate blessed: every gate passed\n    vs_production: candidate auc 0.9463 vs production "
+            "0.9401: better by 0.0062, interval [-0.0011, +0.0135], tolerance 0.01, 5,032 examples (pass)\n"
+            "  blessed: yes\n") in summary
     assert summary.endswith("  pushed to: /serving/1795334123\n  total wall time: 0.0 s")
     page = render_html(facts)
     assert "<td>r2</td><td>2026-11-22 00:00:00 UTC</td><td>32.4 s</td><td>1</td>" in page
@@ -128,8 +136,8 @@ def test_the_summary_the_report_and_the_status_table_render_the_same_facts():
     assert "<code>/serving/1795334123</code>" in page and "class=failed" not in page
     header, line = render_runs([facts]).splitlines()
     assert header.split()[:3] == ["started", "(UTC)", "spans"]
-    assert line.split() == ["2026-11-22", "00:00:00", "1", "complete", "3/0", "0.9463", "0.9468", "-", "candidate",
-                            "1795334123", "32.4", "s"]
+    assert line.split() == ["2026-11-22", "00:00:00", "1", "complete", "3/0", "AUC", "0.9463", "0.9468", "-",
+                            "candidate", "1795334123", "32.4", "s"]
 
 
 def test_the_status_outcome_names_the_steps_that_did_not_finish():
@@ -141,5 +149,5 @@ def test_the_status_outcome_names_the_steps_that_did_not_finish():
     assert outcome("ran", "killed", "running") == "killed at Step1"
     assert outcome("ran", "running", "new") == "running or killed at Step1, Step2"
     not_evaluated = _blessed_run(evaluation={}, blessed=None, pushed_to=None)
-    assert (not_evaluated.blessed_model, not_evaluated.auc, not_evaluated.pushed_version) == ("", {}, "")
+    assert (not_evaluated.blessed_model, not_evaluated.primary, not_evaluated.pushed_version) == ("", {}, "")
     assert "blessed: not evaluated" in RunSummary(not_evaluated).render()
