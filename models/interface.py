@@ -2,8 +2,9 @@
 one loader every user of a model module goes through.
 
 A new model is one file in models/ that defines the names of `ModelModule`; `load_model_module` imports it
-and names whatever is missing or not callable, and `check_task` checks that its task, labels and output
-fit together (config load turns either into an error on `train.model`, before any step runs).
+and names whatever is missing or not callable, and `check_task` checks its task and classes (config load
+turns either into an error on `train.model`, before any step runs); the Trainer checks the labels' dtype and
+the model's output against the task before it trains.
 """
 from __future__ import annotations
 
@@ -47,7 +48,6 @@ class ModelModule(typing.Protocol):
 CONSTANTS = ("TASK", "CLASSES", "INPUTS", "LABEL_INPUTS", "LABEL_KEY")
 FUNCTIONS = ("make_label", "build_preprocessing", "build_model")
 OPTIONAL_FUNCTIONS = ("make_loss",)
-CHECK_ROWS = 8  # rows of default values the model is built on to check its output
 
 
 class ModelModuleError(ValueError):
@@ -88,9 +88,10 @@ def load_model_module(name: str) -> ModelModule:
 
 
 def check_task(module: ModelModule, name: str) -> None:
-    """Raises ModelModuleError naming the module when its TASK is unknown, its CLASSES do not fit the task,
-    make_label returns the wrong kind of label, or the model built on a few rows of default values has an
-    output of the wrong width (3 outputs for a binary task, say)."""
+    """Raises ModelModuleError naming the module when its TASK is unknown or its CLASSES do not fit the task.
+    What needs TensorFlow to run (the label's dtype, the model's output) is checked by the Trainer
+    (check_label_dtype, check_output_width): running TensorFlow here would start its runtime in the process
+    before the Trainer sets devices and distribution up."""
     if module.TASK not in TASK_NAMES:
         raise ModelModuleError(f"{name!r}: TASK {module.TASK!r} is not one of {', '.join(TASK_NAMES)}")
     task = task_named(module.TASK)
@@ -103,52 +104,31 @@ def check_task(module: ModelModule, name: str) -> None:
             raise ModelModuleError(f"{name!r}: a {task.name} task has {wanted} CLASSES, got {len(classes)}: {classes!r}")
     elif classes:
         raise ModelModuleError(f"{name!r}: a regression task has no CLASSES, got {classes!r}")
-    _check_label_kind(module, name, task)
-    _check_output_width(module, name, expected_output_width(task, classes))
 
 
-def _default_batch(specs: dict, rows: int) -> dict:
-    """Each feature's default value (or a zero of its type) repeated `rows` times, as parse_example gives."""
-    import numpy as np
-    import tensorflow as tf
-
-    batch = {}
-    for feature, spec in specs.items():
-        default = spec.default_value
-        if default is None:
-            default = b"" if spec.dtype == tf.string else 0
-        batch[feature] = tf.constant(np.repeat(np.asarray(default).reshape(-1)[:1], rows), dtype=spec.dtype)
-    return batch
-
-
-def _check_label_kind(module: ModelModule, name: str, task) -> None:
-    import tensorflow as tf
-
-    label = module.make_label(_default_batch(module.LABEL_INPUTS, CHECK_ROWS))
-    dtype = tf.as_dtype(label.dtype)
-    if dtype == tf.string:
-        raise ModelModuleError(f"{name!r}: make_label returns strings; a {task.name} task needs "
-                               f"{task.label_dtype} labels" + (" (map the class names to their ids)"
-                                                               if task.is_classification else ""))
-    if task.name == MULTICLASS and not dtype.is_integer:
-        raise ModelModuleError(f"{name!r}: make_label returns {dtype.name}; a multiclass task needs int64 class ids")
-    if task.name != MULTICLASS and not dtype.is_floating:
-        raise ModelModuleError(f"{name!r}: make_label returns {dtype.name}; a {task.name} task needs float32 labels")
-
-
-def _check_output_width(module: ModelModule, name: str, width: int) -> None:
-    """Builds the model on default values; a module whose model cannot be built so is left to training."""
+def check_label_dtype(module: ModelModule, dtype) -> None:
+    """Raises TaskError when make_label's labels (of numpy `dtype`) are not what the module's task needs:
+    strings anywhere, floats for class ids."""
     import numpy as np
 
-    sample = {feature: np.asarray(values) for feature, values in _default_batch(module.INPUTS, CHECK_ROWS).items()}
-    try:
-        model = module.build_model(module.build_preprocessing(sample))
-    except Exception:  # noqa: BLE001 - a model that needs real data to be built: training checks it then
-        return
+    task = task_named(module.TASK)
+    kind = np.dtype(dtype).kind
+    if kind in "OSU":
+        raise TaskError(f"label {module.LABEL_KEY!r}: make_label returns strings; a {task.name} task needs "
+                        f"{task.label_dtype} labels" + (" (map the class names to their ids)"
+                                                        if task.is_classification else ""))
+    if task.name == MULTICLASS and kind != "i":
+        raise TaskError(f"label {module.LABEL_KEY!r}: make_label returns {np.dtype(dtype).name}; a multiclass task "
+                        "needs int64 class ids")
+
+
+def check_output_width(module: ModelModule, model) -> None:
+    """Raises TaskError when the built model's output is not (batch, 1) or (batch, K) as the task needs."""
+    width = expected_output_width(task_named(module.TASK), tuple(module.CLASSES))
     shape = tuple(model.output.shape)
     if len(shape) != 2 or shape[1] != width:
-        raise ModelModuleError(f"{name!r}: a {module.TASK} task needs a model output of shape (batch, {width}); "
-                               f"build_model's output has shape {shape}")
+        raise TaskError(f"a {module.TASK} task needs a model output of shape (batch, {width}); build_model's "
+                        f"output has shape {shape}")
 
 
 def task_of(module: ModelModule):

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from components.tasks import Task, TaskError, check_labels
 from components.trainer.input_pipeline import list_files, record_compression
-from models.interface import ModelModule
+from models.interface import ModelModule, check_label_dtype
 
 BATCH = 4096
 
@@ -17,8 +17,8 @@ def read_labels(file_patterns: list[str], model_module: ModelModule, task: Task,
     (model_module.make_label on its LABEL_INPUTS), in file order.
 
     Raises TaskError naming the split and feature when a record lacks a feature the label is derived from
-    (its parse default would stand in for a label nobody recorded), or naming the label when it is not one
-    the task and the module's CLASSES allow."""
+    (its parse default would stand in for a label nobody recorded), or naming the label when it is not of
+    the task's kind (strings; floats for class ids) or not one the task and the module's CLASSES allow."""
     files = list_files(file_patterns)
     presence = {name: tf.io.VarLenFeature(spec.dtype) for name, spec in model_module.LABEL_INPUTS.items()}
 
@@ -44,5 +44,6 @@ def read_labels(file_patterns: list[str], model_module: ModelModule, task: Task,
             raise TaskError(f"{split} split: {count:,} of {records:,} records lack {name!r}, which the label "
                             f"{model_module.LABEL_KEY!r} is derived from")
     labels = np.concatenate(parts) if parts else np.zeros(0, task.label_dtype)
+    check_label_dtype(model_module, labels.dtype)
     check_labels(task, labels, tuple(model_module.CLASSES), f"{split} split: label {model_module.LABEL_KEY!r}")
     return labels

@@ -20,7 +20,7 @@ from components.settings import TrainConfig
 from components.trainer.device import Decision, DeviceDescription, choose_precision, config_override, xla_candidates
 from components.trainer.distribution import work_around_keras_multi_worker_fit
 from components.trainer.plan import TrainingPlan, WarmupThenConstant
-from models.interface import ModelModule, task_of
+from models.interface import ModelModule, check_output_width, task_of
 
 PROBE_BATCHES = 20  # distinct in-memory batches the XLA and input-wait timings cycle through
 
@@ -102,6 +102,7 @@ def _build_and_compile(model_module: ModelModule, preprocessing: keras.Model, se
     keras.config.set_dtype_policy(policy)
     try:
         model = model_module.build_model(preprocessing)
+        check_output_width(model_module, model)
         if model.output.dtype != "float32":  # the loss must see float32 outputs
             model = keras.Model(model.input, keras.layers.Activation("linear", dtype="float32")(model.output))
     finally:

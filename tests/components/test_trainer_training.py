@@ -454,3 +454,34 @@ def test_the_fp32_baseline_is_not_trained_again_when_the_candidate_trained_in_pl
     report = json.loads((tmp_path / "model_run" / contract.TRAINING_REPORT_FILE).read_text())
     assert marker == report == {"skipped": True, "reason": reason, "candidate_run": str(candidate_run)}
     assert reason.startswith("candidate trained in float32 without XLA")
+
+
+@pytest.mark.parametrize("module_text, message", [
+    ("from models.taxi import *  # noqa\n"
+     "import keras\n"
+     "from models import taxi\n"
+     "def build_model(preprocessing):\n"
+     "    inputs = taxi.model_inputs(preprocessing)\n"
+     "    hidden = taxi.wide_and_deep(inputs, preprocessing, (8,))\n"
+     "    return keras.Model(inputs, keras.layers.Dense(3, activation='softmax')(hidden))\n",
+     r"a binary task needs a model output of shape \(batch, 1\); build_model's output has shape \(None, 3\)"),
+    ("from models.taxi_fare import *  # noqa\n"
+     "import tensorflow as tf\n"
+     "LABEL_INPUTS = {'payment_type': tf.io.FixedLenFeature([], tf.string, default_value='')}\n"
+     "LABEL_KEY = 'payment_type'\n"
+     "def make_label(features):\n"
+     "    return features['payment_type']\n",
+     r"label 'payment_type': make_label returns strings; a regression task needs float32 labels"),
+], ids=["binary_with_3_outputs", "regression_with_string_label"])
+def test_a_model_whose_output_or_labels_do_not_fit_its_task_stops_before_training(files, tmp_path, monkeypatch,
+                                                                                  module_text, message):
+    """What only TensorFlow can tell (the labels' dtype, the model's output width) is checked by the Trainer
+    before it trains: a TaskError, which the command line turns into exit 2."""
+    from components.tasks import TaskError
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    name = f"misfit_{abs(hash(module_text)) % 10**8}"
+    (tmp_path / f"{name}.py").write_text(module_text)
+    with pytest.raises(TaskError, match=message):
+        _train_here(files, tmp_path / "out", model=name, epochs=1, input_probe_steps=0)
+    assert not (tmp_path / "out" / "serving").exists()
