@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DATA ?= data/taxi
 OUTPUT ?= output
 
-.PHONY: venv demo test test-fast bench-scale bench-demo lock clean
+.PHONY: venv demo test test-fast bench-scale bench-demo bench-quality lock clean
 
 venv: $(STAMP)
 
@@ -39,6 +39,13 @@ bench-scale: venv
 PAIRS ?= 2
 bench-demo: venv
 	$(PY) bench/demo_vs_tfx.py --pairs $(PAIRS)
+
+# The schema-driven model beside the hand-written ones, LightGBM and a linear model, on the same eval split
+# (about 10 minutes; installs the `bench` extra, LightGBM, into .venv/ first).
+SEEDS ?= 2
+bench-quality: venv
+	$(PY) -m pip install --quiet --ignore-requires-python -c constraints.txt -e '.[bench]'
+	$(PY) bench/tabular_quality.py --seeds $(SEEDS)
 
 # Regenerate constraints.txt from the current .venv (after changing a pin on purpose).
 lock: venv

@@ -1,5 +1,6 @@
 """The names the pipeline's pieces share, defined once: channel keys, execution parameters, artifact
-properties, report files and SavedModel signatures. Components, the pipeline wiring, the run report and
+properties, report files, SavedModel signatures, and the choices of strategy, precision and TFLite variant
+that both the config's checks and the components know. Components, the pipeline wiring, the run report and
 the MLMD readers import them from here; no component imports another component's executor to reach one.
 
 Keys that TFX's own components use (examples, schema, model, ...) are spelled as in TFX's
@@ -36,6 +37,7 @@ MODEL_MODULE = "model_module"
 PUSH_DIR = "push_dir"
 CHECKPOINT_ROOT = "checkpoint_root"  # Trainer custom_config: where interrupted trainings keep checkpoints
 CODE_FINGERPRINT = "code_fingerprint"  # Trainer custom_config (and custom steps' executor flag): cache key only
+TASK_SETTINGS = "task"  # Trainer custom_config and a ModelExport parameter: the config's `task` section
 
 # ------------------------------------------------------------------------ artifact custom properties
 SPANS_PROPERTY = "spans"  # Examples (and artifacts made from them): the span numbers read, comma-separated
@@ -83,3 +85,8 @@ PREPROCESSING_FILE = "preprocessing.keras"  # the fitted preprocessing (a later 
 # ------------------------------------------------------------------------------- pipeline node ids
 TRAINER_NODE = "Trainer"  # the candidate's Trainer (TFX's default id for its Trainer)
 FP32_BASELINE_NODE = "Fp32BaselineTrainer"  # the same training in plain float32: the reference
+
+# ------------------------------------------------------------------- choices the config checks against
+STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "tpu")  # the Trainer's distribution strategies
+POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")  # the Trainer's Keras precision policies
+TFLITE_VARIANTS = ("float32", "float16", "dynamic_int8", "full_int8")  # ModelExport's TFLite ladder

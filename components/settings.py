@@ -2,11 +2,12 @@
 YAML file may set.
 
 `pipeline.config.load_config` reads YAML overrides into these dataclasses and checks each value against the
-Check declared with its field (`checked(default, POSITIVE)`); a field that any value of its type suits says
-so (`free(default)`), so no field goes unchecked by omission (a test holds every field to one or the other).
-They live here, below the pipeline, because the components take their own sections as typed settings (the
-Trainer a TrainConfig, the evaluator an EvaluateConfig, ModelExport an ExportConfig) and components never
-import the pipeline.
+Check declared with its field: `setting(default, POSITIVE)`; `setting(default)` says that any value of the
+field's type suits, so no field goes unchecked by omission (a test holds every field to `setting`). The
+comment above or beside each field is its documentation (the docs' configuration reference is generated
+from this file). They live here, below the pipeline, because the components take their own sections as
+typed settings (the Trainer a TrainConfig, the evaluator an EvaluateConfig, ModelExport an ExportConfig),
+components never import the pipeline, and this module imports no component package.
 """
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import os
 import typing
 from dataclasses import dataclass, field
 
-from components.model_export.variants import TFLITE_VARIANTS
-from components.trainer.device import POLICIES, STRATEGIES
+from components.contract import POLICIES, STRATEGIES, TFLITE_VARIANTS
+from components.tasks import TASK_NAMES
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,19 +30,12 @@ class Check(typing.NamedTuple):
     message: str
 
 
-def checked(default: typing.Any, check: Check) -> typing.Any:
-    """Input: the field's default and its Check. Output: the dataclass field (a list default copied per
-    instance)."""
+def setting(default: typing.Any, check: Check | None = None) -> typing.Any:
+    """Input: a config field's default and the Check its value must pass (None: any value of the field's
+    type). Output: the dataclass field (a list default copied per instance)."""
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata={CHECK: check})
     return field(default=default, metadata={CHECK: check})
-
-
-def free(default: typing.Any) -> typing.Any:
-    """Input: the field's default. Output: a dataclass field that any value of its type suits."""
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={CHECK: None})
-    return field(default=default, metadata={CHECK: None})
 
 
 def section_from_dict(section: type, values: dict, source: str, kind: str):
@@ -82,49 +76,62 @@ SEED = Check(lambda v: 0 <= v < 2**32, "must be between 0 and 2**32 - 1")  # Num
 TFLITE_VARIANT_LIST = Check(lambda v: v and set(v) <= set(TFLITE_VARIANTS),
                             "must list one or more of " + ", ".join(TFLITE_VARIANTS))
 BEAM_FLAGS = Check(_beam_flags, "must be Beam flags (--name=value, or --name then its value)")
+TASK_OR_EMPTY = Check(lambda v: v in ("",) + TASK_NAMES,
+                      "must be " + ", ".join(TASK_NAMES) + ', or "" (the model module declares it)')
+
+
+@dataclass
+class TaskConfig:
+    """What the model predicts. A hand-written model module declares it itself (TASK, CLASSES, LABEL_KEY):
+    these fields then stay empty or agree with it. The schema-driven model (models.tabular, what `init`
+    configures) takes them from here."""
+    type: str = setting("", TASK_OR_EMPTY)  # binary | multiclass | regression
+    label: str = setting("")  # the label feature
+    classes: list[str] = setting([])  # classification: the class names, label id 0, 1, ... in this order
+    exclude: list[str] = setting([])  # features the schema-driven model leaves out
 
 
 @dataclass
 class IngestConfig:
     # share of records hashed into the eval split (TFX's default 2:1)
-    eval_fraction: float = checked(1 / 3, STRICTLY_BETWEEN_0_AND_1)
+    eval_fraction: float = setting(1 / 3, STRICTLY_BETWEEN_0_AND_1)
     # how many of the latest span-N folders one run reads together (1 = the latest)
-    span_window: int = checked(1, AT_LEAST_1)
+    span_window: int = setting(1, AT_LEAST_1)
 
 
 @dataclass
 class TrainConfig:
-    model: str = checked("models.taxi", NOT_EMPTY)  # a module defining models/interface.py's ModelModule
-    batch_size: int = checked(256, POSITIVE)  # per replica; the global batch is this times the replicas in sync
-    epochs: int = checked(10, POSITIVE)  # passes over the training data
+    model: str = setting("models.taxi", NOT_EMPTY)  # a module defining models/interface.py's ModelModule
+    batch_size: int = setting(256, POSITIVE)  # per replica; the global batch is this times the replicas in sync
+    epochs: int = setting(10, POSITIVE)  # passes over the training data
     # for one replica's batch; scaled linearly with replicas x accumulation
-    learning_rate: float = checked(0.003, POSITIVE)
-    warmup_steps: int = checked(20, NOT_NEGATIVE)  # linear learning-rate warmup from 0
-    gradient_accumulation_steps: int = checked(1, AT_LEAST_1)  # >1: apply gradients once per this many batches
-    shuffle_buffer: int = checked(10_000, NOT_NEGATIVE)
+    learning_rate: float = setting(0.003, POSITIVE)
+    warmup_steps: int = setting(20, NOT_NEGATIVE)  # linear learning-rate warmup from 0
+    gradient_accumulation_steps: int = setting(1, AT_LEAST_1)  # >1: apply gradients once per this many batches
+    shuffle_buffer: int = setting(10_000, NOT_NEGATIVE)  # records the input pipeline shuffles among; 0 = no shuffle
     # keep the records in memory after the first pass when they fit in this
-    cache_max_mb: int = checked(1024, NOT_NEGATIVE)
+    cache_max_mb: int = setting(1024, NOT_NEGATIVE)
     # train steps per call into the device (less host overhead per step)
-    steps_per_execution: int = checked(10, AT_LEAST_1)
-    strategy: str = checked("auto", STRATEGY)  # auto | one_device | mirrored | multi_worker_mirrored | tpu
-    precision: str = checked("auto", PRECISION)  # auto | float32 | mixed_float16 | mixed_bfloat16
+    steps_per_execution: int = setting(10, AT_LEAST_1)
+    strategy: str = setting("auto", STRATEGY)  # auto | one_device | mirrored | multi_worker_mirrored | tpu
+    precision: str = setting("auto", PRECISION)  # auto | float32 | mixed_float16 | mixed_bfloat16
     # auto (on for GPUs, TPUs and bf16 CPUs, when the model compiles) | on | off
-    xla: str = checked("auto", AUTO_ON_OFF)
+    xla: str = setting("auto", AUTO_ON_OFF)
     # with xla auto: XLA is tried only when training is at least this many seconds of compute (timed without
     # XLA), long enough for its compile to pay back; 0 = always tried where XLA may gain
-    xla_min_training_seconds: float = checked(60.0, NOT_NEGATIVE)
-    gpu_memory_growth: bool = free(True)
-    gpu_memory_limit_mb: int = checked(0, NOT_NEGATIVE)  # per GPU; 0 = no limit
+    xla_min_training_seconds: float = setting(60.0, NOT_NEGATIVE)
+    gpu_memory_growth: bool = setting(True)  # allocate GPU memory as needed rather than all at start
+    gpu_memory_limit_mb: int = setting(0, NOT_NEGATIVE)  # per GPU; 0 = no limit
     # training interval, a checkpoint at its end; 0 = one pass over the data
-    checkpoint_every_steps: int = checked(0, NOT_NEGATIVE)
+    checkpoint_every_steps: int = setting(0, NOT_NEGATIVE)
     # skip an interval's checkpoint until this long after the last one
-    checkpoint_min_seconds: float = checked(30.0, NOT_NEGATIVE)
-    input_probe_steps: int = checked(200, NOT_NEGATIVE)  # steps on in-memory batches to measure input wait; 0 = skip
-    profile_from_step: int = checked(10, AT_LEAST_1)  # TensorBoard profiler trace window start...
-    profile_steps: int = checked(0, NOT_NEGATIVE)  # ...and length in steps; 0 = no trace
-    seed: int = checked(0, SEED)  # weights init and shuffle order
+    checkpoint_min_seconds: float = setting(30.0, NOT_NEGATIVE)
+    input_probe_steps: int = setting(200, NOT_NEGATIVE)  # steps on in-memory batches to measure input wait; 0 = skip
+    profile_from_step: int = setting(10, AT_LEAST_1)  # TensorBoard profiler trace window start...
+    profile_steps: int = setting(0, NOT_NEGATIVE)  # ...and length in steps; 0 = no trace
+    seed: int = setting(0, SEED)  # weights init and shuffle order
     # start from the latest blessed model (its preprocessing and weights) when there is one
-    warm_start: bool = free(True)
+    warm_start: bool = setting(True)
 
 
 @dataclass
@@ -132,36 +139,36 @@ class EvaluateConfig:
     """The gates decide on the task's primary metric (binary AUC, multiclass accuracy, regression MAE), in
     its direction; tolerances are in the metric's units, or a fraction of the reference's value for
     regression (components/precision_evaluator/gates.py)."""
-    slice_feature: str = free("payment_type")  # metrics are also reported per value of this feature ("" = none)
+    slice_feature: str = setting("payment_type")  # metrics are also reported per value of this feature ("" = none)
     # the primary metric must reach this (AUC and accuracy at least, MAE at most; null = no bar): on top of
     # beating the trivial predictor, which every blessed model must
-    absolute_bar: float | None = checked(0.9, OPTIONAL_NOT_NEGATIVE)
+    absolute_bar: float | None = setting(0.9, OPTIONAL_NOT_NEGATIVE)
     # how much worse than the FP32 baseline the candidate may be before the data refuse it
-    max_drop_vs_fp32: float = checked(0.005, NOT_NEGATIVE)
+    max_drop_vs_fp32: float = setting(0.005, NOT_NEGATIVE)
     # how much worse than the production model (the latest blessed one) a model may be
-    max_drop_vs_production: float = checked(0.01, NOT_NEGATIVE)
-    confidence: float = checked(0.95, STRICTLY_BETWEEN_0_AND_1)  # of the paired intervals every comparison uses
+    max_drop_vs_production: float = setting(0.01, NOT_NEGATIVE)
+    confidence: float = setting(0.95, STRICTLY_BETWEEN_0_AND_1)  # of the paired intervals every comparison uses
     # other metrics of the task to gate on too, with the same tolerances (e.g. [binary_accuracy])
-    gate_metrics: list[str] = free([])
-    fallback_to_fp32: bool = free(True)  # candidate fails FP32 parity, baseline passes the rest: bless the baseline
+    gate_metrics: list[str] = setting([])
+    fallback_to_fp32: bool = setting(True)  # candidate fails FP32 parity, baseline passes the rest: bless the baseline
 
 
 @dataclass
 class ExportConfig:
-    tflite_variants: list[str] = checked(list(TFLITE_VARIANTS), TFLITE_VARIANT_LIST)  # converted and evaluated
+    tflite_variants: list[str] = setting(list(TFLITE_VARIANTS), TFLITE_VARIANT_LIST)  # converted and evaluated
     # a variant whose primary metric is worse than the SavedModel's by more than this is rejected (the metric's
     # units; a fraction of the SavedModel's MAE for regression)
-    max_tflite_drop: float = checked(0.01, NOT_NEGATIVE)
-    representative_examples: int = checked(300, AT_LEAST_1)  # training examples that calibrate full-int8 quantization
-    latency_examples: int = checked(300, AT_LEAST_1)  # single-example invocations timed per variant (median reported)
+    max_tflite_drop: float = setting(0.01, NOT_NEGATIVE)
+    representative_examples: int = setting(300, AT_LEAST_1)  # training examples that calibrate full-int8 quantization
+    latency_examples: int = setting(300, AT_LEAST_1)  # single-example invocations timed per variant (median reported)
 
 
 @dataclass
 class StepResources:
-    cpu: float = checked(2.0, POSITIVE)  # vCPUs, requested and limited
-    memory_gb: float = checked(8.0, POSITIVE)  # GB, requested and limited
-    accelerator: str = free("")  # e.g. NVIDIA_TESLA_T4 (Vertex AI) or nvidia.com/gpu (Kubeflow); "" = none
-    accelerator_count: int = checked(0, NOT_NEGATIVE)
+    cpu: float = setting(2.0, POSITIVE)  # vCPUs, requested and limited
+    memory_gb: float = setting(8.0, POSITIVE)  # GB, requested and limited
+    accelerator: str = setting("")  # e.g. NVIDIA_TESLA_T4 (Vertex AI) or nvidia.com/gpu (Kubeflow); "" = none
+    accelerator_count: int = setting(0, NOT_NEGATIVE)  # accelerators per pod (0 = none)
 
 
 @dataclass
@@ -175,25 +182,28 @@ class ResourcesConfig:
     # Multi-worker training (Kubeflow compile only): >1 runs each Trainer as a Vertex AI CustomJob of this many
     # replicas (a chief and workers, each with `training`'s accelerators on `training_machine_type`); Vertex
     # sets TF_CONFIG on each, and the Trainer picks MultiWorkerMirroredStrategy from it.
-    training_workers: int = checked(1, AT_LEAST_1)
-    training_machine_type: str = checked("n1-standard-8", NOT_EMPTY)
-    vertex_project: str = free("")  # required when training_workers > 1 (the Kubeflow compile says so)
-    vertex_region: str = checked("us-central1", NOT_EMPTY)
+    training_workers: int = setting(1, AT_LEAST_1)
+    training_machine_type: str = setting("n1-standard-8", NOT_EMPTY)  # each replica's Vertex AI machine type
+    vertex_project: str = setting("")  # required when training_workers > 1 (the Kubeflow compile says so)
+    vertex_region: str = setting("us-central1", NOT_EMPTY)  # where the Vertex AI CustomJob runs
 
 
 @dataclass
 class PipelineConfig:
-    pipeline_name: str = checked("taxi-accel", NOT_EMPTY)  # names the run's MLMD contexts and the compiled pipeline
+    pipeline_name: str = setting("taxi-accel", NOT_EMPTY)  # names the run's MLMD contexts and the compiled pipeline
     # TFRecord files, or span-N/ folders of them (see ingest.span_window)
-    data_root: str = checked("data/taxi", NOT_EMPTY)
+    data_root: str = setting("data/taxi", NOT_EMPTY)
     # local: MLMD (SQLite), the run lock and reports; by default artifacts and serving too
-    output_dir: str = checked("output", NOT_EMPTY)
+    output_dir: str = setting("output", NOT_EMPTY)
     # pipeline root, where artifacts live: a path or a URI (gs://, s3://); default <output_dir>/pipeline
-    artifact_root: str = free("")
-    serving_dir: str = free("")  # where blessed models are pushed, a path or a URI; default <output_dir>/serving
-    schema_path: str = checked(os.path.join(PROJECT_ROOT, "schemas", "taxi", "schema.pbtxt"), NOT_EMPTY)
-    enable_cache: bool = free(True)
-    beam_pipeline_args: list[str] = checked(["--direct_running_mode=in_memory"], BEAM_FLAGS)
+    artifact_root: str = setting("")
+    serving_dir: str = setting("")  # where blessed models are pushed, a path or a URI; default <output_dir>/serving
+    # the curated TFDV schema (a text proto) the data is validated against and the model may be built from
+    schema_path: str = setting(os.path.join(PROJECT_ROOT, "schemas", "taxi", "schema.pbtxt"), NOT_EMPTY)
+    enable_cache: bool = setting(True)  # reuse a step's outputs when its inputs, settings and code are unchanged
+    # flags for every Beam step (the runner, its options; no credential: those come from the environment)
+    beam_pipeline_args: list[str] = setting(["--direct_running_mode=in_memory"], BEAM_FLAGS)
+    task: TaskConfig = field(default_factory=TaskConfig)
     ingest: IngestConfig = field(default_factory=IngestConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)

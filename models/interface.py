@@ -35,8 +35,8 @@ class ModelModule(typing.Protocol):
 
     @staticmethod
     def build_preprocessing(sample: dict[str, np.ndarray]) -> keras.Model:
-        """A sample of training features (name -> 1-D array) -> a fitted Keras model, raw features ->
-        model-ready tensors, built from device-safe layers."""
+        """A sample of training rows (name -> 1-D array of the INPUTS and LABEL_INPUTS features) -> a fitted
+        Keras model, raw INPUTS features -> model-ready tensors, built from device-safe layers."""
 
     @staticmethod
     def build_model(preprocessing: keras.Model) -> keras.Model:
@@ -48,6 +48,7 @@ class ModelModule(typing.Protocol):
 CONSTANTS = ("TASK", "CLASSES", "INPUTS", "LABEL_INPUTS", "LABEL_KEY")
 FUNCTIONS = ("make_label", "build_preprocessing", "build_model")
 OPTIONAL_FUNCTIONS = ("make_loss",)
+CONFIGURE = "configure"  # a schema-driven module's factory: configure(schema_path, task) -> ModelModule
 
 
 class ModelModuleError(ValueError):
@@ -65,9 +66,12 @@ def _names_the_module(missing: str, name: str) -> bool:
     return name == missing or name.startswith(missing + ".")
 
 
-def load_model_module(name: str) -> ModelModule:
-    """Input: a module path (models.taxi). Output: the imported module, checked against ModelModule.
-    Raises ModelModuleError naming the module and what it lacks."""
+def load_model_module(name: str, task=None, schema_path: str | None = None) -> ModelModule:
+    """Input: a module path (models.taxi), the config's `task` section (components.settings.TaskConfig; None:
+    not given) and the curated schema's path. Output: the model module, checked against ModelModule: the
+    imported module, or for a schema-driven module (one that defines configure(schema_path, task), such as
+    models.tabular) what configure returns. Raises ModelModuleError naming the module and what it lacks, or
+    the `task` field that disagrees with what the module declares."""
     try:
         module = importlib.import_module(name)
     except ModuleNotFoundError as error:
@@ -76,15 +80,44 @@ def load_model_module(name: str) -> ModelModule:
         raise ModelModuleError(f"cannot import {name!r}: {error}", not_found=True) from None
     except Exception as error:  # noqa: BLE001 - whatever the module raised while importing
         raise ModelModuleError(f"importing {name!r} failed: {type(error).__name__}: {error}") from None
-    missing = [attribute for attribute in CONSTANTS + FUNCTIONS if not hasattr(module, attribute)]
+    if hasattr(module, CONFIGURE):
+        if task is None or not schema_path:
+            raise ModelModuleError(f"{name!r} is built from the schema and the config's task section, and was "
+                                   "given neither")
+        try:
+            module = module.configure(schema_path, task)
+        except (TaskError, OSError) as error:
+            raise ModelModuleError(f"{name!r}: {error}") from None
+    elif task is not None:
+        _check_agreement(module, name, task)
+    missing = [attribute for attribute in CONSTANTS + FUNCTIONS if not _has(module, attribute)]
     not_callable = [attribute for attribute in FUNCTIONS + OPTIONAL_FUNCTIONS
-                    if hasattr(module, attribute) and not callable(getattr(module, attribute))]
+                    if _has(module, attribute) and not callable(getattr(module, attribute))]
     if missing or not_callable:
         problems = ([f"lacks {', '.join(missing)}"] if missing else []) + (
             [f"{', '.join(not_callable)} not callable"] if not_callable else [])
         raise ModelModuleError(f"{name!r} ({getattr(module, '__file__', '?')}) {'; '.join(problems)}; "
                                f"a model module defines {', '.join(CONSTANTS + FUNCTIONS)}")
     return typing.cast(ModelModule, module)
+
+
+def _has(module, attribute: str) -> bool:
+    """hasattr without evaluating a property (a schema-driven module reads its schema on first use)."""
+    return hasattr(type(module), attribute) or hasattr(module, attribute)
+
+
+def _check_agreement(module, name: str, task) -> None:
+    """Raises ModelModuleError naming the `task` field that disagrees with what a hand-written module declares."""
+    declared = {"type": getattr(module, "TASK", None), "label": getattr(module, "LABEL_KEY", None),
+                "classes": list(getattr(module, "CLASSES", ()))}
+    for field, value in declared.items():
+        given = getattr(task, field)
+        if given and given != value:
+            raise ModelModuleError(f"task.{field} is {given!r}, but {name!r} declares {value!r}; leave task.{field} "
+                                   "out of the config, or make them agree")
+    if task.exclude:
+        raise ModelModuleError(f"task.exclude applies to schema-driven models; {name!r} chooses its own inputs "
+                               "(leave task.exclude out)")
 
 
 def check_task(module: ModelModule, name: str) -> None:

@@ -1,24 +1,26 @@
-"""`python -m pipeline run|demo|prepare-data|status|doctor|compile`: the pipeline's command line. Quiet unless --verbose.
+"""`python -m pipeline run|demo|prepare-data|init|status|doctor|compile`: the pipeline's command line. Quiet unless
+--verbose.
 
 Exit status: 0 success, 1 a failed step or an unexpected error (--verbose adds its traceback), 2 a bad config
 (malformed YAML, unknown key, wrong type or value, a `train.model` or `schema_path` that cannot be used, a
 model whose task, labels and output do not fit, a credential in a Beam flag, an artifact root that belongs to
 another output directory) or labels the task does not allow (a class id outside the model's classes, a
-label missing from some records), 75 another run holds the output directory.
+label missing from some records); for prepare-data and init, input that cannot make a dataset or a project
+(the message names the file and line, or the column); 75 another run holds the output directory.
 """
 from __future__ import annotations
 
 import argparse
-import atexit
 import os
-import re
-import subprocess
 import sys
 import traceback
 import warnings
 
+from pipeline.stderr_filter import drop_native_info_lines
+
 
 EXAMPLES = ("taxi", "penguins")  # pipeline.data.EXAMPLES, without importing TensorFlow for --help
+TASKS = ("binary", "multiclass", "regression")  # components.tasks.TASK_NAMES, likewise
 CONFIG_HELP = "YAML file of config overrides (keys and defaults: components/settings.py)"
 
 
@@ -38,14 +40,31 @@ def main(argv: list[str] | None = None) -> int:
                                                    "(overrides serving_dir)")
         command.add_argument("--verbose", action="store_true", help="show TensorFlow, TFX and Beam logs")
 
-    data = commands.add_parser("prepare-data", help="write an example dataset (the bundled taxi CSV, TFX's penguins) "
-                                                    "as a TFRecord span")
-    data.add_argument("--example", choices=EXAMPLES, default="taxi", help="which example dataset (default: taxi)")
-    data.add_argument("--data", help="data root to write span-N/ into (default: data/<example>)")
+    data = commands.add_parser("prepare-data", help="write a CSV file of yours, or an example dataset (the bundled taxi "
+                                                    "CSV, TFX's penguins), as a span of TFRecord tf.Examples")
+    data.add_argument("--csv", help="your CSV file (a header row, then one row per example)")
+    data.add_argument("--example", choices=EXAMPLES, default="taxi", help="without --csv: which example dataset")
+    data.add_argument("--data", help="data root to write span-N/ into (default: data/<example>; required with --csv)")
     data.add_argument("--span", type=int, default=1)
+    data.add_argument("--delimiter", help="--csv: the delimiter (default: detected among , ; tab |)")
+    data.add_argument("--na", default="NA", help="--csv: comma-separated cell values that mean missing, besides an "
+                                                 "empty cell (default: NA)")
+    data.add_argument("--require", default="", help="--csv: comma-separated columns a row must have a value in "
+                                                     "(rows missing one are left out and counted), e.g. the label")
     data.add_argument("--first-row", type=int, default=0, help="taxi: start at this CSV row (0-based)")
     data.add_argument("--rows", type=int, default=None, help="taxi: at most N rows (default: all)")
-    data.add_argument("--verbose", action="store_true")
+
+    init = commands.add_parser("init", help="your data in, a curated schema and a config out (in this folder): "
+                                            "NAME.yaml and schemas/NAME/schema.pbtxt, for the schema-driven model")
+    init.add_argument("--data", required=True, help="data root: TFRecord files or span-N/ folders (prepare-data --csv)")
+    init.add_argument("--label", required=True, help="the column to predict")
+    init.add_argument("--task", choices=TASKS, help="default: chosen from the label's values")
+    init.add_argument("--name", help="names the config, the schema folder and the pipeline (default: the data "
+                                     "folder's name)")
+    init.add_argument("--exclude", default="", help="comma-separated columns the model leaves out")
+    init.add_argument("--force", action="store_true", help="overwrite an existing NAME.yaml and schema")
+    for command in (data, init):
+        command.add_argument("--verbose", action="store_true")
 
     doctor = commands.add_parser("doctor", help="check this machine against the config: GPUs, TPUs, bf16, XLA, "
                                                 "strategy and precision, writable output; exit 1 on a problem")
@@ -72,9 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     quiet_logs(args.verbose)
     # The real command line only: in-process callers (tests) keep their stderr as it is.
-    end_filter = filter_native_info_logs() if argv is None and not args.verbose else (lambda: None)
-    commands = {"compile": run_compile, "prepare-data": prepare_data, "doctor": run_doctor, "status": run_status,
-                "run": run_pipeline, "demo": lambda args: run_pipeline(args, write_demo_data=True)}
+    end_filter = drop_native_info_lines() if argv is None and not args.verbose else (lambda: None)
+    commands = {"compile": run_compile, "prepare-data": prepare_data, "init": run_init, "doctor": run_doctor,
+                "status": run_status, "run": run_pipeline, "demo": lambda args: run_pipeline(args, write_demo_data=True)}
     try:
         return commands[args.command](args)
     except Exception as error:  # noqa: BLE001 - a bug or an environment problem: say what, exit 1
@@ -104,51 +123,20 @@ def quiet_logs(verbose: bool) -> None:
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
 
 
-# Native INFO and WARNING lines in Abseil's format ("I0000 00:00:1795322458.188568    8328 service.cc:145] ...")
-# and Abseil's notice that logging was never initialized. TensorFlow 2.16's XLA logs through a private copy of
-# Abseil that TF_CPP_MIN_LOG_LEVEL does not reach and no environment variable configures.
-NATIVE_INFO_LINE = re.compile(r"^(?:[IW]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^ \]]+:\d+\] |"
-                              r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR)")
-_LINE_FILTER = """
-import re, sys
-pattern = re.compile(sys.argv[1].encode())
-for line in sys.stdin.buffer:
-    if not pattern.match(line):
-        sys.stdout.buffer.write(line)
-        sys.stdout.buffer.flush()
-"""
-
-
-def filter_native_info_logs():
-    """From now on, lines on file descriptor 2 matching NATIVE_INFO_LINE are dropped; everything else (Python's
-    stderr, native errors and fatal messages) reaches the terminal unchanged and in order. A small child
-    process does the filtering, so it still drains what a crashing process wrote last. Output: a function
-    that ends the filtering (fd 2 is the terminal again once the filter has written what it holds)."""
-    sys.stderr.flush()
-    terminal = os.dup(2)
-    line_filter = subprocess.Popen([sys.executable, "-I", "-S", "-c", _LINE_FILTER, NATIVE_INFO_LINE.pattern],
-                                   stdin=subprocess.PIPE, stdout=terminal, stderr=terminal, start_new_session=True)
-    os.dup2(line_filter.stdin.fileno(), 2)
-    line_filter.stdin.close()  # fd 2 is now this process's only handle on the pipe
-
-    ended = []
-
-    def end() -> None:
-        if ended:
-            return
-        ended.append(True)
-        sys.stderr.flush()
-        os.dup2(terminal, 2)  # closes the pipe: the filter writes what is left and ends
-        try:
-            line_filter.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # a child of ours still holds the pipe: let it be
-            pass
-
-    atexit.register(end)  # also when the process exits some other way
-    return end
-
-
 def prepare_data(args) -> int:
+    if args.csv:
+        if not args.data:
+            print("data error: --csv needs --data, the data root to write span-N/ into", file=sys.stderr)
+            return 2
+        from pipeline.csv_data import CsvError, write_csv_span
+        try:
+            summary = write_csv_span(args.csv, args.data, span=args.span, delimiter=args.delimiter,
+                                     missing_tokens=_names(args.na), required=_names(args.require))
+        except CsvError as error:
+            print(f"data error: {error}", file=sys.stderr)
+            return 2
+        print(summary.render())
+        return 0
     data_root = args.data or os.path.join("data", args.example)
     if args.example == "penguins":
         from pipeline.data import write_penguin_span
@@ -156,6 +144,23 @@ def prepare_data(args) -> int:
         print(f"wrote {records} tf.Examples (TFX's penguin data) to {span_dir}")
         return 0
     write_bundled_span(data_root, span=args.span, max_rows=args.rows, first_row=args.first_row)
+    return 0
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def run_init(args) -> int:
+    from pipeline.onboarding import InitError, plan_project
+    try:
+        project = plan_project(os.getcwd(), args.data, args.label, task=args.task, name=args.name,
+                               exclude=list(_names(args.exclude)))
+        project.write(force=args.force)
+    except InitError as error:
+        print(f"init error: {error}", file=sys.stderr)
+        return 2
+    print(project.render())
     return 0
 
 

@@ -41,8 +41,8 @@ def load_config(path: str | None = None, check_references: bool = True, **overri
     config = _local_paths_as_paths(config)
     check_no_secrets(config)
     if check_references:
-        check_model_module(config.train.model, config.evaluate.gate_metrics)
         check_schema(config.schema_path)
+        check_model_module(config)
     return config
 
 
@@ -115,12 +115,14 @@ def _read_yaml(path: str) -> dict:
     return raw
 
 
-def check_model_module(name: str, gate_metrics: list[str] = ()) -> None:
-    """Raises ConfigError naming `train.model` when module `name` does not import, lacks part of
-    models.interface.ModelModule, or its task, labels and model output do not fit (the message names the
-    module and what is wrong); naming `evaluate.gate_metrics` when a metric there is not one of the task's."""
+def check_model_module(config: PipelineConfig) -> None:
+    """Raises ConfigError naming `train.model` when the model module does not import, lacks part of
+    models.interface.ModelModule, or its task and classes do not fit (the message names the module and what
+    is wrong), or the `task` section disagrees with it; naming `evaluate.gate_metrics` when a metric there is
+    not one of the task's."""
+    name, gate_metrics = config.train.model, config.evaluate.gate_metrics
     try:
-        module = load_model_module(name)
+        module = load_model_module(name, config.task, config.schema_path)
         check_task(module, name)
     except ModelModuleError as error:
         where = (f" (a module path such as models.taxi, importable from {PROJECT_ROOT} or the PYTHONPATH)"

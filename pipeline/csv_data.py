@@ -2,8 +2,8 @@
 
 Record contract, as for the bundled taxi data: one tf.Example per row, one feature per column under the
 column's name. Each column's type is inferred over every row: int64 when every present cell is an integer,
-float when every present cell is a number, else string. An empty cell, or one holding a missing-value token
-(`NA` by default), is an absent feature. Quoted fields may hold the delimiter, quotes and line breaks; the
+float when every present cell is a number, else string. An empty cell, one holding a missing-value token
+(`NA` by default), or a number that reads as NaN is an absent feature. Quoted fields may hold the delimiter, quotes and line breaks; the
 delimiter is detected (comma, semicolon, tab or pipe) unless given. Rows with a missing cell in a `required`
 column are left out, and counted.
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import math
 import os
 
 DELIMITERS = ",;\t|"
@@ -155,7 +156,8 @@ def write_csv_span(path: str, data_root: str, span: int = 1, delimiter: str | No
             if line == 1:
                 continue
             values = {column: cell.strip() for column, cell in zip(columns, cells)}
-            absent = {column for column, cell in values.items() if cell == "" or cell in missing_tokens}
+            absent = {column for column, cell in values.items()
+                      if cell == "" or cell in missing_tokens or (kinds[column] == "float" and math.isnan(float(cell)))}
             if absent & set(required):
                 skipped += 1
                 continue

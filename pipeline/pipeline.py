@@ -90,7 +90,7 @@ def create_pipeline(config: PipelineConfig, pipeline_root: str | None = None,
     for node in (trainer, baseline_trainer):
         node.add_upstream_node(validation_gate)  # blocking anomalies and drift stop the run before any training
     model, baseline_model = trainer.outputs[contract.MODEL], baseline_trainer.outputs[contract.MODEL]
-    model_module = load_model_module(config.train.model)
+    model_module = load_model_module(config.train.model, config.task, config.schema_path)
     evaluator = PrecisionEvaluator(
         examples=examples,
         model=model,
@@ -101,10 +101,12 @@ def create_pipeline(config: PipelineConfig, pipeline_root: str | None = None,
     blessing = evaluator.outputs[contract.BLESSING]
     export = ModelExport(
         examples=examples,
+        schema=schema,
         model=model,
         baseline_model=baseline_model,
         blessing=blessing,
         model_module=config.train.model,
+        task=config.task,
         settings=config.export)
     pusher = AtomicPusher(exported_model=export.outputs[contract.EXPORTED_MODEL], blessing=blessing,
                           push_dir=_absolute(config.push_dir))
@@ -170,10 +172,11 @@ def _trainer(config: PipelineConfig, examples: BaseChannel, schema: BaseChannel,
 
 
 def trainer_custom_config(config: PipelineConfig, checkpoint_dir: str, **train_overrides) -> dict:
-    """The Trainer's settings, where interrupted trainings keep checkpoints, and a digest of the trainer
-    package, the model module (wherever it lives) and the project code they import, so that code changes
-    bust the cache."""
+    """The Trainer's settings and the config's `task` section, where interrupted trainings keep checkpoints,
+    and a digest of the trainer package, the model module (wherever it lives) and the project code they
+    import, so that code changes bust the cache."""
     return {**dataclasses.asdict(config.train), **train_overrides,
+            contract.TASK_SETTINGS: dataclasses.asdict(config.task),
             contract.CODE_FINGERPRINT: code_fingerprint(TRAINER_PACKAGE, config.train.model),
             contract.CHECKPOINT_ROOT: checkpoint_dir}
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
-import json
 import os
 import sys
 import uuid

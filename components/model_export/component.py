@@ -1,13 +1,18 @@
 """ModelExport: the blessed model -> ExportedModel (SavedModel + TFLite ladder, each variant re-evaluated).
 
-Consumes: `examples` (train split calibrates full int8; eval split scores every variant), `model` and
-`baseline_model` (the two Trainers' outputs: the blessing says which one is blessed), `blessing`.
+Consumes: `examples` (train split calibrates full int8; eval split scores every variant), `schema` (the
+curated schema: a schema-driven model module reads it), `model` and `baseline_model` (the two Trainers'
+outputs: the blessing says which one is blessed), `blessing`.
 Produces: `exported_model` holding saved_model/, tflite/<variant>.tflite (device models: raw features in,
 the model's preprocessing inside, TFLite builtin ops only) and export_report.json/.md; custom properties
 `exported` (0 when nothing was blessed) and `recommended_tflite`.
 Parameters: `model_module` (parses raw examples; its INPUTS are the device inputs, their defaults the
-missing-value convention), `settings` (JSON: the `export` config section, executor.settings_json).
+missing-value convention), `task` (JSON: the config's `task` section), `settings` (JSON: the `export` config
+section, executor.settings_json).
 """
+import dataclasses
+import json
+
 from tfx import types
 from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import standard_artifacts
@@ -15,7 +20,7 @@ from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionP
 
 from components import contract
 from components.model_export import executor
-from components.settings import ExportConfig
+from components.settings import ExportConfig, TaskConfig
 
 
 class ExportedModel(types.Artifact):
@@ -25,9 +30,11 @@ class ExportedModel(types.Artifact):
 
 class ModelExportSpec(ComponentSpec):
     PARAMETERS = {contract.MODEL_MODULE: ExecutionParameter(type=str),
+                  contract.TASK_SETTINGS: ExecutionParameter(type=str),
                   contract.SETTINGS: ExecutionParameter(type=str)}
     INPUTS = {
         contract.EXAMPLES: ChannelParameter(type=standard_artifacts.Examples),
+        contract.SCHEMA: ChannelParameter(type=standard_artifacts.Schema),
         contract.MODEL: ChannelParameter(type=standard_artifacts.Model),
         contract.BASELINE_MODEL: ChannelParameter(type=standard_artifacts.Model),
         contract.BLESSING: ChannelParameter(type=standard_artifacts.ModelBlessing),
@@ -39,9 +46,11 @@ class ModelExport(base_component.BaseComponent):
     SPEC_CLASS = ModelExportSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
 
-    def __init__(self, examples: types.BaseChannel, model: types.BaseChannel, baseline_model: types.BaseChannel,
-                 blessing: types.BaseChannel, model_module: str, settings: ExportConfig):
+    def __init__(self, examples: types.BaseChannel, schema: types.BaseChannel, model: types.BaseChannel,
+                 baseline_model: types.BaseChannel, blessing: types.BaseChannel, model_module: str,
+                 task: TaskConfig, settings: ExportConfig):
         super().__init__(spec=ModelExportSpec(
-            examples=examples, model=model, baseline_model=baseline_model, blessing=blessing,
-            model_module=model_module, settings=executor.settings_json(settings),
+            examples=examples, schema=schema, model=model, baseline_model=baseline_model, blessing=blessing,
+            model_module=model_module, task=json.dumps(dataclasses.asdict(task)),
+            settings=executor.settings_json(settings),
             exported_model=types.Channel(type=ExportedModel)))

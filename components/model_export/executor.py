@@ -16,13 +16,13 @@ from tfx import types
 from tfx.dsl.components.base import base_executor
 from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
-from tfx.utils import path_utils
+from tfx.utils import io_utils, path_utils
 
 from components import artifact_files, contract, tasks
 from components.model_export import tflite
 from components.model_export.variants import judge_variants, recommended_variant
-from components.precision_evaluator.blessing import chosen_model, is_blessed
-from components.settings import ExportConfig, section_from_dict
+from components.precision_evaluator.blessing import blessed_model, is_blessed
+from components.settings import ExportConfig, TaskConfig, section_from_dict
 from components.trainer.export import model_ready_dir
 from models.interface import ModelModule, load_model_module, task_of
 
@@ -44,11 +44,14 @@ class Executor(base_executor.BaseExecutor):
             exported.set_int_custom_property(contract.EXPORTED_PROPERTY, 0)
             _write_reports(exported.uri, report)
             return
-        model = chosen_model(blessing, input_dict[contract.MODEL] + input_dict[contract.BASELINE_MODEL])
+        model = blessed_model(blessing, input_dict[contract.MODEL] + input_dict[contract.BASELINE_MODEL])
         examples = artifact_utils.get_single_instance(input_dict[contract.EXAMPLES])
+        task = section_from_dict(TaskConfig, json.loads(exec_properties.get(contract.TASK_SETTINGS) or "{}"),
+                                 "ModelExport task", "task")
+        schema_path = io_utils.get_only_uri_in_dir(artifact_utils.get_single_uri(input_dict[contract.SCHEMA]))
         report = export_model(
             serving_model_dir=path_utils.serving_model_path(model.uri),
-            model_module=load_model_module(exec_properties[contract.MODEL_MODULE]),
+            model_module=load_model_module(exec_properties[contract.MODEL_MODULE], task, schema_path),
             train_files=_split_files(examples, "train"), eval_files=_split_files(examples, "eval"),
             output_dir=exported.uri, settings=settings)
         report["source_model"] = {"uri": model.uri, "id": model.id}
@@ -201,6 +204,14 @@ def _write_reports(directory: str, report: dict) -> None:
     artifact_files.write_text(os.path.join(directory, contract.EXPORT_REPORT_MARKDOWN), render_markdown(report))
 
 
+def _missing_value(item: dict) -> str:
+    """What the export report's table says a caller passes for a missing input."""
+    value = item["missing_value"]
+    if value is None:
+        return "(required)"
+    return "NaN" if item["dtype"] == "float32" and value == "NaN" else repr(value)
+
+
 def render_markdown(report: dict) -> str:
     """The export report as Markdown: the device model's inputs, then one row per TFLite variant with the
     task's metrics."""
@@ -219,9 +230,7 @@ def render_markdown(report: dict) -> str:
              f"compared with the SavedModel's {report['compared_with']} on the same raw features.", ""]
     if report.get("device_inputs"):
         lines += ["| input | dtype | pass when the example lacks it |", "| --- | --- | --- |"]
-        lines += [f"| {item['name']} | {item['dtype']} | "
-                  f"{'(required)' if item['missing_value'] is None else repr(item['missing_value'])} |"
-                  for item in report["device_inputs"]]
+        lines += [f"| {item['name']} | {item['dtype']} | {_missing_value(item)} |" for item in report["device_inputs"]]
         lines.append("")
     lines += ["| variant | " + " | ".join(metric.label for metric in metrics) + f" | {task.primary.label} drop | "
               "size (bytes) | size vs float32 | weights vs float32 | median latency (µs) | latency vs float32 | "

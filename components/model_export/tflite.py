@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from components import contract
-from components.model_export.variants import TFLITE_VARIANTS
+from components.contract import TFLITE_VARIANTS
 from components.native_stderr import native_stderr_to_log
 
 PREPROCESSING_SCOPE = "raw_preprocessing"  # name scope of the preprocessing ops inside the device graph
@@ -67,7 +67,8 @@ def write_device_savedmodel(preprocessing: keras.Model, model: keras.Model, inpu
 def input_conventions(inputs: dict) -> list[dict]:
     """Input: the model module's INPUTS. Output: per device input, what a caller passes: name, dtype, shape
     and the value that stands for a missing feature (the default the SavedModel parses an absent feature
-    as, so both treat it alike; None when the feature is required)."""
+    as, so both treat it alike; None when the feature is required; the string "NaN" for a float NaN, which
+    JSON cannot hold)."""
     conventions = []
     for name, feature in inputs.items():
         default = feature.default_value
@@ -75,6 +76,8 @@ def input_conventions(inputs: dict) -> list[dict]:
             default = default.decode()
         elif default is not None:
             default = np.asarray(default).reshape(-1)[0].item()
+            if isinstance(default, float) and np.isnan(default):
+                default = "NaN"
         conventions.append({"name": name, "dtype": _INPUT_DTYPE_NAMES[feature.dtype], "shape": [1],
                             "missing_value": default})
     return conventions

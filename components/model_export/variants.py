@@ -1,18 +1,17 @@
 """The TFLite ladder and the pure rules that accept, reject and recommend its variants (no TensorFlow here).
 
-Variants, from the TensorFlow post-training quantization guide; each takes raw features and carries the
-preprocessing, which stays exact in all of them:
+Variants (components.contract.TFLITE_VARIANTS), from the TensorFlow post-training quantization guide; each
+takes raw features and carries the preprocessing, which stays exact in all of them:
   float32       plain conversion, the reference for size and latency
   float16       weights stored as float16
   dynamic_int8  weights int8, activations quantized on the fly
   full_int8     the model core's weights and activations int8, calibrated on a representative dataset;
                 preprocessing in its own types (float32 normalization, integer lookups and bins), raw inputs
-                and the float output as they are; a regression model's output layer stays float32 too (an int8
-                output holds about 256 levels over the calibration range and saturates outside it)
+                and the float output as they are. For regression, an int8 activation saturates outside its
+                calibration range: the calibration examples span the model's whole range of predictions on
+                the training data and the output layer stays float32 (ModelExport's calibration_features)
 """
 from __future__ import annotations
-
-TFLITE_VARIANTS = ("float32", "float16", "dynamic_int8", "full_int8")
 
 # Largest mean |output - SavedModel output| over the eval split that still counts as the same model: catches a
 # broken conversion (wrong inputs, ignored options), not quantization noise. In probability for classifiers;

@@ -34,7 +34,7 @@ def is_blessed(blessing: types.Artifact) -> bool:
     return blessing.get_int_custom_property(constants.ARTIFACT_PROPERTY_BLESSED_KEY) == constants.BLESSED_VALUE
 
 
-def chosen_model(blessing: types.Artifact, models: list[types.Artifact]) -> types.Artifact:
+def blessed_model(blessing: types.Artifact, models: list[types.Artifact]) -> types.Artifact:
     """The model among `models` that the blessing blesses, matched by URI: unique on every orchestrator,
     where the id is MLMD's integer locally but a resource name on Kubeflow (TFX's entrypoint rewrites it)."""
     model_uri = blessing.get_string_custom_property(constants.ARTIFACT_PROPERTY_CURRENT_MODEL_URI_KEY)

@@ -10,8 +10,8 @@ import json
 import os
 from dataclasses import dataclass
 
-STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "tpu")
-POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
+from components.contract import POLICIES, STRATEGIES
+
 TENSOR_CORE_MIN_CC = (7, 0)  # Volta and newer: float16 matmuls on Tensor Cores
 
 

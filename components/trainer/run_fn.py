@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 
 from components import artifact_files, contract
-from components.settings import TrainConfig, section_from_dict
+from components.settings import TaskConfig, TrainConfig, section_from_dict
 from components.trainer.checkpoints import checkpoint_dir_for
 from components.trainer.train import TrainingJob, train
 
@@ -28,9 +28,16 @@ def train_config_from(custom_config: dict) -> tuple[TrainConfig, str, str | None
     settings = {key: value for key, value in custom_config.items() if not key.startswith(VERTEX_KEY_PREFIX)}
     checkpoint_root = settings.pop(contract.CHECKPOINT_ROOT)
     code_fingerprint = settings.pop(contract.CODE_FINGERPRINT, None)
-    settings.pop(contract.CANDIDATE_RUN, None)
+    for key in (contract.CANDIDATE_RUN, contract.TASK_SETTINGS):
+        settings.pop(key, None)
     return (section_from_dict(TrainConfig, settings, "Trainer custom_config", "training"), checkpoint_root,
             code_fingerprint)
+
+
+def task_settings_from(custom_config: dict) -> TaskConfig:
+    """The config's `task` section the Trainer's custom_config carries (empty fields when it carries none)."""
+    return section_from_dict(TaskConfig, custom_config.get(contract.TASK_SETTINGS) or {}, "Trainer custom_config",
+                             "task")
 
 
 def same_numerics_as_candidate(candidate_run: str, settings: TrainConfig) -> str:
@@ -63,5 +70,6 @@ def run_fn(fn_args) -> None:
     train_files = list(fn_args.train_files)
     train(TrainingJob(settings=settings, train_files=train_files, eval_files=list(fn_args.eval_files),
                       serving_model_dir=fn_args.serving_model_dir, run_dir=fn_args.model_run_dir,
-                      base_model=fn_args.base_model,
+                      base_model=fn_args.base_model, task=task_settings_from(fn_args.custom_config),
+                      schema_path=fn_args.schema_path,
                       checkpoint_dir=checkpoint_dir_for(checkpoint_root, train_files, settings, code_fingerprint)))

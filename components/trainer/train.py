@@ -18,7 +18,7 @@ import numpy as np
 from absl import logging
 
 from components import artifact_files, contract
-from components.settings import TrainConfig
+from components.settings import TaskConfig, TrainConfig
 from components.trainer import callbacks as training_callbacks
 from components.trainer.checkpoints import checkpointed_interval, repair_checkpoint
 from components.trainer.device import choose_strategy, config_override, describe_devices
@@ -46,6 +46,8 @@ class TrainingJob:
     run_dir: str  # TensorBoard logs and the training report
     checkpoint_dir: str  # stable across restarts of the same job: a killed job resumes from it
     base_model: str | None = None  # serving directory of the model to warm-start from (settings.warm_start)
+    task: TaskConfig | None = None  # the config's `task` section (schema-driven model modules need it)
+    schema_path: str | None = None  # the curated schema (schema-driven model modules read it)
 
 
 def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
@@ -60,14 +62,14 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
     logging.info("Training on %s: strategy %s (%s), %d replica(s)", device, strategy_choice.value,
                  strategy_choice.reason, replicas)
 
-    model_module = load_model_module(settings.model)
+    model_module = load_model_module(settings.model, job.task, job.schema_path)
     keras.utils.set_random_seed(settings.seed)
     keras.config.set_dtype_policy("float32")
     warm = load_warm_start(model_module, job.base_model, settings.warm_start)
     preprocessing = warm.preprocessing
     if preprocessing is None:
-        preprocessing = model_module.build_preprocessing(read_sample(job.train_files, model_module.INPUTS,
-                                                                     ADAPT_SAMPLE_SIZE))
+        sample = read_sample(job.train_files, {**model_module.INPUTS, **model_module.LABEL_INPUTS}, ADAPT_SAMPLE_SIZE)
+        preprocessing = model_module.build_preprocessing(sample)
 
     task = task_of(model_module)
     labels = {split: read_labels(files, model_module, task, split)  # one pass each: counts, and bad labels stop here

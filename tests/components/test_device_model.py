@@ -17,7 +17,8 @@ from models import layers
 from components import contract, tasks
 from components.model_export import tflite
 from components.model_export.executor import export_model, raw_features, render_markdown
-from components.model_export.variants import OUTPUT_TOLERANCE, TFLITE_VARIANTS
+from components.contract import TFLITE_VARIANTS
+from components.model_export.variants import OUTPUT_TOLERANCE
 from components.trainer.train import TrainingJob, train
 from pipeline.config import load_config
 

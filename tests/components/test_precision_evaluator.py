@@ -101,11 +101,15 @@ def test_candidate_failing_fp32_parity_falls_back_to_the_baseline_which_is_expor
     # ModelExport follows the blessing: it exports the baseline, not the candidate.
     exported = _artifact(ExportedModel, tmp_path / "export")
     settings = load_config(export={"latency_examples": 20, "representative_examples": 100}).export
+    schema = _artifact(standard_artifacts.Schema, tmp_path / "schema")
+    os.makedirs(schema.uri)
+    shutil.copy(load_config().schema_path, schema.uri)
     export_executor.Executor(base_executor.BaseExecutor.Context(tmp_dir=str(tmp_path / "tmp"))).Do(
-        {contract.EXAMPLES: [examples], contract.MODEL: [models["candidate"]],
+        {contract.EXAMPLES: [examples], contract.SCHEMA: [schema], contract.MODEL: [models["candidate"]],
          contract.BASELINE_MODEL: [models["fp32_baseline"]], contract.BLESSING: [blessing]},
         {contract.EXPORTED_MODEL: [exported]},
-        {contract.MODEL_MODULE: "models.taxi", contract.SETTINGS: export_executor.settings_json(settings)})
+        {contract.MODEL_MODULE: "models.taxi", contract.TASK_SETTINGS: "{}",
+         contract.SETTINGS: export_executor.settings_json(settings)})
     with open(tmp_path / "export" / contract.EXPORT_REPORT_FILE) as handle:
         export_report = json.load(handle)
     assert export_report["source_model"]["id"] == models["fp32_baseline"].id

@@ -1,6 +1,6 @@
 """Test code that plays KFP's launcher for a compiled pipeline job: it is not an orchestrator.
 
-`LauncherPlay.run(run_id)` takes every task of the compiled job in DAG order and
+`StepByStepLauncher.run(run_id)` takes every task of the compiled job in DAG order and
 - for a container task, builds the ExecutorInput the KFP v2 launcher builds (input artifacts from the
   producing tasks' outputs: name, the consumer's declared type, uri and the metadata the producer's
   executor output gave them; typed parameter values from the compiled constants; one output artifact per
@@ -54,7 +54,7 @@ def artifact_title(artifact_type: dict) -> str:
     return match.group(1)
 
 
-class LauncherPlay:
+class StepByStepLauncher:
     def __init__(self, job: dict, env: dict[str, str], read: Callable[[str], bytes | None]):
         """`env`: the steps' environment (PYTHONPATH names the image's project folder); `read(uri)`: the bytes of
         a file under the pipeline root, or None when there is none. Each step runs in a new empty working

@@ -50,11 +50,11 @@ def _leaf_fields(config, prefix=""):
             yield prefix + field.name, field, value
 
 
-def test_every_config_field_has_a_check_or_is_declared_free_and_its_default_passes():
+def test_every_config_field_is_declared_with_its_check_and_its_default_passes():
     leaves = list(_leaf_fields(PipelineConfig()))
     assert len(leaves) > 50  # every section walked, resources.data/training/evaluation included
     unmarked = [key for key, field, _ in leaves if CHECK not in field.metadata]
-    assert not unmarked, f"declare these with checked(default, <a Check>) or free(default): {unmarked}"
+    assert not unmarked, f"declare these with setting(default, <a Check or None>): {unmarked}"
     for key, field, default in leaves:
         check = field.metadata[CHECK]
         assert check is None or check.holds(default), f"{key}'s default {default!r} fails its own check"
@@ -188,3 +188,17 @@ def test_a_task_that_does_not_fit_its_classes_exits_2_naming_it(tmp_path, monkey
     assert code == 2
     assert re.search(rf"^config error: train\.model: '{name}': {message}", stderr, re.MULTILINE), stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_settings_module_imports_no_component_package():
+    """components/settings.py is the floor every component stands on: it imports the shared names
+    (components.contract, components.tasks) and nothing of a component's own, so no import runs back up."""
+    import ast
+
+    import components.settings as settings
+
+    tree = ast.parse(open(settings.__file__).read())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)} | {
+        alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    project = {name for name in imported if name.split(".")[0] in ("components", "pipeline", "models")}
+    assert project == {"components.contract", "components.tasks"}, project

@@ -210,9 +210,9 @@ def test_deleting_the_holder_file_lets_no_second_run_in(tmp_path):
 
 QUIET_PROCESS = textwrap.dedent("""
     import os, sys
-    from pipeline import cli
+    from pipeline import cli, stderr_filter
     cli.quiet_logs(verbose=False)
-    cli.filter_native_info_logs()
+    stderr_filter.drop_native_info_lines()
     import tensorflow as tf
     print(float(tf.function(lambda x: tf.reduce_sum(tf.matmul(x, x)), jit_compile=True)(tf.ones((8, 8)))))
     print("python: a message for the user", file=sys.stderr, flush=True)
@@ -220,6 +220,21 @@ QUIET_PROCESS = textwrap.dedent("""
     os.write(2, b"F0000 00:00:1795322458.188568    8328 fake.cc:13] and so does the last word of a crash\\n")
     os.abort()
 """)
+
+
+def test_the_line_filter_drops_only_native_info_and_warning_lines():
+    import io
+
+    from pipeline import stderr_filter
+
+    lines = [b"I0000 00:00:1795322458.188568    8328 service.cc:145] XLA service 0x5 initialized\n",
+             b"W0000 00:00:1795322458.2    8328 gpu_timer.cc:114] Skipping the delay kernel\n",
+             b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n",
+             b"E0000 00:00:1795322458.188568    8328 fake.cc:12] a native error\n",
+             b"I think this line is the user's own\n", b"python: a message\n"]
+    target = io.BytesIO()
+    stderr_filter.copy_lines(io.BytesIO(b"".join(lines)), target, stderr_filter.NATIVE_INFO_LINE)
+    assert target.getvalue() == b"".join(lines[3:])
 
 
 def test_a_quiet_command_line_drops_native_info_lines_but_not_errors_even_on_a_crash():

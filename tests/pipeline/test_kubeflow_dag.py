@@ -1,7 +1,7 @@
 """The compiled Kubeflow job runs: every container step through TFX's real entrypoint, artifacts on S3.
 
 An S3-compatible server (moto, on 127.0.0.1) holds the pipeline root, the data and the serving directory.
-The job is compiled as for a self-hosted Kubeflow with MinIO, and `kfp_launcher.LauncherPlay` (test code
+The job is compiled as for a self-hosted Kubeflow with MinIO, and `kfp_launcher.StepByStepLauncher` (test code
 playing KFP's launcher) runs each step's exact compiled command in DAG order. Two runs: span 1 is blessed
 and pushed; span 2 warm-starts from span 1's blessed model, is evaluated against it and is checked for
 drift against span 1's accepted validation report (two resolver answers that only work when the compiled
@@ -18,7 +18,7 @@ from components.atomic_pusher.publish import COMPLETE_MARKER
 from pipeline.config import PROJECT_ROOT, load_config
 from pipeline.data import write_taxi_span
 from pipeline.kubeflow_runner import compile_kubeflow
-from kfp_launcher import LauncherPlay
+from kfp_launcher import StepByStepLauncher
 
 pytestmark = pytest.mark.e2e
 
@@ -55,7 +55,7 @@ def play(s3, tmp_path_factory):
                            output_file=str(tmp_path_factory.mktemp("kfp") / "pipeline.json"),
                            image_project_root=PROJECT_ROOT)  # the image's /pipeline is this checkout here
     env = {**os.environ, **s3.env, "PYTHONPATH": PROJECT_ROOT, "TF_CPP_MIN_LOG_LEVEL": "1"}
-    return LauncherPlay(job, env=env, read=s3.read)
+    return StepByStepLauncher(job, env=env, read=s3.read)
 
 
 @pytest.fixture(scope="module")

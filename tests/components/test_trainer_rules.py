@@ -1,0 +1,223 @@
+"""The Trainer's rules that need no real training: the training plan and learning-rate schedule, the
+custom_config at the executor boundary, the chief, checkpoint repair and spacing, the FP32 baseline that is
+not trained twice, and a model whose labels or output do not fit its task (stopped before training).
+Real training lives in test_trainer_training.py."""
+import dataclasses
+import json
+import os
+
+import keras
+import pytest
+import tensorflow as tf
+
+from components import contract
+from components.trainer.checkpoints import BACKUP_METADATA, BACKUP_WEIGHTS, checkpointed_interval, repair_checkpoint
+from components.trainer.distribution import is_chief, worker_task
+from components.trainer.plan import WarmupThenConstant, training_plan
+from components.trainer.train import TrainingJob, train
+from pipeline.config import ConfigError, load_config
+
+
+@pytest.fixture(scope="module")
+def files(taxi_span_root):
+    """The 3,000-row span: one shard for training, the other for evaluation."""
+    shards = sorted(tf.io.gfile.glob(os.path.join(taxi_span_root, "span-1", "*.gz")))
+    return {"train_files": [shards[0]], "eval_files": [shards[1]]}
+
+
+def _settings(**overrides):
+    return load_config(train={"epochs": 3, "batch_size": 64, "input_probe_steps": 20, **overrides}).train
+
+
+def _train_here(files, output, base_model=None, **overrides):
+    return train(TrainingJob(settings=_settings(**overrides), serving_model_dir=str(output / "serving"),
+                             run_dir=str(output / "run"), checkpoint_dir=str(output / "checkpoints"),
+                             base_model=base_model, **files))
+
+
+def test_training_plan_scales_batch_and_learning_rate_and_rounds_intervals():
+    settings = _settings(batch_size=100, learning_rate=0.01, epochs=2, steps_per_execution=8,
+                         gradient_accumulation_steps=3, checkpoint_every_steps=0)
+    plan = training_plan(train_examples=1000, settings=settings, replicas=4)
+    assert plan.global_batch == 400 and plan.gradient_accumulation_steps == 3
+    assert plan.learning_rate == pytest.approx(0.01 * 4 * 3)
+    # 3 steps per pass (ceil 1000/400), rounded up to whole executions of 8 steps; 2 passes = 6 steps.
+    assert plan.steps_per_interval == 8 and plan.intervals == 1 and plan.total_steps == 8
+    plan = training_plan(train_examples=10_000, settings=dataclasses.replace(settings, checkpoint_every_steps=20),
+                         replicas=1)
+    assert plan.steps_per_interval == 24 and plan.total_steps >= 2 * 100
+
+
+def test_custom_config_becomes_the_train_config_and_keys_its_checkpoints():
+    """The Trainer's custom_config (TrainConfig fields, the checkpoint root, the code fingerprint and TFX's
+    Vertex AI keys) is rebuilt into a TrainConfig at the executor boundary; an unknown key is an error."""
+    from components.trainer.checkpoints import checkpoint_dir_for
+    from components.trainer.run_fn import train_config_from
+
+    settings = _settings(batch_size=32)
+    custom_config = {**dataclasses.asdict(settings), contract.CHECKPOINT_ROOT: "/ckpt",
+                     contract.CODE_FINGERPRINT: "abc123", "ai_platform_training_args": {"project": "p"}}
+    assert train_config_from(custom_config) == (settings, "/ckpt", "abc123")
+    with pytest.raises(ValueError, match="unknown training setting.*batch_sise"):
+        train_config_from({**custom_config, "batch_sise": 64})
+
+    # Only a restart of the same job (same data, settings and code) finds the same checkpoint directory.
+    key = checkpoint_dir_for("/ckpt", ["b", "a"], settings, "abc123")
+    assert key.startswith("/ckpt/") and key == checkpoint_dir_for("/ckpt", ["a", "b"], settings, "abc123")
+    assert len({key, checkpoint_dir_for("/ckpt", ["a"], settings, "abc123"),
+                checkpoint_dir_for("/ckpt", ["a", "b"], dataclasses.replace(settings, epochs=4), "abc123"),
+                checkpoint_dir_for("/ckpt", ["a", "b"], settings, "def456")}) == 4
+
+
+def test_warmup_rises_linearly_then_stays_at_the_peak():
+    schedule = WarmupThenConstant(0.1, warmup_steps=10)
+    values = [float(schedule(step)) for step in (0, 4, 9, 50)]
+    assert values == pytest.approx([0.01, 0.05, 0.1, 0.1])
+    assert float(WarmupThenConstant(0.1, 0)(0)) == pytest.approx(0.1)
+
+
+def test_chief_is_the_chief_task_or_worker_zero():
+    workers = {"cluster": {"worker": ["a:1", "b:2"]}}
+    assert is_chief("") and worker_task("") == ("chief", 0)
+    assert is_chief(json.dumps({**workers, "task": {"type": "worker", "index": 0}}))
+    assert not is_chief(json.dumps({**workers, "task": {"type": "worker", "index": 1}}))
+    with_chief = {"cluster": {"chief": ["c:0"], "worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}
+    assert not is_chief(json.dumps(with_chief))
+
+
+@pytest.mark.parametrize("key, value", [("strategy", "horovod"), ("precision", "int8"), ("xla", "maybe"),
+                                        ("steps_per_execution", 0), ("gradient_accumulation_steps", 0)])
+def test_config_rejects_unknown_training_choices(key, value):
+    with pytest.raises(ConfigError, match=f"train.{key}"):
+        load_config(train={key: value})
+
+
+def test_a_checkpoint_cut_off_by_a_kill_is_repaired_from_the_previous_one_or_dropped(tmp_path):
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    weights = checkpoint / BACKUP_WEIGHTS
+    model.save_weights(str(weights))
+    whole = weights.read_bytes()
+    (checkpoint / BACKUP_METADATA).write_text('{"epoch": 1, "batch": 0}')
+    assert repair_checkpoint(str(checkpoint)) == "intact"
+    assert repair_checkpoint(str(checkpoint / "never-written")) == "intact"  # no checkpoint yet: nothing to do
+
+    # Killed while writing interval 3's weights: interval 2's pair sits in .bkp.
+    (checkpoint / f"{BACKUP_WEIGHTS}.bkp").write_bytes(whole)
+    (checkpoint / f"{BACKUP_METADATA}.bkp").write_text('{"epoch": 2, "batch": 0}')
+    (checkpoint / BACKUP_METADATA).write_text('{"epoch": 2, "batch": 0}')
+    weights.write_bytes(whole[:96])
+    assert repair_checkpoint(str(checkpoint)) == "restored previous"
+    assert weights.read_bytes() == whole and checkpointed_interval(str(checkpoint)) == 2
+    model.load_weights(str(weights))
+
+    # Killed while writing the very first checkpoint: nothing to fall back on, so it is dropped.
+    for name in (f"{BACKUP_WEIGHTS}.bkp", f"{BACKUP_METADATA}.bkp", BACKUP_METADATA):
+        (checkpoint / name).unlink()
+    weights.write_bytes(whole[:96])
+    assert repair_checkpoint(str(checkpoint)) == "dropped"
+    assert not checkpoint.exists() and checkpointed_interval(str(checkpoint)) == 0
+
+
+def test_a_kill_during_the_metadata_write_falls_back_to_the_previous_checkpoint_or_starts_over(tmp_path):
+    """Keras writes the weights, then training_metadata.json: a kill in between leaves new weights beside a
+    truncated JSON. The previous pair (.bkp) is restored; without one the checkpoint is dropped."""
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    weights, metadata = checkpoint / BACKUP_WEIGHTS, checkpoint / BACKUP_METADATA
+    model.save_weights(str(weights))  # interval 2's pair, copied to .bkp as Keras does before the next one
+    (checkpoint / f"{BACKUP_WEIGHTS}.bkp").write_bytes(weights.read_bytes())
+    (checkpoint / f"{BACKUP_METADATA}.bkp").write_text('{"epoch": 2, "batch": 0}')
+    model.layers[0].kernel.assign(model.layers[0].kernel + 1.0)
+    model.save_weights(str(weights))  # interval 3's weights, whole...
+    metadata.write_text('{"epoch": 3, "ba')  # ...and its metadata cut off by the kill
+
+    assert repair_checkpoint(str(checkpoint)) == "restored previous"
+    assert checkpointed_interval(str(checkpoint)) == 2
+    assert weights.read_bytes() == (checkpoint / f"{BACKUP_WEIGHTS}.bkp").read_bytes()
+    model.load_weights(str(weights))
+
+    for name in (f"{BACKUP_WEIGHTS}.bkp", f"{BACKUP_METADATA}.bkp"):  # the very first checkpoint: nothing before it
+        (checkpoint / name).unlink()
+    metadata.write_text("")
+    assert repair_checkpoint(str(checkpoint)) == "dropped"
+    assert not checkpoint.exists() and checkpointed_interval(str(checkpoint)) == 0
+
+    checkpoint.mkdir()  # killed after the first weights, before any metadata: dropped too
+    model.save_weights(str(weights))
+    assert repair_checkpoint(str(checkpoint)) == "dropped" and checkpointed_interval(str(checkpoint)) == 0
+
+
+@pytest.mark.parametrize("min_seconds, written", [(0, 4), (3600, 0)])
+def test_checkpoints_are_spaced_by_min_seconds(tmp_path, min_seconds, written):
+    """An interval's checkpoint is written only once `checkpoint_min_seconds` passed since the last one."""
+    from components.trainer.callbacks import SpacedBackupAndRestore
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    checkpoints = SpacedBackupAndRestore(str(tmp_path / "backup"), min_seconds)
+    seen = []  # what a kill after each interval would find on disk
+    record = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: seen.append(
+        json.loads((tmp_path / "backup" / BACKUP_METADATA).read_text())["epoch"]
+        if (tmp_path / "backup" / BACKUP_METADATA).exists() else None))
+    data = tf.data.Dataset.from_tensors((tf.ones([4, 2]), tf.ones([4, 1]))).repeat()
+    model.fit(data, steps_per_epoch=2, epochs=4, callbacks=[checkpoints, record], verbose=0)
+    assert checkpoints.checkpoints_written == written
+    assert seen == ([1, 2, 3, 4] if written else [None] * 4)
+
+
+def test_the_fp32_baseline_is_not_trained_again_when_the_candidate_trained_in_plain_float32(tmp_path):
+    """The baseline reads the candidate's training report: the same float32 training twice would compare
+    training noise, not precision; with mixed precision or XLA in the candidate, the baseline trains."""
+    from components.trainer.run_fn import same_numerics_as_candidate, write_skipped_baseline
+
+    baseline = load_config(train={"precision": "float32", "xla": "off"}).train
+    candidate_run = tmp_path / "candidate_run"
+    candidate_run.mkdir()
+    for precision, xla, skipped in (("float32", False, True), ("mixed_bfloat16", True, False),
+                                    ("float32", True, False), ("mixed_float16", False, False)):
+        (candidate_run / contract.TRAINING_REPORT_FILE).write_text(json.dumps({"precision": precision, "xla": xla}))
+        reason = same_numerics_as_candidate(str(candidate_run), baseline)
+        assert bool(reason) == skipped, (precision, xla)
+    (candidate_run / contract.TRAINING_REPORT_FILE).write_text(json.dumps({"precision": "float32", "xla": False}))
+    assert not same_numerics_as_candidate(str(candidate_run), load_config(train={"precision": "mixed_bfloat16"}).train)
+    reason = same_numerics_as_candidate(str(candidate_run), baseline)
+    write_skipped_baseline(str(tmp_path / "model" / "Format-Serving"), str(tmp_path / "model_run"), reason,
+                           str(candidate_run))
+    marker = json.loads((tmp_path / "model" / "Format-Serving" / contract.SKIPPED_BASELINE_FILE).read_text())
+    report = json.loads((tmp_path / "model_run" / contract.TRAINING_REPORT_FILE).read_text())
+    assert marker == report == {"skipped": True, "reason": reason, "candidate_run": str(candidate_run)}
+    assert reason.startswith("candidate trained in float32 without XLA")
+
+
+@pytest.mark.parametrize("module_text, message", [
+    ("from models.taxi import *  # noqa\n"
+     "import keras\n"
+     "from models import taxi\n"
+     "def build_model(preprocessing):\n"
+     "    inputs = taxi.model_inputs(preprocessing)\n"
+     "    hidden = taxi.wide_and_deep(inputs, preprocessing, (8,))\n"
+     "    return keras.Model(inputs, keras.layers.Dense(3, activation='softmax')(hidden))\n",
+     r"a binary task needs a model output of shape \(batch, 1\); build_model's output has shape \(None, 3\)"),
+    ("from models.taxi_fare import *  # noqa\n"
+     "import tensorflow as tf\n"
+     "LABEL_INPUTS = {'payment_type': tf.io.FixedLenFeature([], tf.string, default_value='')}\n"
+     "LABEL_KEY = 'payment_type'\n"
+     "def make_label(features):\n"
+     "    return features['payment_type']\n",
+     r"label 'payment_type': make_label returns strings; a regression task needs float32 labels"),
+], ids=["binary_with_3_outputs", "regression_with_string_label"])
+def test_a_model_whose_output_or_labels_do_not_fit_its_task_stops_before_training(files, tmp_path, monkeypatch,
+                                                                                  module_text, message):
+    """What only TensorFlow can tell (the labels' dtype, the model's output width) is checked by the Trainer
+    before it trains: a TaskError, which the command line turns into exit 2."""
+    from components.tasks import TaskError
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    name = f"misfit_{abs(hash(module_text)) % 10**8}"
+    (tmp_path / f"{name}.py").write_text(module_text)
+    with pytest.raises(TaskError, match=message):
+        _train_here(files, tmp_path / "out", model=name, epochs=1, input_probe_steps=0)
+    assert not (tmp_path / "out" / "serving").exists()
