@@ -21,6 +21,7 @@ from components.tasks import BINARY, MULTICLASS, REGRESSION, TASK_NAMES
 CLASSIFICATION_MAX_INTS = 20  # an integer label with at most this many distinct values is a class id
 MOSTLY_MISSING = 0.5  # a label missing in more than this share of rows cannot be trained on
 UNIQUE_ID_MIN_ROWS = 20  # below this many rows, a column of distinct values is not called an id
+RARE = 0.01  # a column present in fewer than this share of records is too rare to learn from
 NUMBER_DRIFT = 0.3  # Jensen-Shannon divergence over quantile histograms (as the taxi schema)
 CATEGORY_DRIFT = 0.15  # L-infinity distance between the value distributions
 TARGET_STEPS = 400  # training steps init aims at on small data (epochs x batches)
@@ -208,8 +209,8 @@ def check_label(columns: dict[str, Column], label: str, records: int) -> Column:
 
 
 def exclusions(columns: dict[str, Column], label: str, records: int, asked: list[str]) -> dict[str, str]:
-    """Feature -> why the model leaves it out: asked for, constant, a distinct value per record (an id), or
-    several values per record."""
+    """Feature -> why the model leaves it out: asked for, constant, too rare, a distinct value per record (an
+    id), or several values per record."""
     unknown = sorted(set(asked) - set(columns))
     if unknown:
         raise InitError(f"--exclude: no such column(s): {', '.join(unknown)} (columns: {', '.join(sorted(columns))})")
@@ -221,8 +222,10 @@ def exclusions(columns: dict[str, Column], label: str, records: int, asked: list
             continue
         if column.multi_valued:
             excluded[name] = "several values per record"
+        elif len(column.values) < RARE * records:
+            excluded[name] = f"present in {len(column.values):,} of {records:,} records: too rare to learn from"
         elif column.distinct <= 1:
-            excluded[name] = "the same value in every record" if column.values else "never present"
+            excluded[name] = "the same value wherever present"
         elif (column.kind != "float" and records >= UNIQUE_ID_MIN_ROWS
               and column.distinct == len(column.values) == records):
             excluded[name] = "a different value in every record: an id, not a feature"
@@ -232,7 +235,8 @@ def exclusions(columns: dict[str, Column], label: str, records: int, asked: list
 def curated_schema(statistics, label: str, excluded: set[str]) -> str:
     """TFDV's inferred schema, curated: environments with the label in TRAINING only and unconstrained (its
     classes and presence are the config's, checked by the Trainer), a drift comparator on the label and every
-    feature the model uses (an id or a timestamp the model leaves out drifts by nature)."""
+    feature the model uses (an id or a timestamp the model leaves out drifts by nature); a feature the model
+    leaves out keeps its type but no presence constraint (a rare one may be absent from a whole split)."""
     import tensorflow_data_validation as tfdv
     from google.protobuf import text_format
     from tensorflow_metadata.proto.v0 import schema_pb2
@@ -246,7 +250,8 @@ def curated_schema(statistics, label: str, excluded: set[str]) -> str:
             feature.ClearField("domain")
             if feature.HasField("string_domain"):
                 feature.ClearField("string_domain")
-        if feature.name in excluded:
+        if feature.name in excluded:  # no input of the model: only its type is checked, not its presence
+            feature.ClearField("presence")
             continue
         if feature.type == schema_pb2.BYTES:
             feature.drift_comparator.infinity_norm.threshold = CATEGORY_DRIFT

@@ -253,3 +253,12 @@ def test_standardize_constants_are_exact_in_half_precision():
         assert float(np.float32(np.float16(constant))) == float(np.float32(constant))
     values = layer(np.log1p(np.array([3.25, 6.05, 12.5, 40.0, 5.85], np.float32))).numpy()
     assert abs(values.mean()) < 0.01 and abs(values.std() - 1) < 0.01
+
+
+@pytest.mark.parametrize("values", [np.array([1.4e9, 1.41e9, 1.43e9, 1.45e9]),  # overflows float16 (timestamps)
+                                    np.array([41.88, 41.89, 41.90, 41.93])],  # rounding moves it 0.2 deviations
+                         ids=["timestamp", "latitude"])
+def test_standardize_keeps_float32_constants_where_half_precision_would_move_the_values(values):
+    layer = layers.Standardize.fitted(values, name="norm")
+    standardized = layer(values.astype(np.float32)).numpy()
+    assert np.isfinite(standardized).all() and abs(standardized.mean()) < 0.01 and abs(standardized.std() - 1) < 0.01

@@ -128,7 +128,7 @@ def test_init_leaves_out_ids_and_constants_and_says_why(tmp_path, capsys, monkey
     assert code == 0, err
     assert "task: regression (float label with 60 distinct values)" in out
     assert "left out: id (a different value in every record: an id, not a feature)" in out
-    assert "left out: region (the same value in every record)" in out and "int features: size" in out
+    assert "left out: region (the same value wherever present)" in out and "int features: size" in out
     assert (tmp_path / "data.yaml").exists()  # named after the data folder
 
 
