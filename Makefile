@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DATA ?= data/taxi
 OUTPUT ?= output
 
-.PHONY: venv demo test test-fast bench-scale bench-demo bench-quality lock clean
+.PHONY: venv demo test test-fast docs bench-scale bench-demo bench-quality bench-stream lock clean
 
 venv: $(STAMP)
 
@@ -14,7 +14,7 @@ venv: $(STAMP)
 # tfx 1.16 on Python 3.11) safe: pip cannot pick a release that needs a newer Python.
 $(STAMP): setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --ignore-requires-python -c constraints.txt -e '.[kfp,s3,test,report]'
+	$(PY) -m pip install --quiet --ignore-requires-python -c constraints.txt -e '.[kfp,s3,test,report,docs]'
 	touch $(STAMP)
 
 # Writes the bundled taxi sample as $(DATA)/span-1 when missing, then runs the whole pipeline.
@@ -23,6 +23,10 @@ demo: venv
 
 test: venv
 	$(PY) -m pytest -q tests
+
+# The docs site into site/ (strict: a broken link or a missing page fails; a test builds it too).
+docs: venv
+	$(PY) -m mkdocs build --strict --quiet
 
 # The edit loop: everything but the real DAG runs (e2e) and real model training (training), with fewer fuzzed
 # files; about 2 minutes on an idle 2-core machine. `make test` runs it all.
@@ -47,10 +51,15 @@ bench-quality: venv
 	$(PY) -m pip install --quiet --ignore-requires-python -c constraints.txt -e '.[bench]'
 	$(PY) bench/tabular_quality.py --seeds $(SEEDS)
 
+# Production retraining on a time-ordered stream of natural taxi spans, per training window (about 15 minutes).
+WINDOWS ?= 1,2,3,4
+bench-stream: venv
+	$(PY) bench/retraining_stream.py --windows $(WINDOWS)
+
 # Regenerate constraints.txt from the current .venv (after changing a pin on purpose).
 lock: venv
 	{ sed -n '1,3p' constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^accel-tfx-pipeline'; } > constraints.lock
 	mv constraints.lock constraints.txt
 
 clean:
-	rm -rf $(OUTPUT) $(DATA)
+	rm -rf $(OUTPUT) $(DATA) site

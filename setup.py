@@ -24,6 +24,7 @@ setup(
         "s3": ["tensorflow-io>=0.37,<0.38", "boto3>=1.34"],
         "test": ["pytest>=8", "hypothesis>=6", "moto[server]>=5"],
         "report": ["matplotlib>=3.8"],
+        "docs": ["mkdocs>=1.6,<1.7", "mkdocs-material>=9.8,<9.9"],  # the docs site (make docs; a test builds it)
         # Benchmarks only (bench/tabular_quality.py): the yardstick a tabular user compares a neural model with.
         "bench": ["lightgbm>=4.7,<4.8"],
     },

@@ -38,6 +38,7 @@ from tfx.types import artifact_utils, standard_artifacts  # noqa: E402
 from components import contract  # noqa: E402
 from components.precision_evaluator import gates  # noqa: E402
 from pipeline import mlmd  # noqa: E402
+from models.interface import load_model_module  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 
 
@@ -101,7 +102,10 @@ def run_once(executor_class, inputs: dict, production: bool, beam_args: list[str
                   "baseline_model": [inputs["baseline_model"]]}
     if production:
         input_dict["production_model"] = [inputs.get("production_model", inputs["baseline_model"])]
-    settings = {**dataclasses.asdict(load_config().evaluate), "label_key": "big_tipper"}
+    from components.precision_evaluator.executor import Target
+    module = load_model_module(load_config().train.model)
+    target = Target(module.LABEL_KEY, module.TASK, tuple(module.CLASSES))
+    settings = {**dataclasses.asdict(load_config().evaluate), "target": dataclasses.asdict(target)}
     context = base_beam_executor.BaseBeamExecutor.Context(beam_pipeline_args=beam_args,
                                                           tmp_dir=os.path.join(work, "tmp"))
     started = time.monotonic()
@@ -146,12 +150,12 @@ def main() -> None:
     work = args.work or tempfile.mkdtemp(prefix="evaluator_speed-")
     print(f"{args.executor}: {rows:,} eval examples x {models} models; Beam {' '.join(beam_args)}; "
           f"{os.cpu_count()} cores")
-    print(f"{'run':>3} {'seconds':>8} {'model-examples/s':>17} {'candidate AUC':>14}")
+    print(f"{'run':>3} {'seconds':>8} {'model-examples/s':>17} {'candidate metric':>16}")
     for repeat in range(args.repeats):
         seconds, report = run_once(executor_class, inputs, production, beam_args,
                                    os.path.join(work, f"run-{repeat + 1}"))
-        auc = report["metrics"][gates.OVERALL][gates.CANDIDATE][gates.AUC]
-        print(f"{repeat + 1:>3} {seconds:>8.1f} {rows * models / seconds:>17,.0f} {auc:>14.4f}", flush=True)
+        auc = report["metrics"][gates.OVERALL][gates.CANDIDATE][report["primary_metric"]]
+        print(f"{repeat + 1:>3} {seconds:>8.1f} {rows * models / seconds:>17,.0f} {auc:>16.4f}", flush=True)
     print(f"reports under {work}")
 
 

@@ -1,12 +1,14 @@
-"""Scale benchmark: the whole pipeline on the taxi sample written K times over, per-step cost as data grows.
+"""Scale benchmark: the whole pipeline on an example dataset written K times over, per-step cost as data grows.
 
-For each K in --copies (default 1,10,100) it writes the bundled 15k-row sample K times as distinct records
-(copy c shifts `trip_start_timestamp` by c seconds) into gzip shards of one span, runs
-`python -m pipeline run` on it in a fresh output directory, and prints one row per K: seconds and
-examples/s of every step, the whole run's wall time and the run's peak RSS. A benchmark, not a test.
+For each K in --copies (default 1,10,100) it writes the dataset K times as distinct records into gzip shards
+of one span: the bundled 15k-row taxi sample (copy c shifts `trip_start_timestamp` by c seconds), or with
+`--example penguins` TFX's 334 penguins (copy c adds c x 1e-6 to `body_mass_g`). It runs
+`python -m pipeline run` on it in a fresh output directory, with `--config` (configs/taxi_fare.yaml for the
+fare regression, configs/penguins.yaml for the penguins), and prints one row per K: seconds and examples/s
+of every step, the whole run's wall time and the run's peak RSS. A benchmark, not a test.
 
-Usage:  .venv/bin/python bench/scale.py [--copies 1,10,100] [--workdir DIR] [--config YAML]
-(`make bench-scale`). 100x is 1.5M rows; the data is written once per workdir and reused.
+Usage:  .venv/bin/python bench/scale.py [--copies 1,10,100] [--example taxi|penguins] [--workdir DIR]
+        [--config YAML]   (`make bench-scale`). 100x taxi is 1.5M rows; the data is written once per workdir.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import re
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,8 +35,24 @@ STEP_LINE = re.compile(r"^\[(\w+)\] (ran|cached) in ([\d.]+) s$")
 ROWS_PER_SHARD = 50_000
 
 
-def write_copies(data_root: str, copies: int) -> int:
-    """Writes the taxi sample `copies` times as distinct records into <data_root>/span-1. Output: rows."""
+def _penguin_copies(copies: int):
+    """TFX's penguin records, `copies` times, copy c with c x 1e-6 added to body_mass_g."""
+    import tensorflow as tf
+
+    from pipeline.data import bundled_penguin_files
+
+    records = [tf.train.Example.FromString(r.numpy())
+               for r in tf.data.TFRecordDataset(bundled_penguin_files(), compression_type="GZIP")]
+    for copy in range(copies):
+        for record in records:
+            example = tf.train.Example()
+            example.CopyFrom(record)
+            example.features.feature["body_mass_g"].float_list.value[0] += copy * 1e-6
+            yield example
+
+
+def write_copies(data_root: str, copies: int, example_name: str = "taxi") -> int:
+    """Writes the example dataset `copies` times as distinct records into <data_root>/span-1. Output: rows."""
     import tensorflow as tf
 
     from pipeline.data import bundled_taxi_csv, row_to_example
@@ -44,6 +63,15 @@ def write_copies(data_root: str, copies: int) -> int:
         with open(done) as handle:
             return int(handle.read())
     os.makedirs(span_dir, exist_ok=True)
+    if example_name == "penguins":
+        with tf.io.TFRecordWriter(os.path.join(span_dir, "data-00000-of-00001.tfrecord.gz"), "GZIP") as writer:
+            written = 0
+            for example in _penguin_copies(copies):
+                writer.write(example.SerializeToString())
+                written += 1
+        with open(done, "w") as handle:
+            handle.write(str(written))
+        return written
     with open(bundled_taxi_csv(), newline="") as handle:
         rows = list(csv.DictReader(handle))
     total = len(rows) * copies
@@ -121,14 +149,16 @@ def examples_per_second(run: dict) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", default="1,10,100", help="comma-separated K values")
-    parser.add_argument("--workdir", default="/tmp/accel-scale", help="data and outputs go here")
+    parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "accel-scale"),
+                        help="data and outputs go here")
+    parser.add_argument("--example", choices=("taxi", "penguins"), default="taxi", help="the dataset to copy")
     parser.add_argument("--config", help="YAML config overrides for every run")
     args = parser.parse_args()
     results = {}
     for copies in [int(k) for k in args.copies.split(",")]:
-        data_root = os.path.join(args.workdir, f"data-{copies}x")
+        data_root = os.path.join(args.workdir, f"{args.example}-data-{copies}x")
         started = time.monotonic()
-        rows = write_copies(data_root, copies)
+        rows = write_copies(data_root, copies, args.example)
         print(f"{copies}x: {rows:,} rows in {data_root} ({time.monotonic() - started:.0f} s to write)", flush=True)
         output = os.path.join(args.workdir, f"out-{copies}x-{int(time.time())}")
         run = run_pipeline(data_root, output, args.config)

@@ -63,7 +63,7 @@ def main() -> None:
                   f"{result['weight_bytes']:>12,}{result['weight_bytes'] / float32['weight_bytes']:>11.2f}x"
                   f"{result['median_latency_us']:>11.1f}"
                   f"{result['median_latency_us'] / float32['median_latency_us']:>11.2f}x"
-                  f"{result['auc']:>9.4f}{result['auc_drop']:>10.4f}{result['mean_abs_diff']:>10.4f}"
+                  f"{result['auc']:>9.4f}{result['drop']:>10.4f}{result['mean_abs_diff']:>10.4f}"
                   f"{result['max_abs_diff']:>10.4f}  {verdict}", flush=True)
         for variant, reason in report["failed_variants"].items():
             print(f"{variant:<14}not converted: {reason}")

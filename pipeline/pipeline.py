@@ -24,7 +24,7 @@ import hashlib
 import os
 
 # Direct imports, not the `tfx.v1` umbrella: it also loads every other TFX component and the Google Cloud
-# extensions, about 5 s of start-up that a cached re-run would mostly spend importing.
+# extensions, seconds of start-up that a cached re-run would mostly spend importing.
 from tfx.components.example_validator.component import ExampleValidator
 from tfx.components.schema_gen.import_schema_gen.component import ImportSchemaGen
 from tfx.components.statistics_gen.component import StatisticsGen

@@ -96,8 +96,8 @@ class SpacedBackupAndRestore(keras.callbacks.BackupAndRestore):
     """Keras' BackupAndRestore (a checkpoint at the end of an interval, the previous one kept as `.bkp`,
     restored when a restarted job begins) that writes a checkpoint only when `min_seconds` have passed
     since training began or since the last one: a kill then loses at most `min_seconds` plus one interval
-    of training. Short intervals are why: writing the weights and optimizer state took longer than the
-    demo's 0.3-second intervals of training. 0 = a checkpoint at the end of every interval."""
+    of training. Short intervals are why: writing the weights and optimizer state can take longer than an
+    interval of training on small data. 0 = a checkpoint at the end of every interval."""
 
     def __init__(self, backup_dir: str, min_seconds: float):
         super().__init__(backup_dir, save_freq="epoch", double_checkpoint=True)

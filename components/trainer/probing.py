@@ -34,8 +34,8 @@ def build_for_device(model_module: ModelModule, preprocessing: keras.Model, devi
     built from the same initial weights and timed on the same in-memory batches: XLA with the policy the
     device gets with XLA, and no XLA with the policy it gets without. The XLA one is kept unless the other
     is at least 10% faster. The one without XLA is timed first: when the whole training would take less than
-    `xla_min_training_seconds` of compute at its rate, XLA cannot repay its compile and is not tried (the
-    demo trains for about 1 s; XLA's compile and timing took 3.4 s). A candidate whose first training step
+    `xla_min_training_seconds` of compute at its rate, XLA cannot repay its compile (seconds of tracing
+    and compiling) and is not tried. A candidate whose first training step
     does not compile under XLA is dropped (with `xla: on`, training goes on without XLA). `probe_batch()`
     gives a few examples to check that XLA compiles when no timing does it.
     Output: (compiled model, precision Decision, XLA Decision, in-memory examples/s or 0.0 when not timed).

@@ -4,7 +4,6 @@ not trained twice, and a model whose labels or output do not fit its task (stopp
 Real training lives in test_trainer_training.py."""
 import dataclasses
 import json
-import os
 
 import keras
 import pytest
@@ -14,25 +13,8 @@ from components import contract
 from components.trainer.checkpoints import BACKUP_METADATA, BACKUP_WEIGHTS, checkpointed_interval, repair_checkpoint
 from components.trainer.distribution import is_chief, worker_task
 from components.trainer.plan import WarmupThenConstant, training_plan
-from components.trainer.train import TrainingJob, train
 from pipeline.config import ConfigError, load_config
-
-
-@pytest.fixture(scope="module")
-def files(taxi_span_root):
-    """The 3,000-row span: one shard for training, the other for evaluation."""
-    shards = sorted(tf.io.gfile.glob(os.path.join(taxi_span_root, "span-1", "*.gz")))
-    return {"train_files": [shards[0]], "eval_files": [shards[1]]}
-
-
-def _settings(**overrides):
-    return load_config(train={"epochs": 3, "batch_size": 64, "input_probe_steps": 20, **overrides}).train
-
-
-def _train_here(files, output, base_model=None, **overrides):
-    return train(TrainingJob(settings=_settings(**overrides), serving_model_dir=str(output / "serving"),
-                             run_dir=str(output / "run"), checkpoint_dir=str(output / "checkpoints"),
-                             base_model=base_model, **files))
+from tests.components.training import settings as _settings, train_here as _train_here
 
 
 def test_training_plan_scales_batch_and_learning_rate_and_rounds_intervals():

@@ -17,28 +17,10 @@ from components import contract
 from components.trainer.callbacks import TrainingDivergedError
 from components.trainer.checkpoints import BACKUP_METADATA
 from components.trainer.device import choose_precision, device_from_json, xla_candidates
-from components.trainer.train import TrainingJob, train
-from pipeline.config import load_config
+from tests.components.training import settings as _settings, train_here as _train_here
 
 JOB_SCRIPT = os.path.join(os.path.dirname(__file__), "trainer_job.py")
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-@pytest.fixture(scope="module")
-def files(taxi_span_root):
-    """The 3,000-row span: one shard for training, the other for evaluation."""
-    shards = sorted(tf.io.gfile.glob(os.path.join(taxi_span_root, "span-1", "*.gz")))
-    return {"train_files": [shards[0]], "eval_files": [shards[1]]}
-
-
-def _settings(**overrides):
-    return load_config(train={"epochs": 3, "batch_size": 64, "input_probe_steps": 20, **overrides}).train
-
-
-def _train_here(files, output, base_model=None, **overrides):
-    return train(TrainingJob(settings=_settings(**overrides), serving_model_dir=str(output / "serving"),
-                             run_dir=str(output / "run"), checkpoint_dir=str(output / "checkpoints"),
-                             base_model=base_model, **files))
 
 
 # These jobs train on CPU devices (logical CPUs, one process per worker): a GPU of the machine stays out of them.

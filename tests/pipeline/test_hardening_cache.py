@@ -1,4 +1,4 @@
-"""Cache keys follow code and data (issue 14, item 5): each custom step's executor spec carries a digest of its
+"""Cache keys follow code and data: each custom step's executor spec carries a digest of its
 code, both Trainers' custom_config one of the trainer package and the model module wherever it lives,
 ImportSchemaGen one of the schema's bytes, and the input fingerprint one of each file's first and last bytes."""
 import json

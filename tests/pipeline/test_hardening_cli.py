@@ -1,4 +1,4 @@
-"""The command line under bad input and failure (issue 14): config errors exit 2 naming the file and line or
+"""The command line under bad input and failure: config errors exit 2 naming the file and line or
 the key, --verbose shows an unexpected error's traceback, a run that never started writes a report of its
 own under the run lock and leaves other runs' reports alone, the lock survives its holder file being deleted,
 and a quiet command line drops native INFO lines from stderr."""
