@@ -67,13 +67,14 @@ def holdout_auc(serving_version: str, holdout_file: str) -> float:
     return tasks.auc(labels, scores)
 
 
-def run_stream(window: int, folders: list[str], holdout_file: str, work: str) -> list[dict]:
+def run_stream(window: int, folders: list[str], holdout_file: str, work: str, cold: bool = False) -> list[dict]:
     import shutil
 
-    data, output = os.path.join(work, f"window-{window}", "data"), os.path.join(work, f"window-{window}", "output")
-    config = os.path.join(work, f"window-{window}.yaml")
+    name = f"window-{window}" + ("-cold" if cold else "")
+    data, output = os.path.join(work, name, "data"), os.path.join(work, name, "output")
+    config = os.path.join(work, f"{name}.yaml")
     with open(config, "w") as handle:
-        handle.write(f"ingest: {{span_window: {window}}}\n")
+        handle.write(f"ingest: {{span_window: {window}}}\n" + ("train: {warm_start: false}\n" if cold else ""))
     rows = []
     for span, folder in enumerate(folders, start=1):
         shutil.copytree(folder, os.path.join(data, os.path.basename(folder)))
@@ -91,7 +92,7 @@ def run_stream(window: int, folders: list[str], holdout_file: str, work: str) ->
                      "served_version": versions[-1] if versions else None,
                      "holdout_auc": holdout_auc(served, holdout_file) if served else None})
         row = rows[-1]
-        print(f"window {window} span {span}: exit {row['exit']}, blessed {row['blessed']}, served "
+        print(f"window {window}{' (cold)' if cold else ''} span {span}: exit {row['exit']}, blessed {row['blessed']}, served "
               f"{row['served_version']}, holdout AUC {row['holdout_auc'] and round(row['holdout_auc'], 4)}",
               flush=True)
         for check in row["checks"]:
@@ -105,13 +106,14 @@ def main() -> None:
     parser.add_argument("--spans", type=int, default=4)
     parser.add_argument("--windows", default="1,2,4")
     parser.add_argument("--work", default="")
+    parser.add_argument("--cold", action="store_true", help="train.warm_start off: every run trains from scratch")
     args = parser.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="retraining-stream-")
     print(f"work folder: {work}")
     folders, holdout_file = write_stream(work, args.spans)
     summary = {}
     for window in (int(w) for w in args.windows.split(",")):
-        summary[window] = run_stream(window, folders, holdout_file, work)
+        summary[window] = run_stream(window, folders, holdout_file, work, args.cold)
     print("\nwindow  span  blessed  served holdout AUC")
     for window, rows in summary.items():
         for row in rows:

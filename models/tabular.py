@@ -5,7 +5,8 @@ user's own table trains with no code.
 classes, excluded features) and returns the model module: every schema feature but the label and the
 excluded ones is an input, preprocessed by its kind, the kind decided on the training sample:
 - numbers (floats, and integers with more than CATEGORICAL_MAX distinct values): a missing-value indicator,
-  the value standardized (missing: the mean), and its quantile bin (BINS bins) through an embedding;
+  the value standardized (missing: the mean), and with BINS_MIN_ROWS training rows or more its quantile bin
+  (BINS bins) through an embedding;
 - strings and integers with few distinct values: a Vocabulary of the values seen (up to MAX_VOCABULARY, the
   rest one out-of-vocabulary index, a missing value its own) through an embedding.
 Then two dense layers and a head by task: a sigmoid (binary), a softmax (multiclass), or a linear output
@@ -30,6 +31,7 @@ from models.layers import Standardize, Vocabulary, embed, keras_dtype
 CATEGORICAL_MAX = 50  # an integer with at most this many distinct values in the sample is a category
 MAX_VOCABULARY = 1000
 BINS = 10
+BINS_MIN_ROWS = 1000  # quantile bins need data: a smaller training sample gets none (they would overfit)
 HIDDEN_UNITS = (64, 32)
 MISSING_INT = -(2 ** 63)  # what an absent integer feature is parsed as (int64 has no NaN)
 _MISSING = "__missing"  # suffix of a numeric feature's missing-value indicator
@@ -108,6 +110,7 @@ class SchemaModel:
                 self._label_scale = (float(labels.mean()), float(max(labels.std(), 1e-6)))
         inputs = {name: keras.Input(shape=(), name=name, dtype=keras_dtype(spec.dtype))
                   for name, spec in self.INPUTS.items()}
+        rows = len(next(iter(sample.values()))) if sample else 0
         outputs = {}
         for name, spec in self.INPUTS.items():
             values = np.asarray(sample[name])
@@ -118,9 +121,10 @@ class SchemaModel:
             filled = FillMissing(float(present.mean()) if present.size else 0.0, name=f"{name}_filled")
             outputs[name + _MISSING] = MissingIndicator(name=f"{name}_missing")(inputs[name])
             outputs[name] = Standardize.fitted(present, name=f"{name}_norm")(filled(inputs[name]))
-            bins = keras.layers.Discretization(num_bins=BINS, name=f"{name}_bins")
-            bins.adapt(present.astype("float32") if present.size else np.zeros(1, "float32"))
-            outputs[name + _BINS] = bins(filled(inputs[name]))
+            if rows >= BINS_MIN_ROWS:
+                bins = keras.layers.Discretization(num_bins=BINS, name=f"{name}_bins")
+                bins.adapt(present.astype("float32") if present.size else np.zeros(1, "float32"))
+                outputs[name + _BINS] = bins(filled(inputs[name]))
         return keras.Model(inputs, outputs, name="tabular_preprocessing")
 
     def build_model(self, preprocessing: keras.Model) -> keras.Model:

@@ -161,9 +161,15 @@ def test_a_malformed_tf_config_is_an_error_finding_naming_the_variable(monkeypat
     assert "ERROR: TF_CONFIG: TF_CONFIG is not valid JSON" in out and "workers in TF_CONFIG: 1" in out
 
 
+LOGGING_VARIABLES = ("TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL", "TF_CPP_VMODULE", "PYTHONWARNINGS")
+
+
 def test_the_doctor_command_runs_in_a_fresh_process(tmp_path):
+    # As a user runs it: without whatever logging settings the test's caller exported (a user who exports
+    # TF_CPP_MIN_LOG_LEVEL gets what they asked for).
+    env = {key: value for key, value in os.environ.items() if key not in LOGGING_VARIABLES}
     result = subprocess.run([sys.executable, "-m", "pipeline", "doctor", "--output", str(tmp_path / "out")],
-                            capture_output=True, text=True, timeout=300,
+                            capture_output=True, text=True, timeout=300, env=env,
                             cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "TensorFlow 2.16.2" in result.stdout and "strategy: " in result.stdout

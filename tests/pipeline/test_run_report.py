@@ -151,3 +151,35 @@ def test_the_status_outcome_names_the_steps_that_did_not_finish():
     not_evaluated = _blessed_run(evaluation={}, blessed=None, pushed_to=None)
     assert (not_evaluated.blessed_model, not_evaluated.primary, not_evaluated.pushed_version) == ("", {}, "")
     assert "blessed: not evaluated" in RunSummary(not_evaluated).render()
+
+
+def test_every_view_speaks_the_task_of_the_run():
+    """A multi-class run shows accuracy, per-class recall and its confusion matrix; a regression run shows MAE
+    and RMSE; neither shows an AUC column, in the summary, the page or the status table."""
+    check = dict(CHECK, metric="sparse_categorical_accuracy", value=0.97, reference=0.96)
+    multiclass = _blessed_run(
+        evaluation={"summary": "candidate blessed: every gate passed", "blessed": True, "chosen_model": "candidate",
+                    "task": "multiclass", "primary_metric": "sparse_categorical_accuracy", "checks": [check],
+                    "classes": ["Adelie", "Chinstrap", "Gentoo"],
+                    "confusion_matrix": {"candidate": [[50, 1, 0], [0, 20, 0], [0, 0, 40]]},
+                    "metrics": {"overall": {"candidate": {"sparse_categorical_accuracy": 0.991, "example_count": 111.0,
+                                                          "recall/class_1": 1.0}}}},
+        training={"Trainer": {**_blessed_run().training["Trainer"], "task": "multiclass",
+                              "final_metrics": {"val_accuracy": 0.98}}})
+    page, summary = render_html(multiclass), RunSummary(multiclass).render()
+    assert "accuracy candidate" in page and "Confusion matrix" in page and "<td>Chinstrap</td><td>0</td><td>20</td>" in page
+    assert "AUC" not in page and "auc" not in summary
+    assert "accuracy 0.9800" in page  # the training's validation metric
+    assert render_runs([multiclass]).splitlines()[1].split()[5:7] == ["accuracy", "0.9910"]
+
+    check = dict(CHECK, metric="mean_absolute_error", value=1.52, reference=1.6)
+    regression = _blessed_run(
+        evaluation={"summary": "candidate blessed: every gate passed", "blessed": True, "chosen_model": "candidate",
+                    "task": "regression", "primary_metric": "mean_absolute_error", "checks": [check],
+                    "metrics": {"overall": {"candidate": {"mean_absolute_error": 1.52, "root_mean_squared_error": 3.4,
+                                                          "example_count": 5032.0}}}},
+        training={"Trainer": {**_blessed_run().training["Trainer"], "task": "regression",
+                              "final_metrics": {"val_mae": 1.5}}})
+    page = render_html(regression)
+    assert "MAE candidate" in page and "RMSE candidate" in page and "AUC" not in page
+    assert render_runs([regression]).splitlines()[1].split()[5:7] == ["MAE", "1.5200"]
