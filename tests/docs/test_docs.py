@@ -1,6 +1,6 @@
 """The docs site builds strictly (a broken link or a missing page fails), its configuration reference is the
-code's, and neither the README, the docs nor the code's docstrings carry issue numbers, session history or
-machine paths."""
+code's, neither the README, the docs nor the code's docstrings carry issue numbers, session history or
+machine paths, and every project file they cite exists."""
 import ast
 import dataclasses
 import os
@@ -89,3 +89,25 @@ def test_no_history_or_machine_path_in_the_readme_the_docs_or_the_docstrings():
                     if HISTORY.search(docstring):
                         found.append(f"{os.path.relpath(path, PROJECT_ROOT)} {owner}: {HISTORY.search(docstring)[0]}")
     assert not found, "\n".join(found)
+
+
+CITED_PATH = re.compile(r"(?<![\w/.-])((?:tests|components|pipeline|models|bench|configs|examples|docs)"
+                        r"/[\w/.-]*\w\.(?:py|md|yaml|pbtxt|csv|json))\b")
+
+
+def _project_texts():
+    yield os.path.join(PROJECT_ROOT, "README.md")
+    for package in ("docs", "components", "pipeline", "models", "bench", "tests", "accel_tfx"):
+        for folder, _, names in os.walk(os.path.join(PROJECT_ROOT, package)):
+            yield from (os.path.join(folder, n) for n in names if n.endswith((".py", ".md")))
+
+
+def test_every_project_file_the_code_and_docs_cite_exists():
+    missing = []
+    for path in _project_texts():
+        for number, line in enumerate(open(path).read().splitlines(), start=1):
+            for cited in CITED_PATH.findall(line):
+                placeholder = any(part.isupper() or "<" in part for part in re.split(r"[/.]", cited))
+                if not placeholder and not os.path.exists(os.path.join(PROJECT_ROOT, cited)):
+                    missing.append(f"{os.path.relpath(path, PROJECT_ROOT)}:{number}: {cited}")
+    assert not missing, "\n".join(missing)
