@@ -169,7 +169,7 @@ def _validation_metric(report: dict) -> str:
 
 
 def _evaluation_section(evaluation: dict) -> str:
-    parts = ["<h2>Evaluation: candidate vs FP32 baseline and production</h2>"]
+    parts = ["<h2>Evaluation and gates</h2>"]
     if not evaluation:
         return "\n".join(parts + ["<p>Not evaluated in this run.</p>"])
     task = tasks.task_named(evaluation.get("task", tasks.BINARY))
