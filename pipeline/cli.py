@@ -141,7 +141,7 @@ def prepare_data(args) -> int:
     if args.example == "penguins":
         from pipeline.data import write_penguin_span
         span_dir, records = write_penguin_span(data_root, span=args.span)
-        print(f"wrote {records} tf.Examples (TFX's penguin data) to {span_dir}")
+        print(f"wrote {records:,} tf.Examples (TFX's penguin data) to {span_dir}")
         return 0
     write_bundled_span(data_root, span=args.span, max_rows=args.rows, first_row=args.first_row)
     return 0
@@ -178,7 +178,7 @@ def ensure_demo_data(data_root: str) -> bool:
 def write_bundled_span(data_root: str, span: int = 1, max_rows: int | None = None, first_row: int = 0) -> None:
     from pipeline.data import write_taxi_span
     span_dir, rows = write_taxi_span(data_root, span=span, max_rows=max_rows, first_row=first_row)
-    print(f"wrote {rows} tf.Examples (bundled Chicago-taxi sample) to {span_dir}")
+    print(f"wrote {rows:,} tf.Examples (bundled Chicago-taxi sample) to {span_dir}")
 
 
 def load_checked_config(args, check_references: bool = True, **overrides):
