@@ -42,7 +42,8 @@ def main() -> None:
     for model_name in args.models:
         output = os.path.join(work, model_name)
         train_settings = load_config(train={
-            "model": model_name, "epochs": args.epochs, "precision": "float32", "xla": "off"}).train
+            "model": model_name, "epochs": args.epochs, "precision": "float32", "xla": "off"},
+            evaluate={"absolute_bar": None}).train  # any task's model
         serving = os.path.join(output, "model", "Format-Serving")
         train(TrainingJob(settings=train_settings, train_files=train_files, eval_files=eval_files,
                           serving_model_dir=serving, run_dir=os.path.join(output, "run"),

@@ -51,7 +51,7 @@ def plain_keras_throughput(model_name: str, train_files: list[str], batch_size: 
 
 
 def trainer_report(model_name: str, files: dict, output: str, **overrides) -> dict:
-    settings = load_config(train={"model": model_name, **overrides}).train
+    settings = load_config(train={"model": model_name, **overrides}, evaluate={"absolute_bar": None}).train
     return train(TrainingJob(settings=settings, serving_model_dir=os.path.join(output, "serving"),
                              run_dir=os.path.join(output, "run"), checkpoint_dir=os.path.join(output, "ckpt"),
                              **files))

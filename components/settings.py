@@ -141,14 +141,16 @@ class EvaluateConfig:
     regression (components/precision_evaluator/gates.py)."""
     slice_feature: str = setting("payment_type")  # metrics are also reported per value of this feature ("" = none)
     # the primary metric must reach this (AUC and accuracy at least, MAE at most; null = no bar): on top of
-    # beating the trivial predictor, which every blessed model must
+    # beating the trivial predictor, which every blessed model must. The default is a binary task's AUC bar: a
+    # multi-class or regression config must set its own (or null)
     absolute_bar: float | None = setting(0.9, OPTIONAL_NOT_NEGATIVE)
     # how much worse than the FP32 baseline the candidate may be before the data refuse it
     max_drop_vs_fp32: float = setting(0.005, NOT_NEGATIVE)
     # how much worse than the production model (the latest blessed one) a model may be
     max_drop_vs_production: float = setting(0.01, NOT_NEGATIVE)
     confidence: float = setting(0.95, STRICTLY_BETWEEN_0_AND_1)  # of the paired intervals every comparison uses
-    # other metrics of the task to gate on too, with the same tolerances (e.g. [binary_accuracy])
+    # other metrics of the task that fp32_parity and vs_production also gate on, with the same tolerances
+    # (e.g. [binary_accuracy])
     gate_metrics: list[str] = setting([])
     fallback_to_fp32: bool = setting(True)  # candidate fails FP32 parity, baseline passes the rest: bless the baseline
 

@@ -81,7 +81,8 @@ def build_preprocessing(sample: dict[str, np.ndarray]) -> keras.Model:
 
 
 def taxi_preprocessing(sample: dict[str, np.ndarray], inputs_spec: dict) -> keras.Model:
-    """build_preprocessing for any subset of the taxi features (`inputs_spec`, name -> FixedLenFeature)."""
+    """build_preprocessing for the taxi features in `inputs_spec` (name -> FixedLenFeature): every location,
+    category and string feature, and any subset of the numeric ones (models.taxi_fare leaves out the fare)."""
     inputs = {name: keras.Input(shape=(), name=name, dtype=keras_dtype(spec.dtype))
               for name, spec in inputs_spec.items()}
     outputs = {}

@@ -19,7 +19,7 @@ import yaml
 
 from components.settings import (CHECK, PROJECT_ROOT, EvaluateConfig, ExportConfig, IngestConfig,  # noqa: F401
                                  PipelineConfig, ResourcesConfig, StepResources, TrainConfig)
-from components.tasks import gateable
+from components.tasks import BINARY, Task, gateable
 from models.interface import ModelModuleError, check_task, load_model_module, task_of
 
 
@@ -42,7 +42,12 @@ def load_config(path: str | None = None, check_references: bool = True, **overri
     check_no_secrets(config)
     if check_references:
         check_schema(config.schema_path)
-        check_model_module(config)
+        task = check_model_module(config)
+        if task.name != BINARY and "absolute_bar" not in (raw.get("evaluate") or {}):
+            raise ConfigError(f"evaluate.absolute_bar: the default bar ({config.evaluate.absolute_bar}) is for a "
+                              f"binary task's AUC; {config.train.model} is a {task.name} model, whose "
+                              f"{task.primary.name} needs a bar of its own: set evaluate.absolute_bar, or null "
+                              f"for none (beating the trivial predictor still applies)")
     return config
 
 
@@ -115,11 +120,11 @@ def _read_yaml(path: str) -> dict:
     return raw
 
 
-def check_model_module(config: PipelineConfig) -> None:
-    """Raises ConfigError naming `train.model` when the model module does not import, lacks part of
-    models.interface.ModelModule, or its task and classes do not fit (the message names the module and what
-    is wrong), or the `task` section disagrees with it; naming `evaluate.gate_metrics` when a metric there is
-    not one of the task's."""
+def check_model_module(config: PipelineConfig) -> Task:
+    """Output: the model module's task. Raises ConfigError naming `train.model` when the model module does not
+    import, lacks part of models.interface.ModelModule, or its task and classes do not fit (the message names
+    the module and what is wrong), or the `task` section disagrees with it; naming `evaluate.gate_metrics`
+    when a metric there is not one of the task's."""
     name, gate_metrics = config.train.model, config.evaluate.gate_metrics
     try:
         module = load_model_module(name, config.task, config.schema_path)
@@ -134,6 +139,7 @@ def check_model_module(config: PipelineConfig) -> None:
         if metric not in allowed:
             raise ConfigError(f"evaluate.gate_metrics: {metric!r} is not a metric a {task.name} task can be gated "
                               f"on (one of {', '.join(allowed)})")
+    return task
 
 
 def check_schema(path: str) -> None:

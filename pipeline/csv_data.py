@@ -50,8 +50,11 @@ class CsvSummary:
 
 def detect_delimiter(path: str) -> str:
     """The delimiter of a CSV file: the one of DELIMITERS csv.Sniffer finds in its first 64 KiB, else ','."""
-    with open(path, newline="", encoding="utf-8-sig") as handle:
-        sample = handle.read(SNIFF_BYTES)
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            sample = handle.read(SNIFF_BYTES)
+    except UnicodeDecodeError as error:
+        raise CsvError(f"{path}: not UTF-8 text (byte {error.start}: {error.reason}); save it as UTF-8") from None
     try:
         return csv.Sniffer().sniff(sample, delimiters=DELIMITERS).delimiter
     except csv.Error:
@@ -73,6 +76,9 @@ def _rows(path: str, delimiter: str):
                     yield reader.line_num, cells
         except csv.Error as error:
             raise CsvError(f"{path}: line {reader.line_num}: {error}") from None
+        except UnicodeDecodeError as error:
+            raise CsvError(f"{path}: after line {reader.line_num}: not UTF-8 text ({error.reason}); save it as "
+                           f"UTF-8") from None
 
 
 def _check_header(path: str, header: list[str]) -> None:
@@ -96,12 +102,15 @@ def _number(cell: str) -> float | None:
         return None
 
 
-def _is_int(cell: str) -> bool:
+INT64_RANGE = (-2 ** 63, 2 ** 63 - 1)
+
+
+def _integer(cell: str) -> int | None:
+    """The cell's value when it is an integer literal, else None."""
     try:
-        int(cell)
-        return True
+        return int(cell)
     except ValueError:
-        return False
+        return None
 
 
 def infer_types(path: str, delimiter: str, missing_tokens: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:
@@ -120,8 +129,13 @@ def infer_types(path: str, delimiter: str, missing_tokens: tuple[str, ...]) -> t
             cell = cell.strip()
             if cell == "" or cell in missing_tokens or kinds[column] == "string":
                 continue
-            if kinds[column] == "int" and not _is_int(cell):
-                kinds[column] = "float"
+            if kinds[column] == "int":
+                value = _integer(cell)
+                if value is None:
+                    kinds[column] = "float"
+                elif not INT64_RANGE[0] <= value <= INT64_RANGE[1]:
+                    kinds[column] = "string"  # an id too long for int64 (as a float it would lose digits)
+                    continue
             if kinds[column] == "float" and _number(cell) is None:
                 kinds[column] = "string"
     return columns, kinds

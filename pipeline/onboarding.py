@@ -111,9 +111,10 @@ class Project:
             "  absolute_bar: null  # a bar on the primary metric, on top of beating the trivial predictor\n")
 
     def write(self, force: bool = False) -> None:
-        """Writes the config and the schema; InitError if the config exists and `force` is off."""
-        if os.path.exists(self.config_path) and not force:
-            raise InitError(f"{self.config_path} already exists: choose another --name, or --force to overwrite it")
+        """Writes the config and the schema; InitError if either exists and `force` is off."""
+        for path in (self.config_path, self.schema_path):
+            if os.path.exists(path) and not force:
+                raise InitError(f"{path} already exists: choose another --name, or --force to overwrite it")
         os.makedirs(os.path.dirname(self.schema_path), exist_ok=True)
         with open(self.schema_path, "w") as handle:
             handle.write(self.schema_text)
@@ -140,29 +141,40 @@ def read_columns(data_root: str) -> tuple[dict[str, Column], int, str]:
         records = 0
         copy = tempfile.NamedTemporaryFile(prefix="init-", suffix=".tfrecord", delete=False)
         copy.close()
-        with tf.io.TFRecordWriter(copy.name) as writer:
-            for path in files:
-                for index, record in iter_records(path):
-                    problem = check_example(record)
-                    if problem:
-                        raise InitError(f"{path}: record {index}: {problem}")
-                    writer.write(record)
-                    records += 1
-                    for name, feature in tf.train.Example.FromString(record).features.feature.items():
-                        kind = feature.WhichOneof("kind")
-                        values = list(getattr(feature, kind).value) if kind else []
-                        if not values:
-                            continue
-                        column = columns.setdefault(name, Column(name, {"int64_list": "int", "float_list": "float",
-                                                                        "bytes_list": "string"}[kind], []))
-                        column.multi_valued |= len(values) > 1
-                        column.values.append(values[0].decode("utf-8", "replace") if kind == "bytes_list"
-                                             else values[0])
+        try:
+            with tf.io.TFRecordWriter(copy.name) as writer:
+                for path in files:
+                    for index, record in iter_records(path):
+                        problem = check_example(record)
+                        if problem:
+                            raise InitError(f"{path}: record {index}: {problem}")
+                        writer.write(record)
+                        records += 1
+                        _note_columns(columns, tf.train.Example.FromString(record))
+        except BaseException:
+            os.remove(copy.name)
+            raise
     except IngestionError as error:
         raise InitError(str(error)) from None
     if not records:
+        os.remove(copy.name)
         raise InitError(f"{data_root}: no records")
     return columns, records, copy.name
+
+
+KINDS = {"int64_list": "int", "float_list": "float", "bytes_list": "string"}  # tf.Example value lists
+
+
+def _note_columns(columns: dict[str, Column], example) -> None:
+    """Adds one tf.Example's first value of each present feature to `columns` (name -> Column)."""
+    for name, feature in example.features.feature.items():
+        kind = feature.WhichOneof("kind")
+        values = list(getattr(feature, kind).value) if kind else []
+        if not values:
+            continue
+        column = columns.setdefault(name, Column(name, KINDS[kind], []))
+        column.multi_valued |= len(values) > 1
+        column.values.append(values[0].decode("utf-8", "replace") if kind == "bytes_list" else values[0])
 
 
 def choose_task(label: Column, records: int, asked: str | None) -> tuple[str, list[str], str]:
@@ -180,6 +192,9 @@ def choose_task(label: Column, records: int, asked: str | None) -> tuple[str, li
     classes = [str(value) for value in distinct]
     if asked == BINARY and len(classes) != 2:
         raise InitError(f"--task binary: the label {label.name!r} has {len(classes)} distinct values, not 2")
+    if asked == MULTICLASS and len(classes) < 3:
+        raise InitError(f"--task multiclass: the label {label.name!r} has {len(classes)} distinct values; a "
+                        f"multi-class label has 3 or more (choose binary)")
     if asked:
         return asked, classes if asked != REGRESSION else [], "set with --task"
     if label.kind == "float" or (label.kind == "int" and len(classes) > CLASSIFICATION_MAX_INTS):
@@ -298,6 +313,9 @@ def plan_project(folder: str, data_root: str, label: str, task: str | None = Non
         os.remove(copy)
     inputs = {kind: [n for n, c in sorted(columns.items()) if c.kind == kind and n != label and n not in excluded]
               for kind in ("float", "int", "string")}
+    if not any(inputs.values()):
+        reasons = "; ".join(f"{column}: {why}" for column, why in excluded.items()) or "the label is the only column"
+        raise InitError(f"no column is left for the model to learn from ({reasons})")
     batch, epochs = training_size(records)
     return Project(name, folder, data_root, records, task, label, classes, inputs, excluded, task_reason,
                    schema_text, batch, epochs)

@@ -153,11 +153,14 @@ def not_applicable_parity(candidate_facts: dict, baseline_skipped: str) -> str:
 
 def other_target(facts: dict, target: Target) -> str:
     """Why a model described by `facts` cannot be compared with models of `target` ("" when it can)."""
-    if not facts:
-        return ""  # a model from before the facts were written: the same kind as ever (binary)
+    if not facts:  # a model from before the facts were written: binary, with the label of its day
+        return "" if target.task == tasks.BINARY else (
+            f"it predates model facts (a binary model); the candidate is {target.task}")
     if facts.get("task") != target.task or tuple(facts.get("classes", ())) != tuple(target.classes):
         return (f"it predicts a {facts.get('task')} task with classes {facts.get('classes')}, the candidate a "
                 f"{target.task} task with classes {list(target.classes)}")
+    if facts.get("label", target.label_key) != target.label_key:
+        return f"it predicts the label {facts['label']!r}, the candidate {target.label_key!r}"
     return ""
 
 

@@ -4,7 +4,8 @@
 Models are named CANDIDATE (the fast one), FP32_BASELINE (same Trainer, float32, no XLA) and PRODUCTION (the
 latest blessed model, when there is one); TRIVIAL is what a model that learned nothing predicts. Every gate
 decides on the task's primary metric (components/tasks.py: binary AUC, multiclass accuracy, regression MAE),
-in its direction, and on any other metric the config names in `evaluate.gate_metrics`:
+in its direction; fp32_parity and vs_production also on any other metric the config names in
+`evaluate.gate_metrics`:
 
 - absolute_bar: the metric meets `evaluate.absolute_bar` (when set), on the point estimate;
 - beats_trivial: the model is better than the trivial predictor beyond noise (the whole confidence interval

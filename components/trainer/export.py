@@ -91,9 +91,9 @@ MODEL_FACTS_FILE = "model_facts.json"  # beside the Keras files: what the evalua
 
 
 def model_facts(training_report: dict) -> dict:
-    """What later steps read about a trained model: its task and classes, the numerics it trained with and
-    the label counts of each split (the training split's build the trivial predictor)."""
-    return {key: training_report[key] for key in ("model", "task", "classes", "precision", "xla", "labels")}
+    """What later steps read about a trained model: its task, label and classes, the numerics it trained with
+    and the label counts of each split (the training split's build the trivial predictor)."""
+    return {key: training_report[key] for key in ("model", "task", "label", "classes", "precision", "xla", "labels")}
 
 
 def write_model_facts(serving_model_dir: str, facts: dict) -> None:

@@ -128,7 +128,8 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
 
     final_metrics = {name: float(values[-1]) for name, values in history.history.items()}
     report = {
-        "model": settings.model, "task": task.name, "classes": list(model_module.CLASSES),
+        "model": settings.model, "task": task.name, "label": model_module.LABEL_KEY,
+        "classes": list(model_module.CLASSES),
         "labels": {split: summary.to_json() for split, summary in label_summaries.items()},
         "device": dataclasses.asdict(device),
         "strategy": strategy_choice.value, "strategy_reason": strategy_choice.reason, "replicas": replicas,

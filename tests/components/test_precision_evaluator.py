@@ -406,3 +406,18 @@ def test_regression_twins_give_the_exact_means_per_slice(tmp_path):
         assert value == pytest.approx(expected[name], rel=1e-6), (slice_key, key)
         found += 1
     assert found == 3 * 2 * 6  # overall and two payment types, two models, six metrics
+
+
+def test_a_production_model_of_another_task_label_or_classes_is_not_compared():
+    """The production comparison is skipped, with the reason, for a model that predicts something else; a model
+    from before model facts were written is a binary one."""
+    Target = evaluator_executor.Target
+    other_target = evaluator_executor.other_target
+    fares = Target("fare", "regression")
+    facts = {"task": "regression", "label": "fare", "classes": []}
+    assert other_target(facts, fares) == ""
+    assert other_target({**facts, "label": "tips"}, fares) == "it predicts the label 'tips', the candidate 'fare'"
+    assert other_target({**facts, "task": "binary", "classes": ["no", "yes"]}, fares).startswith(
+        "it predicts a binary task with classes ['no', 'yes'], the candidate a regression task")
+    assert other_target({}, Target("big_tipper", "binary", ("not_big_tipper", "big_tipper"))) == ""
+    assert other_target({}, fares) == "it predates model facts (a binary model); the candidate is regression"

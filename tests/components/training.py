@@ -4,8 +4,9 @@ from pipeline.config import load_config
 
 
 def settings(**overrides):
-    """A small, fast TrainConfig (3 epochs of batches of 64) with `overrides`."""
-    return load_config(train={"epochs": 3, "batch_size": 64, "input_probe_steps": 20, **overrides}).train
+    """A small, fast TrainConfig (3 epochs of batches of 64) with `overrides` (any task: no absolute bar)."""
+    return load_config(train={"epochs": 3, "batch_size": 64, "input_probe_steps": 20, **overrides},
+                       evaluate={"absolute_bar": None}).train
 
 
 def train_here(files, output, base_model=None, **overrides):

@@ -190,6 +190,19 @@ def test_a_task_that_does_not_fit_its_classes_exits_2_naming_it(tmp_path, monkey
     assert not (tmp_path / "out").exists()
 
 
+
+def test_a_multiclass_or_regression_model_sets_its_own_absolute_bar(tmp_path):
+    """The default bar (0.9) is a binary task's AUC: a regression's MAE or a multi-class accuracy needs a bar of
+    its own, or null."""
+    for model, metric in (("models.taxi_fare", "mean_absolute_error"), ("models.penguins", "sparse_categorical")):
+        with pytest.raises(ConfigError, match=rf"^evaluate\.absolute_bar: the default bar \(0\.9\) is for a binary "
+                                              rf"task's AUC; {model} is a .* model, whose {metric}"):
+            load_config(train={"model": model})
+        assert load_config(train={"model": model}, evaluate={"absolute_bar": None}).evaluate.absolute_bar is None
+    (tmp_path / "fare.yaml").write_text("train: {model: models.taxi_fare}\nevaluate: {absolute_bar: 2.5}\n")
+    assert load_config(str(tmp_path / "fare.yaml")).evaluate.absolute_bar == 2.5
+    assert load_config().evaluate.absolute_bar == 0.9  # the binary taxi model keeps the default
+
 def test_the_settings_module_imports_no_component_package():
     """components/settings.py is the floor every component stands on: it imports the shared names
     (components.contract, components.tasks) and nothing of a component's own, so no import runs back up."""

@@ -1,7 +1,10 @@
 """A user's own table with no code: `prepare-data --csv` writes a CSV as TFRecords, `init` writes a curated
 schema and a config for the schema-driven model, `run` trains, gates and pushes it. Bad input exits 2
 naming the column, file or line, and writes nothing into the user's folder."""
+import contextlib
+import io
 import os
+import re
 import subprocess
 import sys
 
@@ -88,6 +91,20 @@ def test_a_csv_that_is_no_table_exits_2_naming_the_line_and_writes_nothing(tmp_p
     assert not (tmp_path / "data" / "span-1").exists()
 
 
+
+def test_a_file_that_is_not_utf8_exits_2_naming_it_and_an_id_too_long_for_int64_stays_whole(tmp_path, capsys):
+    (tmp_path / "latin1.csv").write_bytes("city,revenue\nK\xf6ln,3\n".encode("latin-1"))
+    code, _, err = _cli(capsys, "prepare-data", "--csv", str(tmp_path / "latin1.csv"), "--data",
+                        str(tmp_path / "data"))
+    assert code == 2 and re.search(r"^data error: .*latin1\.csv: not UTF-8 text .*save it as UTF-8", err, re.M), err
+    assert not (tmp_path / "data" / "span-1").exists()
+
+    (tmp_path / "ids.csv").write_text("account,small\n12345678901234567890123,1\n7,2\n")
+    code, out, err = _cli(capsys, "prepare-data", "--csv", str(tmp_path / "ids.csv"), "--data", str(tmp_path / "d2"))
+    assert code == 0, err
+    assert [_features(e) for e in read_span(str(tmp_path / "d2" / "span-1"))] == [
+        {"account": [b"12345678901234567890123"], "small": [1]}, {"account": [b"7"], "small": [2]}]
+
 # ------------------------------------------------------------------------------------------------- init
 
 @pytest.fixture(scope="module")
@@ -137,7 +154,11 @@ def test_init_leaves_out_ids_and_constants_and_says_why(tmp_path, capsys, monkey
     (["--label", "species", "--task", "regression"], r"--task regression: the label 'species' holds strings"),
     (["--label", "sex"], r"--label sex: missing in 11 of 344 records, .* --require sex"),
     (["--label", "species", "--exclude", "beak"], r"--exclude: no such column\(s\): beak"),
-], ids=["label_absent", "regression_on_strings", "label_partly_missing", "unknown_exclusion"])
+    (["--label", "species", "--task", "binary"], r"--task binary: the label 'species' has 3 distinct values, not 2"),
+    (["--label", "species", "--exclude", "island,sex,year,bill_length_mm,bill_depth_mm,flipper_length_mm,body_mass_g"],
+     r"no column is left for the model to learn from \(.*island: excluded with --exclude"),
+], ids=["label_absent", "regression_on_strings", "label_partly_missing", "unknown_exclusion", "binary_of_3",
+        "nothing_left"])
 def test_init_refuses_a_label_or_task_that_cannot_work_and_writes_nothing(penguin_records, tmp_path, capsys,
                                                                           monkeypatch, argv, expected):
     import re
@@ -150,7 +171,9 @@ def test_init_refuses_a_label_or_task_that_cannot_work_and_writes_nothing(pengui
 @pytest.mark.parametrize("rows, label, expected", [
     (["a,b"] + [f"{i},same" for i in range(30)], "b", r"--label b: every record has the same value \('same'\)"),
     (["a,b"] + [f"{i}," for i in range(20)] + ["1,x"], "b", r"--label b: missing in 20 of 21 records: too few"),
-], ids=["constant_label", "mostly_missing_label"])
+    (["a,b"] + [f"{i},{'yes' if i % 2 else 'no'}" for i in range(30)], "b --task multiclass",
+     r"--task multiclass: the label 'b' has 2 distinct values; a multi-class label has 3 or more"),
+], ids=["constant_label", "mostly_missing_label", "multiclass_of_2"])
 def test_init_refuses_a_constant_or_mostly_missing_label(tmp_path, capsys, monkeypatch, rows, label, expected):
     import re
     (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
@@ -159,7 +182,7 @@ def test_init_refuses_a_constant_or_mostly_missing_label(tmp_path, capsys, monke
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    code, _, err = _cli(capsys, "init", "--data", str(data), "--label", label)
+    code, _, err = _cli(capsys, "init", "--data", str(data), "--label", *label.split())
     assert code == 2 and re.search(rf"^init error: {expected}", err, re.MULTILINE), err
     assert os.listdir(work) == []
 
@@ -180,6 +203,13 @@ def test_init_refuses_an_empty_or_missing_folder_and_an_existing_config(penguin_
                         "--force")
     assert code == 0, err
     assert "type: multiclass" in (tmp_path / "penguins.yaml").read_text()
+    # A curated schema whose config was moved away is not overwritten either.
+    (tmp_path / "penguins.yaml").rename(tmp_path / "moved.yaml")
+    (tmp_path / "schemas" / "penguins" / "schema.pbtxt").write_text("# curated by hand\n")
+    code, _, err = _cli(capsys, "init", "--data", penguin_records, "--label", "species", "--name", "penguins")
+    assert code == 2 and re.search(r"schemas/penguins/schema\.pbtxt already exists: choose another --name", err), err
+    assert (tmp_path / "schemas" / "penguins" / "schema.pbtxt").read_text() == "# curated by hand\n"
+    assert not (tmp_path / "penguins.yaml").exists()
 
 
 # ------------------------------------------------------------------------ three commands, no code, as a user
@@ -212,3 +242,33 @@ def test_a_csv_becomes_a_pushed_gated_model_in_three_commands_with_no_code(tmp_p
     assert "beats_trivial: candidate" in summary and "(pass)" in summary
     outputs = tf.saved_model.load(pushed).signatures["serving_raw"].structured_outputs
     assert set(outputs) == ({"scores", "classes"} if task == "multiclass" else {"predictions"})
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("task", ["binary", "multiclass", "regression"])
+def test_a_model_that_predicts_a_constant_is_refused_by_the_trivial_predictor_gate(tmp_path, monkeypatch, task):
+    """The user's path with the schema-driven model swapped for one that predicts the same value for every
+    record (tests/pipeline/constant_model.py): no bar is configured, and the trivial-predictor gate refuses
+    it in every task; nothing is pushed."""
+    monkeypatch.chdir(tmp_path)
+    if task == "regression":
+        csv_file, init_args = bundled_taxi_csv(), ["--label", "fare", "--exclude", "tips"]
+    else:  # penguins: the species (3 classes), or the sex (2; rows without it left out)
+        csv_file, init_args = PENGUINS_CSV, ["--label", "species" if task == "multiclass" else "sex"]
+    assert cli_main(["prepare-data", "--csv", csv_file, "--data", "data/table", "--require", init_args[1]]) == 0
+    assert cli_main(["init", "--data", "data/table", *init_args]) == 0
+    config = (tmp_path / "table.yaml").read_text()
+    assert f"type: {task}" in config and "absolute_bar: null" in config
+    (tmp_path / "table.yaml").write_text(config.replace("model: models.tabular", "model: tests.pipeline.constant_model"))
+
+    out, err = io.StringIO(), io.StringIO()  # not capsys: the run's log handlers outlive one test's capture
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli_main(["run", "--config", "table.yaml"])
+    out, err = out.getvalue(), err.getvalue()
+
+    assert code == 0, err[-3000:]  # an unblessed model is a success: nothing pushed, as it should be
+    gates = {line.split(":")[0].strip(): line for line in out.splitlines() if line.startswith("    ") and "(" in line}
+    assert gates["beats_trivial"].endswith("(FAIL)"), out
+    assert "blessed: no" in out and "pushed to: nothing pushed" in out
+    assert not (tmp_path / "output" / "table" / "serving").exists() or not os.listdir(
+        tmp_path / "output" / "table" / "serving")
