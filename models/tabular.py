@@ -142,16 +142,19 @@ class SchemaModel:
         hidden = keras.layers.Concatenate(name="features")(parts) if len(parts) > 1 else parts[0]
         for width in HIDDEN_UNITS:
             hidden = keras.layers.Dense(width, activation="relu")(hidden)
+        return keras.Model(inputs, self.head(hidden), name="tabular_model")
+
+    def head(self, hidden):
+        """Input: the last hidden tensor. Output: the task's output in float32 (class probabilities, the
+        probability of the positive class, or the prediction in the label's units)."""
         if self.TASK == MULTICLASS:
             logits = keras.layers.Dense(len(self.CLASSES), dtype="float32", name="logits")(hidden)
-            output = keras.layers.Activation("softmax", dtype="float32", name="class_probabilities")(logits)
-        elif self.TASK == BINARY:
+            return keras.layers.Activation("softmax", dtype="float32", name="class_probabilities")(logits)
+        if self.TASK == BINARY:
             logit = keras.layers.Dense(1, dtype="float32", name="logit")(hidden)
-            output = keras.layers.Activation("sigmoid", dtype="float32", name="probability")(logit)
-        else:
-            standardized = keras.layers.Dense(1, dtype="float32", name="standardized_prediction")(hidden)
-            output = Rescale(*self._label_scale, dtype="float32", name="prediction")(standardized)
-        return keras.Model(inputs, output, name="tabular_model")
+            return keras.layers.Activation("sigmoid", dtype="float32", name="probability")(logit)
+        standardized = keras.layers.Dense(1, dtype="float32", name="standardized_prediction")(hidden)
+        return Rescale(*self._label_scale, dtype="float32", name="prediction")(standardized)
 
 
 def _missing_value(dtype: tf.dtypes.DType):

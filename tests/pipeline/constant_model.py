@@ -4,27 +4,14 @@ models.tabular (`train.model: tests.pipeline.constant_model` with the config's t
 never bless it."""
 import keras
 
-from components.tasks import BINARY, MULTICLASS
 from models import tabular
 
 
 class ConstantModel(tabular.SchemaModel):
-    def build_model(self, preprocessing: keras.Model) -> keras.Model:
-        network = super().build_model(preprocessing)
-        inputs = {name: keras.Input(shape=(), name=name, dtype=tensor.dtype)
-                  for name, tensor in preprocessing.output.items()}
+    def head(self, hidden):
         zeros = keras.layers.Dense(1, kernel_initializer="zeros", use_bias=False, trainable=False, dtype="float32",
-                                   name="blindfold")(network(inputs))
-        if self.TASK == MULTICLASS:
-            logits = keras.layers.Dense(len(self.CLASSES), dtype="float32", name="logits")(zeros)
-            output = keras.layers.Activation("softmax", dtype="float32", name="class_probabilities")(logits)
-        elif self.TASK == BINARY:
-            logit = keras.layers.Dense(1, dtype="float32", name="logit")(zeros)
-            output = keras.layers.Activation("sigmoid", dtype="float32", name="probability")(logit)
-        else:
-            standardized = keras.layers.Dense(1, dtype="float32", name="standardized_prediction")(zeros)
-            output = tabular.Rescale(*self._label_scale, dtype="float32", name="prediction")(standardized)
-        return keras.Model(inputs, output, name="constant_model")
+                                   name="blindfold")(hidden)
+        return super().head(zeros)
 
 
 def configure(schema_path: str, task) -> ConstantModel:
