@@ -29,7 +29,7 @@ docs: venv
 	$(PY) -m mkdocs build --strict --quiet
 
 # The edit loop: everything but the real DAG runs (e2e) and real model training (training), with fewer fuzzed
-# files; about 2 minutes on an idle 2-core machine. `make test` runs it all.
+# files; about 4 minutes on an idle 2-core machine. `make test` runs it all.
 test-fast: venv
 	FUZZ_EXAMPLES=15 $(PY) -m pytest -q -m "not e2e and not training" tests
 

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     doctor.add_argument("--output", help="output directory to check (overrides output_dir)")
     doctor.add_argument("--verbose", action="store_true")
 
-    status = commands.add_parser("status", help="list past runs from MLMD: spans, outcome, AUCs, blessing, "
+    status = commands.add_parser("status", help="list past runs from MLMD: spans, outcome, the primary metric per model, blessing, "
                                                 "pushed version, duration")
     status.add_argument("--config", help=CONFIG_HELP)
     status.add_argument("--output", help="output directory whose MLMD to read (overrides output_dir)")

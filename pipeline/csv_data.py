@@ -1,15 +1,15 @@
 """A user's CSV file written as one span of TFRecord tf.Examples (`python -m pipeline prepare-data --csv`).
 
 Record contract, as for the bundled taxi data: one tf.Example per row, one feature per column under the
-column's name. Each column's type is inferred over every row: int64 when every present cell is an integer,
-float when every present cell is a number, else string. An empty cell, one holding a missing-value token
-(`NA` by default), or a number that reads as NaN is an absent feature. Quoted fields may hold the delimiter, quotes and line breaks; the
-delimiter is detected (comma, semicolon, tab or pipe) unless given. Rows with a missing cell in a `required`
-column are left out, and counted.
+column's name. Each column's type is inferred over every row: int64 when every present cell is an integer
+within int64's range, float when every present cell is a number, else string. An empty cell, one holding a
+missing-value token (`NA` by default), or a number that reads as NaN is an absent feature. Quoted fields may
+hold the delimiter, quotes and line breaks; the delimiter is detected (comma, semicolon, tab or pipe) unless
+given. Rows with a missing cell in a `required` column are left out, and counted.
 
-Bad input raises CsvError naming the file and line (a header that is missing or repeats a name, a row with
-too many or too few cells), and nothing is written: the span's files are written under hidden names and
-renamed into place only when every row was read.
+Bad input raises CsvError naming the file and line (a file that is not UTF-8, a header that is missing or
+repeats a name, a row with too many or too few cells), and nothing is written: the span's files are written
+under hidden names and renamed into place only when every row was read.
 """
 from __future__ import annotations
 

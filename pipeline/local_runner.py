@@ -51,6 +51,8 @@ class RunSummary:
             lines.append(f"  evaluation: {facts.evaluation['summary']}")
             for check in facts.evaluation["checks"]:
                 lines.append(f"    {describe_check(check)}")
+            for note in facts.evaluation.get("notes", []):  # e.g. why the production model was not compared
+                lines.append(f"    note: {note}")
         if facts.export.get("exported"):
             recommended = facts.export["recommended"]
             variant = facts.export["variants"].get(recommended, {})

@@ -3,9 +3,9 @@ curated schema and a config that trains the schema-driven model (models/tabular.
 
 It reads the latest span under the data root as ingestion does (every record must be a tf.Example), computes
 TFDV statistics, infers a schema and curates it: string domains from the values seen, presence from what is
-seen, a drift comparator on every feature, the label in the TRAINING environment only (its classes are the
+seen, a drift comparator on the label and every feature the model uses, the label in the TRAINING environment only (its classes are the
 config's, checked by the Trainer). It chooses the task from the label's values unless told, leaves out the
-columns that cannot help (constant, a unique value per row, several values per row) and says why, and writes
+columns that cannot help (constant, a unique value per row, too rare, several values per row) and says why, and writes
 <folder>/<name>.yaml and <folder>/schemas/<name>/schema.pbtxt. Bad input raises InitError naming the column,
 file or folder, before anything is written.
 """

@@ -5,6 +5,7 @@ import ast
 import dataclasses
 import os
 import re
+import shutil
 import subprocess
 import sys
 import typing
@@ -111,3 +112,26 @@ def test_every_project_file_the_code_and_docs_cite_exists():
                 if not placeholder and not os.path.exists(os.path.join(PROJECT_ROOT, cited)):
                     missing.append(f"{os.path.relpath(path, PROJECT_ROOT)}:{number}: {cited}")
     assert not missing, "\n".join(missing)
+
+
+def test_every_config_sample_in_the_docs_loads(tmp_path):
+    """Each ```yaml block of the docs is a config a user may copy: it loads and passes every check (a schema
+    it names is stood in for by the taxi-fare schema, whose columns the samples use)."""
+    pages = [os.path.join(PROJECT_ROOT, "docs", name) for name in os.listdir(os.path.join(PROJECT_ROOT, "docs"))
+             if name.endswith(".md")] + [os.path.join(PROJECT_ROOT, "README.md")]
+    samples = [(page, block) for page in pages
+               for block in re.findall(r"^```yaml\n(.*?)^```", open(page).read(), re.MULTILINE | re.DOTALL)]
+    assert len(samples) >= 3
+    from pipeline.config import load_config
+    for number, (page, block) in enumerate(samples):
+        folder = tmp_path / str(number)
+        folder.mkdir()
+        (folder / "config.yaml").write_text(block)
+        named_schema = re.search(r"^schema_path: (\S+)", block, re.MULTILINE)
+        if named_schema:
+            (folder / named_schema.group(1)).parent.mkdir(parents=True)
+            shutil.copy(os.path.join(PROJECT_ROOT, "schemas", "taxi_fare", "schema.pbtxt"), folder / named_schema.group(1))
+        try:
+            load_config(str(folder / "config.yaml"))
+        except Exception as error:  # noqa: BLE001 - the page and the block name the failure
+            pytest.fail(f"{os.path.basename(page)}: the sample\n{block}does not load: {error}")

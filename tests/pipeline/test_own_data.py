@@ -83,13 +83,11 @@ def test_rows_missing_a_required_column_are_left_out_and_counted(tmp_path, capsy
     ("", r"ragged\.csv: the file is empty"),
 ], ids=["ragged_row", "no_header", "repeated_name", "empty_name", "empty_file"])
 def test_a_csv_that_is_no_table_exits_2_naming_the_line_and_writes_nothing(tmp_path, capsys, text, expected):
-    import re
     (tmp_path / "ragged.csv").write_text(text)
     code, _, err = _cli(capsys, "prepare-data", "--csv", str(tmp_path / "ragged.csv"), "--data",
                         str(tmp_path / "data"))
     assert code == 2 and re.search(rf"^data error: .*{expected}", err, re.MULTILINE), err
     assert not (tmp_path / "data" / "span-1").exists()
-
 
 
 def test_a_file_that_is_not_utf8_exits_2_naming_it_and_an_id_too_long_for_int64_stays_whole(tmp_path, capsys):
@@ -104,6 +102,7 @@ def test_a_file_that_is_not_utf8_exits_2_naming_it_and_an_id_too_long_for_int64_
     assert code == 0, err
     assert [_features(e) for e in read_span(str(tmp_path / "d2" / "span-1"))] == [
         {"account": [b"12345678901234567890123"], "small": [1]}, {"account": [b"7"], "small": [2]}]
+
 
 # ------------------------------------------------------------------------------------------------- init
 

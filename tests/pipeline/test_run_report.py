@@ -138,6 +138,9 @@ def test_the_summary_the_report_and_the_status_table_render_the_same_facts():
             "0.9401: better by 0.0062, interval [-0.0011, +0.0135], tolerance 0.01, 5,032 examples (pass)\n"
             "  blessed: yes\n") in summary
     assert summary.endswith("  pushed to: /serving/1795334123\n  total wall time: 0.0 s")
+    not_compared = "the production model was not compared: it predicts the label 'tips', the candidate 'fare'"
+    with_note = RunSummary(_blessed_run(evaluation={**facts.evaluation, "notes": [not_compared]})).render()
+    assert f"(pass)\n    note: {not_compared}\n  blessed: yes" in with_note
     page = render_html(facts)
     assert "<td>r2</td><td>2026-11-22 00:00:00 UTC</td><td>32.4 s</td><td>1</td>" in page
     assert "<td>Trainer</td><td>ran</td><td>20.0</td>" in page and "<td>eval</td><td>5,032</td>" in page
