@@ -24,7 +24,7 @@ def _python(code: str, **kwargs) -> subprocess.CompletedProcess:
 def test_native_stdio_and_atexit_handlers_are_flushed_and_run_and_the_status_kept():
     result = _python("""
         import atexit, ctypes
-        from components.artifact_files import exit_past_native_teardown
+        from components.process_exit import exit_past_native_teardown
         atexit.register(lambda: print("atexit handler ran", flush=True))
         ctypes.CDLL(None).printf(b"native line written through C stdio, still in its buffer")
         print("python line", end="")
@@ -38,7 +38,7 @@ def test_native_stdio_and_atexit_handlers_are_flushed_and_run_and_the_status_kep
 
 def test_a_message_is_printed_with_status_1_and_interrupts_end_with_130():
     result = _python("""
-        from components.artifact_files import exit_past_native_teardown
+        from components.process_exit import exit_past_native_teardown
         exit_past_native_teardown("step failed: the input has no eval split")
     """)
     assert result.returncode == 1
@@ -59,7 +59,7 @@ def test_a_reader_that_went_away_does_not_bring_the_abort_back():
     process = subprocess.Popen(
         [sys.executable, "-c", LOAD_TENSORFLOW_IO + textwrap.dedent("""
             import time
-            from components.artifact_files import exit_past_native_teardown
+            from components.process_exit import exit_past_native_teardown
             print("x" * 4000)  # held in Python's buffer: written only by the flush at exit
             time.sleep(2)  # meanwhile the reader goes away
             exit_past_native_teardown(4)
