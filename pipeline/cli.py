@@ -16,11 +16,11 @@ import sys
 import traceback
 import warnings
 
+from components.tasks import TASK_NAMES
 from pipeline.stderr_filter import drop_native_info_lines
 
 
 EXAMPLES = ("taxi", "penguins")  # pipeline.data.EXAMPLES, without importing TensorFlow for --help
-TASKS = ("binary", "multiclass", "regression")  # components.tasks.TASK_NAMES, likewise
 CONFIG_HELP = "YAML file of config overrides (keys and defaults: components/settings.py)"
 
 
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
                                             "NAME.yaml and schemas/NAME/schema.pbtxt, for the schema-driven model")
     init.add_argument("--data", required=True, help="data root: TFRecord files or span-N/ folders (prepare-data --csv)")
     init.add_argument("--label", required=True, help="the column to predict")
-    init.add_argument("--task", choices=TASKS, help="default: chosen from the label's values")
+    init.add_argument("--task", choices=TASK_NAMES, help="default: chosen from the label's values")
     init.add_argument("--name", help="names the config, the schema folder and the pipeline (default: the data "
                                      "folder's name)")
     init.add_argument("--exclude", default="", help="comma-separated columns the model leaves out")
@@ -72,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     doctor.add_argument("--output", help="output directory to check (overrides output_dir)")
     doctor.add_argument("--verbose", action="store_true")
 
-    status = commands.add_parser("status", help="list past runs from MLMD: spans, outcome, the primary metric per model, blessing, "
-                                                "pushed version, duration")
+    status = commands.add_parser("status", help="list past runs from MLMD: spans, outcome, the primary metric per "
+                                                "model, blessing, pushed version, duration")
     status.add_argument("--config", help=CONFIG_HELP)
     status.add_argument("--output", help="output directory whose MLMD to read (overrides output_dir)")
     status.add_argument("--verbose", action="store_true")

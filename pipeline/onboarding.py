@@ -3,19 +3,21 @@ curated schema and a config that trains the schema-driven model (models/tabular.
 
 It reads the latest span under the data root as ingestion does (every record must be a tf.Example), computes
 TFDV statistics, infers a schema and curates it: string domains from the values seen, presence from what is
-seen, a drift comparator on the label and every feature the model uses, the label in the TRAINING environment only (its classes are the
-config's, checked by the Trainer). It chooses the task from the label's values unless told, leaves out the
-columns that cannot help (constant, a unique value per row, too rare, several values per row) and says why, and writes
-<folder>/<name>.yaml and <folder>/schemas/<name>/schema.pbtxt. Bad input raises InitError naming the column,
-file or folder, before anything is written.
+seen, a drift comparator on the label and every feature the model uses, the label in the TRAINING environment
+only (its classes are the config's, checked by the Trainer). It chooses the task from the label's values
+unless told, leaves out the columns that cannot help (constant, a unique value per row, too rare, several
+values per row) and says why, and writes <folder>/<name>.yaml and <folder>/schemas/<name>/schema.pbtxt. Bad
+input raises InitError naming the column, file or folder, before anything is written.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import tempfile
 
+from components.settings import IngestConfig
 from components.tasks import BINARY, MULTICLASS, REGRESSION, TASK_NAMES
 
 CLASSIFICATION_MAX_INTS = 20  # an integer label with at most this many distinct values is a class id
@@ -123,7 +125,6 @@ class Project:
 
 
 def _yaml_string(value: str) -> str:
-    import json
     return json.dumps(value)  # a JSON string is a YAML string, quotes and escapes included
 
 
@@ -177,8 +178,8 @@ def _note_columns(columns: dict[str, Column], example) -> None:
         column.values.append(values[0].decode("utf-8", "replace") if kind == "bytes_list" else values[0])
 
 
-def choose_task(label: Column, records: int, asked: str | None) -> tuple[str, list[str], str]:
-    """Input: the label's column, the records, the task asked for (None: choose). Output: (task, classes,
+def choose_task(label: Column, asked: str | None) -> tuple[str, list[str], str]:
+    """Input: the label's column and the task asked for (None: choose). Output: (task, classes,
     why). InitError when the label cannot serve the task."""
     distinct = sorted(set(label.values), key=lambda value: (isinstance(value, str), value))
     if asked and asked not in TASK_NAMES:
@@ -286,7 +287,7 @@ def curated_schema(statistics, label: str, excluded: set[str]) -> str:
     return header + text_format.MessageToString(schema)
 
 
-def training_size(records: int, eval_fraction: float = 1 / 3) -> tuple[int, int]:
+def training_size(records: int, eval_fraction: float = IngestConfig.eval_fraction) -> tuple[int, int]:
     """(batch size, epochs) giving about TARGET_STEPS steps on small data; the config defaults on large data."""
     train_rows = max(1, int(records * (1 - eval_fraction)))
     batch = 256 if train_rows >= 20_000 else 64 if train_rows >= 2_000 else 32
@@ -305,17 +306,18 @@ def plan_project(folder: str, data_root: str, label: str, task: str | None = Non
     columns, records, copy = read_columns(data_root)
     try:
         label_column = check_label(columns, label, records)
-        task, classes, task_reason = choose_task(label_column, records, task)
+        task, classes, task_reason = choose_task(label_column, task)
         excluded = exclusions(columns, label, records, list(exclude))
+        inputs = {kind: [n for n, c in sorted(columns.items()) if c.kind == kind and n != label and n not in excluded]
+                  for kind in ("float", "int", "string")}
+        if not any(inputs.values()):
+            reasons = ("; ".join(f"{column}: {why}" for column, why in excluded.items())
+                       or "the label is the only column")
+            raise InitError(f"no column is left for the model to learn from ({reasons})")
         statistics = tfdv.generate_statistics_from_tfrecord(data_location=copy)
         schema_text = curated_schema(statistics, label, set(excluded))
     finally:
         os.remove(copy)
-    inputs = {kind: [n for n, c in sorted(columns.items()) if c.kind == kind and n != label and n not in excluded]
-              for kind in ("float", "int", "string")}
-    if not any(inputs.values()):
-        reasons = "; ".join(f"{column}: {why}" for column, why in excluded.items()) or "the label is the only column"
-        raise InitError(f"no column is left for the model to learn from ({reasons})")
     batch, epochs = training_size(records)
     return Project(name, folder, data_root, records, task, label, classes, inputs, excluded, task_reason,
                    schema_text, batch, epochs)
