@@ -108,23 +108,23 @@ class SchemaModel:
             labels = labels[np.isfinite(labels)]
             if labels.size:
                 self._label_scale = (float(labels.mean()), float(max(labels.std(), 1e-6)))
-        inputs = {name: keras.Input(shape=(), name=name, dtype=keras_dtype(spec.dtype))
-                  for name, spec in self.INPUTS.items()}
+        specs = self.INPUTS
+        inputs = {name: keras.Input(shape=(), name=name, dtype=keras_dtype(spec.dtype)) for name, spec in specs.items()}
         rows = len(next(iter(sample.values()))) if sample else 0
         outputs = {}
-        for name, spec in self.INPUTS.items():
+        for name, spec in specs.items():
             values = np.asarray(sample[name])
             if spec.dtype == tf.string or (spec.dtype == tf.int64 and len(np.unique(values)) <= CATEGORICAL_MAX):
                 outputs[name] = Vocabulary.adapted(values, MAX_VOCABULARY, name=f"{name}_lookup")(inputs[name])
                 continue
             present = values[_present(values)].astype(np.float64)
-            filled = FillMissing(float(present.mean()) if present.size else 0.0, name=f"{name}_filled")
+            filled = FillMissing(float(present.mean()) if present.size else 0.0, name=f"{name}_filled")(inputs[name])
             outputs[name + _MISSING] = MissingIndicator(name=f"{name}_missing")(inputs[name])
-            outputs[name] = Standardize.fitted(present, name=f"{name}_norm")(filled(inputs[name]))
+            outputs[name] = Standardize.fitted(present, name=f"{name}_norm")(filled)
             if rows >= BINS_MIN_ROWS:
                 bins = keras.layers.Discretization(num_bins=BINS, name=f"{name}_bins")
                 bins.adapt(present.astype("float32") if present.size else np.zeros(1, "float32"))
-                outputs[name + _BINS] = bins(filled(inputs[name]))
+                outputs[name + _BINS] = bins(filled)
         return keras.Model(inputs, outputs, name="tabular_preprocessing")
 
     def build_model(self, preprocessing: keras.Model) -> keras.Model:
