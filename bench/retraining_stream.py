@@ -70,6 +70,8 @@ def holdout_auc(serving_version: str, holdout_file: str) -> float:
 def run_stream(window: int, folders: list[str], holdout_file: str, work: str, cold: bool = False) -> list[dict]:
     import shutil
 
+    from components.precision_evaluator.gates import describe_check
+
     name = f"window-{window}" + ("-cold" if cold else "")
     data, output = os.path.join(work, name, "data"), os.path.join(work, name, "output")
     config = os.path.join(work, f"{name}.yaml")
@@ -96,7 +98,6 @@ def run_stream(window: int, folders: list[str], holdout_file: str, work: str, co
               f"{row['served_version']}, holdout AUC {row['holdout_auc'] and round(row['holdout_auc'], 4)}",
               flush=True)
         for check in row["checks"]:
-            from components.precision_evaluator.gates import describe_check
             print("    " + describe_check(check), flush=True)
     return rows
 
