@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import types
 import typing
 
@@ -105,11 +106,58 @@ def _local_paths_as_paths(config: PipelineConfig) -> PipelineConfig:
     return config
 
 
+class _DuplicateKey(yaml.YAMLError):
+    """A key given twice in one mapping; `line` is the second occurrence's (1-based), `first` the first's."""
+
+    def __init__(self, key: str, line: int, first: int):
+        super().__init__(key)
+        self.key, self.line, self.first = key, line, first
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """yaml.SafeLoader for config files only: a key given twice in one mapping is an error rather than the last
+    one silently winning, and `1e-3`, `1E6`, `5e-4` (no dot, or an unsigned exponent) are floats as in YAML 1.2,
+    where YAML 1.1 reads them as strings. Every other scalar resolves as with yaml.safe_load."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._prefixes: dict[int, str] = {}  # id(mapping node) -> its dotted key path ("train."), for messages
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            prefix = self._prefixes.get(id(node), "")
+            seen: dict = {}
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # `<<: *base` may be overridden; a non-scalar key is refused by SafeLoader itself
+                key = self.construct_object(key_node)
+                try:
+                    first = seen.setdefault(key, key_node)
+                except TypeError:  # unhashable: SafeLoader's own error follows
+                    continue
+                if first is not key_node:
+                    raise _DuplicateKey(f"{prefix}{key}", key_node.start_mark.line + 1, first.start_mark.line + 1)
+                if isinstance(value_node, yaml.MappingNode):
+                    self._prefixes.setdefault(id(value_node), f"{prefix}{key}.")
+        return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.2's exponent floats that YAML 1.1 lacks: digits with an optional fraction, or a bare fraction, then an
+# exponent whose sign is optional (1e-3, 1E6, 2.5e3, .5e-2). Those with a dot and a signed exponent already match.
+_ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+
+
 def _read_yaml(path: str) -> dict:
-    """Input: a YAML file. Output: its top-level mapping; ConfigError naming the file and line when malformed."""
+    """Input: a YAML file. Output: its top-level mapping; ConfigError naming the file and line when malformed
+    or when a key appears twice in one mapping (at any level)."""
     with open(path) as handle:
         try:
-            raw = yaml.safe_load(handle) or {}
+            raw = yaml.load(handle, Loader=_ConfigLoader) or {}
+        except _DuplicateKey as error:
+            raise ConfigError(f"{path}: line {error.line}: duplicate key {error.key} (first given at line "
+                              f"{error.first}); give each key once") from None
         except yaml.YAMLError as error:
             mark = getattr(error, "problem_mark", None)
             where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"

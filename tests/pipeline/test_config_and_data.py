@@ -100,6 +100,50 @@ def test_malformed_yaml_is_a_config_error_naming_the_file_and_line(tmp_path, tex
         load_config(str(path))
 
 
+@pytest.mark.parametrize("text, message", [
+    ("train:\n  epochs: 1\nevaluate: {absolute_bar: 0.8}\ntrain:\n  epochs: 2\n",
+     "line 4: duplicate key train (first given at line 1)"),
+    ("train:\n  epochs: 1\n  batch_size: 64\n  epochs: 3\n", "line 4: duplicate key train.epochs (first given at line 2)"),
+    ("resources:\n  training: {cpu: 2, cpu: 4}\n", "line 2: duplicate key resources.training.cpu (first given at line 2)"),
+    ("enable_cache: true\n'enable_cache': false\n", "line 2: duplicate key enable_cache (first given at line 1)"),
+], ids=["top_level_section", "nested_key", "flow_mapping", "quoted_twin"])
+def test_a_key_given_twice_is_a_config_error_naming_the_file_line_and_key(tmp_path, text, message):
+    path = tmp_path / "twice.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as raised:
+        load_config(str(path), check_references=False)
+    assert str(raised.value).startswith(f"{path}: {message}"), str(raised.value)
+
+
+def test_a_merge_key_may_still_be_overridden(tmp_path):
+    path = tmp_path / "merge.yaml"
+    path.write_text("train:\n  <<: {epochs: 1, batch_size: 64}\n  epochs: 3\n")
+    config = load_config(str(path), check_references=False)
+    assert (config.train.epochs, config.train.batch_size) == (3, 64)
+
+
+@pytest.mark.parametrize("text, value", [("1e-3", 0.001), ("5e-4", 0.0005), ("1E6", 1e6), ("+2.5e+3", 2500.0),
+                                          ("2.5e-3", 0.0025), ("1", 1.0)])
+def test_exponent_floats_load_as_floats(tmp_path, text, value):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"train:\n  learning_rate: {text}\n")
+    learning_rate = load_config(str(path), check_references=False).train.learning_rate
+    assert type(learning_rate) is float and learning_rate == value
+
+
+def test_other_scalars_resolve_as_before(tmp_path):
+    """Only the exponent form changes: ints stay ints, YAML 1.1 booleans stay booleans, quoted stays a string."""
+    from pipeline.config import _read_yaml
+
+    path = tmp_path / "c.yaml"
+    path.write_text("a: 12\nb: 0x1F\nc: on\nd: no\ne: '1e-3'\nf: \"1E6\"\ng: 1.5\nh: 1e\ni: 1_000\nj: ~\n"
+                    "k: -2.5e+3\nl: -1e-3\n")
+    expected = {"a": 12, "b": 31, "c": True, "d": False, "e": "1e-3", "f": "1E6", "g": 1.5, "h": "1e", "i": 1000,
+                "j": None, "k": -2500.0, "l": -0.001}
+    assert [(key, type(value), value) for key, value in _read_yaml(str(path)).items()] == [
+        (key, type(value), value) for key, value in expected.items()]
+
+
 def _module(folder, name, text):
     (folder / f"{name}.py").write_text(text)
     return name
