@@ -89,6 +89,9 @@ class TaskConfig:
     label: str = setting("")  # the label feature
     classes: list[str] = setting([])  # classification: the class names, label id 0, 1, ... in this order
     exclude: list[str] = setting([])  # features the schema-driven model leaves out
+    # int64 features holding a date or date-time as seconds since 1970-01-01 UTC (what prepare-data --csv writes
+    # for a date column): the schema-driven model derives year, month, day, weekday, day of year and hour
+    dates: list[str] = setting([])
 
 
 @dataclass

@@ -42,7 +42,9 @@ class ModelModule(typing.Protocol):
     def build_model(preprocessing: keras.Model) -> keras.Model:
         """The preprocessing model -> an uncompiled Keras model, model-ready tensors -> [N, 1] probability of
         the positive class (binary), [N, K] class probabilities (multiclass) or [N, 1] value (regression).
-        Optional beside it: make_loss() -> a Keras loss, used instead of the task's default."""
+        Optional beside it: make_loss() -> a Keras loss, used instead of the task's default; INPUT_NOTES, a dict
+        column -> what a caller of the device model passes for it (e.g. a date's unit), which the export
+        report shows."""
 
 
 CONSTANTS = ("TASK", "CLASSES", "INPUTS", "LABEL_INPUTS", "LABEL_KEY")

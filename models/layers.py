@@ -4,7 +4,9 @@ ModelExport converts a model's preprocessing with TFLite's builtin kernels only 
 is built from layers whose ops have builtin kernels and convert exactly:
 - arithmetic and elementwise math (`ClippedLog1p`, `Standardize` here): RELU, ADD, LOG, SUB, MUL, ...;
 - `keras.layers.Discretization` (BUCKETIZE);
-- `Vocabulary` here, for integer and string categories (EQUAL, SELECT_V2, REDUCE_MAX).
+- `Vocabulary` here, for integer and string categories (EQUAL, SELECT_V2, REDUCE_MAX);
+- `CalendarFeatures` here, for dates as int64 seconds since the epoch: int32 FLOOR_DIV and FLOOR_MOD after a
+  clamp (an int64 FloorDiv has no builtin kernel; parsing date strings needs ops TFLite lacks), SIN, COS.
 Not device-safe: `keras.layers.Hashing` (string hashing has no builtin kernel, and of a number it first
 formats the number as a string), `keras.layers.IntegerLookup` (an int64 -> int64 hash table, which
 TFLite's builtin tables do not support; one such table in a graph also stops the converter from
@@ -47,21 +49,28 @@ class Standardize(keras.layers.Layer):
     @classmethod
     def fitted(cls, values: np.ndarray, name: str) -> "Standardize":
         """Input: sample values. Output: the layer that maps them to mean 0 and standard deviation ~1."""
-        values = np.asarray(values, np.float64)
-        mean, std = (float(values.mean()), float(values.std())) if values.size else (0.0, 1.0)
-        scale = 1.0 / max(std, 1e-3)
-        with np.errstate(over="ignore"):
-            mean16, scale16 = float(np.float16(mean)), float(np.float16(scale))
-        if (np.isfinite(mean16) and np.isfinite(scale16) and abs(mean16 - mean) * scale <= 0.01
-                and abs(scale16 / scale - 1) <= 1e-3):
-            mean, scale = mean16, scale16
-        return cls(mean, scale, name=name)
+        return cls(*standardization(values), name=name)
 
     def call(self, x):
         return (keras.ops.cast(x, "float32") - np.float32(self.mean)) * np.float32(self.scale)
 
     def get_config(self):
         return {**super().get_config(), "mean": self.mean, "scale": self.scale}
+
+
+def standardization(values: np.ndarray) -> tuple[float, float]:
+    """Input: sample values. Output: (mean, scale) that map them to mean 0 and standard deviation ~1, both
+    rounded to float16 precision where that moves the standardized values by at most 0.01 of a standard
+    deviation (see Standardize)."""
+    values = np.asarray(values, np.float64)
+    mean, std = (float(values.mean()), float(values.std())) if values.size else (0.0, 1.0)
+    scale = 1.0 / max(std, 1e-3)
+    with np.errstate(over="ignore"):
+        mean16, scale16 = float(np.float16(mean)), float(np.float16(scale))
+    if (np.isfinite(mean16) and np.isfinite(scale16) and abs(mean16 - mean) * scale <= 0.01
+            and abs(scale16 / scale - 1) <= 1e-3):
+        mean, scale = mean16, scale16
+    return mean, scale
 
 
 @keras.saving.register_keras_serializable(package="models.layers")
@@ -130,6 +139,119 @@ def _text(value) -> str | None:
         return value.decode("utf-8") if isinstance(value, bytes) else str(value)
     except UnicodeDecodeError:
         return None
+
+
+MISSING_INT = -(2 ** 63)  # what an absent int64 feature is parsed as (int64 has no NaN)
+CALENDAR_BASE = 946_684_800  # 2000-01-01T00:00Z in seconds since 1970-01-01
+# The instants calendar_parts tells apart: int32 seconds from CALENDAR_BASE, 1931-12-13 to 2068-01-19 (UTC).
+CALENDAR_RANGE = (CALENDAR_BASE - 2 ** 31, CALENDAR_BASE + 2 ** 31 - 1)
+
+
+def calendar_parts(seconds) -> dict[str, tf.Tensor]:
+    """Input: int64 seconds since 1970-01-01 UTC, any shape. Output: int32 tensors of that shape, each
+    instant's UTC calendar: year, month (1-12), day (of the month, 1-31), weekday (Monday 0 to Sunday 6, as
+    Python's date.weekday()), day_of_year (1-366), hour (0-23), minute_of_day (0-1439) and days (since
+    2000-01-01). A value outside CALENDAR_RANGE counts as the range's nearest end.
+
+    TFLite builtin ops only: the seconds are clamped to the range and made relative to CALENDAR_BASE in int64
+    (MINIMUM, MAXIMUM, SUB), then cast to int32, where FLOOR_DIV and FLOOR_MOD have kernels (an int64
+    FloorDiv has none). Year, month and day follow Howard Hinnant's civil_from_days
+    (https://howardhinnant.github.io/date_algorithms.html), counted in days from 0000-03-01 so that
+    February, with its leap day, ends each year of the computation."""
+    seconds = tf.clip_by_value(tf.cast(seconds, tf.int64), *CALENDAR_RANGE) - CALENDAR_BASE
+    seconds = tf.cast(seconds, tf.int32)
+    days = tf.math.floordiv(seconds, 86_400)
+    second_of_day = tf.math.floormod(seconds, 86_400)  # not seconds - days * 86400: that overflows at 1931
+    shifted = days + 730_425  # days since 0000-03-01 (10957 from 1970 to 2000, 719468 from 0000-03-01 to 1970)
+    era = tf.math.floordiv(shifted, 146_097)  # 400-year cycles of the Gregorian calendar
+    day_of_era = shifted - era * 146_097  # [0, 146096]
+    year_of_era = tf.math.floordiv(day_of_era - tf.math.floordiv(day_of_era, 1_460) + tf.math.floordiv(
+        day_of_era, 36_524) - tf.math.floordiv(day_of_era, 146_096), 365)  # [0, 399]
+    day_of_march_year = day_of_era - (365 * year_of_era + tf.math.floordiv(year_of_era, 4)
+                                      - tf.math.floordiv(year_of_era, 100))  # [0, 365] from March 1
+    march_month = tf.math.floordiv(5 * day_of_march_year + 2, 153)  # 0: March ... 11: February
+    march_to_december = tf.less(march_month, 10)
+    year = year_of_era + era * 400 + tf.where(march_to_december, 0, 1)
+    leap = tf.logical_and(tf.equal(tf.math.floormod(year, 4), 0), tf.logical_or(
+        tf.not_equal(tf.math.floormod(year, 100), 0), tf.equal(tf.math.floormod(year, 400), 0)))
+    return {
+        "year": year,
+        "month": tf.where(march_to_december, march_month + 3, march_month - 9),
+        "day": day_of_march_year - tf.math.floordiv(153 * march_month + 2, 5) + 1,
+        "weekday": tf.math.floormod(days + 5, 7),  # 2000-01-01 was a Saturday
+        # January 1 is day 306 of the year from March 1; March 1 is day 60, or 61 in a leap year
+        "day_of_year": tf.where(march_to_december, day_of_march_year + 60 + tf.cast(leap, tf.int32),
+                                day_of_march_year - 305),
+        "hour": tf.math.floordiv(second_of_day, 3_600),
+        "minute_of_day": tf.math.floordiv(second_of_day, 60),
+        "days": days,
+    }
+
+
+@keras.saving.register_keras_serializable(package="models.layers")
+class CalendarFeatures(keras.layers.Layer):
+    """A date or date-time, int64 seconds since 1970-01-01 UTC of shape [batch] (MISSING_INT: missing) ->
+    float32 [batch, len(FEATURES)], from calendar_parts (TFLite builtin ops only):
+    - missing: 1.0 for a missing value, whose other features are all 0;
+    - year: the year, standardized on the training sample;
+    - trend: the instant in years (to the minute), standardized on the training sample;
+    - a cycle (sine and cosine of 2 pi phase) for the month, the day of the month, the weekday, the day of the
+      year and the time of day (to the minute): December sits next to January, 23:59 next to 00:00.
+
+    year and trend are centred in integers first (on a whole year, a whole day), so that the float constants
+    left are small and a float16 variant, which holds every float constant in half precision, holds them too.
+    """
+
+    FEATURES = ("missing", "year", "trend", "month_sin", "month_cos", "day_sin", "day_cos", "weekday_sin",
+                "weekday_cos", "day_of_year_sin", "day_of_year_cos", "time_of_day_sin", "time_of_day_cos")
+    # part of calendar_parts -> (its first value, its period): phase = (value - first) / period
+    _CYCLES = {"month": (1, 12), "day": (1, 31), "weekday": (0, 7), "day_of_year": (1, 365.25),
+               "minute_of_day": (0, 1440)}
+
+    def __init__(self, year: tuple[int, float, float] = (2000, 0.0, 0.05),
+                 trend: tuple[int, float, float] = (0, 0.0, 0.05), **kwargs):
+        """year: (a whole year near the mean, the rest of the mean, the scale); trend: (a whole day near the
+        mean, in days since 2000-01-01, the rest of the mean in years, the scale)."""
+        super().__init__(**kwargs)
+        self.year = (int(year[0]), float(year[1]), float(year[2]))
+        self.trend = (int(trend[0]), float(trend[1]), float(trend[2]))
+
+    @classmethod
+    def fitted(cls, seconds: np.ndarray, name: str) -> "CalendarFeatures":
+        """Input: sample values (int64 seconds, MISSING_INT for missing ones). Output: the layer whose year
+        and trend have mean 0 and standard deviation ~1 on the present values."""
+        seconds = np.asarray(seconds, np.int64)
+        present = seconds[seconds != MISSING_INT]
+        if not present.size:  # nothing to fit: the years from 1970 to 2030
+            present = np.array([0, 2 * CALENDAR_BASE], np.int64)
+        parts = {part: tensor.numpy() for part, tensor in calendar_parts(tf.constant(present)).items()}
+        years = parts["year"].astype(np.float64)
+        days = parts["days"] + parts["minute_of_day"] / 1440
+        year_center, day_center = int(np.round(years.mean())), int(np.round(days.mean()))
+        return cls(year=(year_center, *standardization(years - year_center)),
+                   trend=(day_center, *standardization((days - day_center) / 365.25)), name=name)
+
+    def call(self, seconds):
+        seconds = tf.cast(seconds, tf.int64)
+        missing = tf.cast(tf.equal(seconds, tf.constant(MISSING_INT, tf.int64)), tf.float32)
+        parts = calendar_parts(seconds)  # a missing value counts as 1931: its features are zeroed below
+        year_center, year_mean, year_scale = self.year
+        day_center, day_mean, day_scale = self.trend
+        year = (tf.cast(parts["year"] - year_center, tf.float32) - np.float32(year_mean)) * np.float32(year_scale)
+        days = tf.cast(parts["days"] - day_center, tf.float32) + tf.cast(parts["minute_of_day"], tf.float32) / 1440
+        trend = (days / np.float32(365.25) - np.float32(day_mean)) * np.float32(day_scale)
+        features = [year, trend]
+        for part, (first, period) in self._CYCLES.items():
+            angle = tf.cast(parts[part] - first, tf.float32) * np.float32(2 * np.pi / period)
+            features += [tf.sin(angle), tf.cos(angle)]
+        present = tf.expand_dims(1.0 - missing, -1)
+        return tf.concat([tf.expand_dims(missing, -1), tf.stack(features, axis=-1) * present], axis=-1)
+
+    def compute_output_spec(self, seconds):
+        return keras.KerasTensor((*seconds.shape, len(self.FEATURES)), dtype="float32")
+
+    def get_config(self):
+        return {**super().get_config(), "year": list(self.year), "trend": list(self.trend)}
 
 
 def embed(index, vocabulary_size: int, width: int, name: str):

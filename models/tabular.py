@@ -2,8 +2,11 @@
 user's own table trains with no code.
 
 `configure(schema_path, task)` reads the curated schema and the config's `task` section (type, label,
-classes, excluded features) and returns the model module: every schema feature but the label and the
+classes, excluded features, dates) and returns the model module: every schema feature but the label and the
 excluded ones is an input, preprocessed by its kind, the kind decided on the training sample:
+- dates (`task.dates`: int64 seconds since 1970-01-01 UTC): their calendar, models.layers.CalendarFeatures
+  (a missing-value indicator, the year and the instant standardized, cycles of the month, day, weekday,
+  day of year and time of day);
 - numbers (floats, and integers with more than CATEGORICAL_MAX distinct values): a missing-value indicator,
   the value standardized (missing: the mean), and with BINS_MIN_ROWS training rows or more its quantile bin
   (BINS bins) through an embedding;
@@ -15,49 +18,68 @@ so the TFLite device model takes the raw features.
 
 Missing values: an absent float is NaN, an absent integer MISSING_INT, an absent string "": what the
 SavedModel parses an absent feature as, and what a device caller passes (the export report lists them).
+An infinite float counts as missing too, in training and serving alike.
+
+Names: any column name works. The dicts keep the columns' own names (INPUTS, the preprocessing's inputs,
+which are tf.Example keys); Keras inputs are named components.feature_names.internal_names(INPUTS), every
+layer derived from a column derived_name(its internal name, part) and every other `tabular.<part>`: names
+with a '.', which no internal name holds, so that no layer can be called like a column. The preprocessing's
+outputs, the model's inputs, are named by the layers that compute them: `<internal>.standardized`,
+`<internal>.missing`, `<internal>.bins`, `<internal>.lookup`, `<internal>.calendar`.
+
 A model module of one's own (models/interface.py) is the way beyond this: models/taxi.py is an example.
 """
 from __future__ import annotations
 
 import math
+import warnings
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from components.feature_names import derived_name, internal_names
 from components.tasks import BINARY, MULTICLASS, REGRESSION, TaskError
-from models.layers import Standardize, Vocabulary, embed, keras_dtype
+from models.layers import MISSING_INT, CalendarFeatures, Standardize, Vocabulary, keras_dtype
 
 CATEGORICAL_MAX = 50  # an integer with at most this many distinct values in the sample is a category
 MAX_VOCABULARY = 1000
 BINS = 10
 BINS_MIN_ROWS = 1000  # quantile bins need data: a smaller training sample gets none (they would overfit)
+DATE_NOTE = "int64 seconds since 1970-01-01 UTC (a date alone: its midnight UTC)"
 HIDDEN_UNITS = (64, 32)
-MISSING_INT = -(2 ** 63)  # what an absent integer feature is parsed as (int64 has no NaN)
-_MISSING = "__missing"  # suffix of a numeric feature's missing-value indicator
-_BINS = "__bins"  # suffix of a numeric feature's quantile bin
+_LAYER = "tabular.{}"  # the name of a layer derived from no column: a '.' keeps it apart from every column's
 
 
 def configure(schema_path: str, task) -> "SchemaModel":
     """Input: the curated schema's path and the config's `task` section (components.settings.TaskConfig).
     Output: the model module (models.interface.ModelModule) for that schema and label. TaskError names what
-    is missing: the task type, the label, or (classification) the classes."""
+    is missing or wrong: the task type, the label, (classification) the classes, or a date that is not an int64
+    feature of the schema."""
     if not task.type:
         raise TaskError("models.tabular needs task.type in the config (binary, multiclass or regression)")
     if not task.label:
         raise TaskError("models.tabular needs task.label in the config: the label column")
     if task.type != REGRESSION and not task.classes:
         raise TaskError(f"models.tabular needs task.classes for a {task.type} task: the class names in label order")
-    return SchemaModel(schema_path, task.type, task.label, tuple(task.classes), tuple(task.exclude))
+    model = SchemaModel(schema_path, task.type, task.label, tuple(task.classes), tuple(task.exclude),
+                        tuple(task.dates))
+    if model.dates:
+        model._schema_features()  # task.dates checked against the schema now, not when training starts
+    return model
 
 
 class SchemaModel:
     """The ModelModule of one schema and label (see the module docstring)."""
 
-    def __init__(self, schema_path: str, task: str, label: str, classes: tuple[str, ...], exclude: tuple[str, ...]):
+    def __init__(self, schema_path: str, task: str, label: str, classes: tuple[str, ...], exclude: tuple[str, ...],
+                 dates: tuple[str, ...] = ()):
         self.TASK, self.LABEL_KEY = task, label
         self.CLASSES = classes if task != REGRESSION else ()
         self._schema_path, self._exclude = schema_path, set(exclude)
+        self.dates = tuple(dates)  # int64 features holding seconds since 1970-01-01 UTC
+        # What a caller of the device model passes for each date (the export report lists it).
+        self.INPUT_NOTES = {name: DATE_NOTE for name in self.dates}
         self._features = None  # name -> schema dtype, read on first use
         self._label_scale = (0.0, 1.0)  # regression: the training labels' mean and spread (from the sample)
 
@@ -75,6 +97,12 @@ class SchemaModel:
             unknown = sorted(self._exclude - set(self._features))
             if unknown:
                 raise TaskError(f"task.exclude: {', '.join(unknown)} not feature(s) of the schema {self._schema_path}")
+            for date in self.dates:
+                if date not in self._features:
+                    raise TaskError(f"task.dates: {date!r} is not a feature of the schema {self._schema_path}")
+                if self._features[date] != tf.int64 or date == self.LABEL_KEY:
+                    raise TaskError(f"task.dates: {date!r} is not an INT input feature of the schema "
+                                    f"{self._schema_path} (a date is int64 seconds since 1970-01-01 UTC)")
         return self._features
 
     @property
@@ -94,67 +122,99 @@ class SchemaModel:
         value = features[self.LABEL_KEY]
         if self.TASK == REGRESSION:
             return tf.cast(value, tf.float32)
-        text = value if value.dtype == tf.string else tf.strings.as_string(value)
-        matches = tf.equal(tf.expand_dims(text, -1), tf.constant(list(self.CLASSES)))
+        if value.dtype.is_floating:  # a class id pandas wrote as a float (0.0, 1.0): compared as numbers
+            names = [float(name) if _is_number(name) else float("nan") for name in self.CLASSES]
+            matches = tf.equal(tf.expand_dims(value, -1), tf.constant(names, value.dtype))
+        else:
+            text = value if value.dtype == tf.string else tf.strings.as_string(value)
+            matches = tf.equal(tf.expand_dims(text, -1), tf.constant(list(self.CLASSES)))
         class_id = tf.where(tf.reduce_any(matches, axis=-1), tf.argmax(tf.cast(matches, tf.int64), axis=-1),
                             tf.constant(-1, tf.int64))
         return tf.cast(class_id, tf.float32) if self.TASK == BINARY else class_id
 
     def build_preprocessing(self, sample: dict[str, np.ndarray]) -> keras.Model:
         """Input: training rows (name -> 1-D array) of the inputs and the label. Output: a Keras model, raw
-        features -> model-ready tensors (module docstring)."""
+        features (a dict keyed by the columns' names) -> model-ready tensors (module docstring)."""
         if self.TASK == REGRESSION and self.LABEL_KEY in sample:
             labels = np.asarray(sample[self.LABEL_KEY], np.float64)
             labels = labels[np.isfinite(labels)]
             if labels.size:
                 self._label_scale = (float(labels.mean()), float(max(labels.std(), 1e-6)))
         specs = self.INPUTS
-        inputs = {name: keras.Input(shape=(), name=name, dtype=keras_dtype(spec.dtype)) for name, spec in specs.items()}
+        internal = internal_names(specs)
+        inputs = {name: keras.Input(shape=(), name=internal[name], dtype=keras_dtype(spec.dtype))
+                  for name, spec in specs.items()}
         rows = len(next(iter(sample.values()))) if sample else 0
         outputs = {}
+
+        def output(layer: keras.layers.Layer, tensor) -> None:  # a model-ready tensor, named by its layer
+            outputs[layer.name] = layer(tensor)
+
         for name, spec in specs.items():
-            values = np.asarray(sample[name])
+            values, column = np.asarray(sample[name]), internal[name]
+            if name in self.dates:
+                output(CalendarFeatures.fitted(values, name=derived_name(column, "calendar")), inputs[name])
+                continue
             if spec.dtype == tf.string or (spec.dtype == tf.int64 and len(np.unique(values)) <= CATEGORICAL_MAX):
-                outputs[name] = Vocabulary.adapted(values, MAX_VOCABULARY, name=f"{name}_lookup")(inputs[name])
+                output(Vocabulary.adapted(values, MAX_VOCABULARY, name=derived_name(column, "lookup")), inputs[name])
                 continue
             present = values[_present(values)].astype(np.float64)
-            filled = FillMissing(float(present.mean()) if present.size else 0.0, name=f"{name}_filled")(inputs[name])
-            outputs[name + _MISSING] = MissingIndicator(name=f"{name}_missing")(inputs[name])
-            outputs[name] = Standardize.fitted(present, name=f"{name}_norm")(filled)
+            fill = float(present.mean()) if present.size else 0.0
+            filled = FillMissing(fill, name=derived_name(column, "filled"))(inputs[name])
+            output(MissingIndicator(name=derived_name(column, "missing")), inputs[name])
+            output(Standardize.fitted(present, name=derived_name(column, "standardized")), filled)
             if rows >= BINS_MIN_ROWS:
-                bins = keras.layers.Discretization(num_bins=BINS, name=f"{name}_bins")
+                bins = keras.layers.Discretization(num_bins=BINS, name=derived_name(column, "bins"))
                 bins.adapt(present.astype("float32") if present.size else np.zeros(1, "float32"))
-                outputs[name + _BINS] = bins(filled)
-        return keras.Model(inputs, outputs, name="tabular_preprocessing")
+                output(bins, filled)
+        with warnings.catch_warnings():  # Keras asks for dict keys equal to the inputs' names: here they are not
+            warnings.filterwarnings("ignore", "When providing `inputs` as a dict", UserWarning)
+            return keras.Model(inputs, outputs, name=_LAYER.format("preprocessing"))
 
     def build_model(self, preprocessing: keras.Model) -> keras.Model:
         """Input: the model from build_preprocessing. Output: an uncompiled Keras model, model-ready tensors ->
-        the task's output (models/interface.py), float32 whatever precision policy the trainer sets."""
-        inputs = {name: keras.Input(shape=(), name=name, dtype=tensor.dtype)
+        the task's output (models/interface.py), float32 whatever precision policy the trainer sets. Each
+        input is named by the preprocessing layer that computes it, which tells its kind: a Vocabulary's or
+        a Discretization's index goes through an embedding, a float tensor in as it is."""
+        inputs = {name: keras.Input(shape=tensor.shape[1:], name=name, dtype=tensor.dtype)
                   for name, tensor in preprocessing.output.items()}
         parts = []
         for name, tensor in inputs.items():
-            if tensor.dtype == "float32":
-                parts.append(keras.layers.Reshape((1,))(tensor))
+            layer = preprocessing.get_layer(name)
+            if isinstance(layer, (Vocabulary, keras.layers.Discretization)):
+                size = layer.vocabulary_size() if isinstance(layer, Vocabulary) else BINS + 1
+                width = min(8, 1 + math.ceil(math.log2(size)))
+                embedded = keras.layers.Embedding(size, width, name=derived_name(name, "embedding"))(tensor)
+                parts.append(keras.layers.Reshape((width,), name=derived_name(name, "flat"))(embedded))
+            elif len(tensor.shape) == 1:
+                parts.append(keras.layers.Reshape((1,), name=derived_name(name, "column"))(tensor))
             else:
-                size = BINS + 1 if name.endswith(_BINS) else preprocessing.get_layer(f"{name}_lookup").vocabulary_size()
-                parts.append(embed(tensor, size, min(8, 1 + math.ceil(math.log2(size))), name))
-        hidden = keras.layers.Concatenate(name="features")(parts) if len(parts) > 1 else parts[0]
-        for width in HIDDEN_UNITS:
-            hidden = keras.layers.Dense(width, activation="relu")(hidden)
-        return keras.Model(inputs, self.head(hidden), name="tabular_model")
+                parts.append(tensor)
+        hidden = keras.layers.Concatenate(name=_LAYER.format("features"))(parts) if len(parts) > 1 else parts[0]
+        for depth, width in enumerate(HIDDEN_UNITS, 1):
+            hidden = keras.layers.Dense(width, activation="relu", name=_LAYER.format(f"hidden_{depth}"))(hidden)
+        return keras.Model(inputs, self.head(hidden), name=_LAYER.format("model"))
 
     def head(self, hidden):
         """Input: the last hidden tensor. Output: the task's output in float32 (class probabilities, the
         probability of the positive class, or the prediction in the label's units)."""
         if self.TASK == MULTICLASS:
-            logits = keras.layers.Dense(len(self.CLASSES), dtype="float32", name="logits")(hidden)
-            return keras.layers.Activation("softmax", dtype="float32", name="class_probabilities")(logits)
+            logits = keras.layers.Dense(len(self.CLASSES), dtype="float32", name=_LAYER.format("logits"))(hidden)
+            return keras.layers.Activation("softmax", dtype="float32",
+                                           name=_LAYER.format("class_probabilities"))(logits)
         if self.TASK == BINARY:
-            logit = keras.layers.Dense(1, dtype="float32", name="logit")(hidden)
-            return keras.layers.Activation("sigmoid", dtype="float32", name="probability")(logit)
-        standardized = keras.layers.Dense(1, dtype="float32", name="standardized_prediction")(hidden)
-        return Rescale(*self._label_scale, dtype="float32", name="prediction")(standardized)
+            logit = keras.layers.Dense(1, dtype="float32", name=_LAYER.format("logit"))(hidden)
+            return keras.layers.Activation("sigmoid", dtype="float32", name=_LAYER.format("probability"))(logit)
+        standardized = keras.layers.Dense(1, dtype="float32", name=_LAYER.format("standardized_prediction"))(hidden)
+        return Rescale(*self._label_scale, dtype="float32", name=_LAYER.format("prediction"))(standardized)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _missing_value(dtype: tf.dtypes.DType):
@@ -162,21 +222,26 @@ def _missing_value(dtype: tf.dtypes.DType):
 
 
 def _present(values: np.ndarray) -> np.ndarray:
-    """True where a sample value is not the missing value of its dtype."""
+    """True where a sample value is not missing: not the missing value of its dtype, and finite (in float32,
+    as the model receives it)."""
     if values.dtype.kind == "f":
-        return ~np.isnan(values)
+        with np.errstate(over="ignore"):
+            return np.isfinite(values.astype(np.float32))
     return values != MISSING_INT
 
 
 def _missing(x) -> tf.Tensor:
-    """True where x is missing. NaN is the one value not equal to itself (NOT_EQUAL is a TFLite builtin; an
-    is-NaN op is not)."""
-    return tf.not_equal(x, x) if x.dtype.is_floating else tf.equal(x, tf.constant(MISSING_INT, x.dtype))
+    """True where x is missing: an integer's MISSING_INT, a float's NaN, inf or -inf. NaN is the one value
+    not equal to itself, and an infinity the only one larger in size than its dtype's largest (NOT_EQUAL, ABS,
+    GREATER and LOGICAL_OR are TFLite builtins; is-NaN and is-inf ops are not)."""
+    if not x.dtype.is_floating:
+        return tf.equal(x, tf.constant(MISSING_INT, x.dtype))
+    return tf.logical_or(tf.not_equal(x, x), tf.greater(tf.abs(x), tf.constant(x.dtype.max, x.dtype)))
 
 
 @keras.saving.register_keras_serializable(package="models.tabular")
 class MissingIndicator(keras.layers.Layer):
-    """1.0 where the value is missing (NaN, or MISSING_INT for integers), else 0.0, as float32."""
+    """1.0 where the value is missing (NaN, inf or -inf, or MISSING_INT for integers), else 0.0, as float32."""
 
     def call(self, x):
         return tf.cast(_missing(x), tf.float32)

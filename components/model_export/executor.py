@@ -23,7 +23,7 @@ from components.model_export import tflite
 from components.model_export.variants import judge_variants, recommended_variant
 from components.precision_evaluator.blessing import blessed_model, is_blessed
 from components.settings import ExportConfig, TaskConfig, section_from_dict
-from components.trainer.export import model_ready_dir
+from components.trainer.export import model_ready_dir, raw_signature_arguments
 from models.interface import ModelModule, load_model_module, task_of
 
 _BATCH = 1024
@@ -78,7 +78,8 @@ def export_model(serving_model_dir: str, model_module: ModelModule, train_files:
     and the `export` config section.
 
     Output: the export report; writes <output_dir>/saved_model and <output_dir>/tflite/<variant>.tflite.
-    Every variant takes raw features (model_module.INPUTS, batch size 1) and is scored in LiteRT on every
+    Every variant takes raw features (model_module.INPUTS, batch size 1, each input named by its column's
+    internal name: the report's "device_inputs" pairs the two) and is scored in LiteRT on every
     eval record against the SavedModel's serving_raw signature on the same raw features. A variant that
     cannot be converted with builtin ops only is left out of the ladder and named in "failed_variants".
     """
@@ -106,7 +107,7 @@ def export_model(serving_model_dir: str, model_module: ModelModule, train_files:
                 continue
             relative_path = f"{contract.TFLITE_DIR}/{variant}.tflite"
             artifact_files.write_bytes(os.path.join(output_dir, relative_path), flatbuffer)
-            interpreter = tflite.DeviceInterpreter(flatbuffer, task.prediction_key)
+            interpreter = tflite.DeviceInterpreter(flatbuffer, task.prediction_key, model_module.INPUTS)
             predictions = interpreter.predict(eval_split["raw"])
             results[variant] = {
                 **tasks.score(task, eval_split["labels"], predictions),
@@ -123,7 +124,8 @@ def export_model(serving_model_dir: str, model_module: ModelModule, train_files:
     judged = judge_variants(results, task, reference, settings.max_tflite_drop)
     return {"exported": True, "task": task.name, "primary_metric": task.primary.name, "classes": list(classes),
             "eval_examples": len(eval_split["labels"]), "savedmodel": reference,
-            "inputs": INPUTS_DESCRIPTION, "device_inputs": tflite.input_conventions(model_module.INPUTS),
+            "inputs": INPUTS_DESCRIPTION, "device_inputs": tflite.input_conventions(
+                model_module.INPUTS, getattr(model_module, "INPUT_NOTES", None)),
             "device_output": tasks.output_description(task, classes), "compared_with": contract.RAW_SIGNATURE,
             "runtime": tflite.runtime_name(), "max_tflite_drop": settings.max_tflite_drop,
             "variants": judged, "failed_variants": failed, "recommended": recommended_variant(judged)}
@@ -152,20 +154,22 @@ def _records(files: list[str]) -> tf.data.Dataset:
 
 
 def _parse_raw(model_module: ModelModule, serialized: tf.Tensor) -> dict[str, tf.Tensor]:
-    """Raw features as a device caller passes them: an absent feature becomes its INPUTS default, which is
-    the missing-value convention of the device model (and what serving_default does with the record)."""
+    """Raw features as a device caller passes them, keyed by column name: an absent feature becomes its
+    INPUTS default, which is the missing-value convention of the device model (and what serving_default
+    does with the record)."""
     return tf.io.parse_example(serialized, model_module.INPUTS)
 
 
 def _score_savedmodel(saved_model, model_module: ModelModule, task: tasks.Task, files: list[str]) -> dict[str, Any]:
-    """For every record in `files`: the label, the raw features and the SavedModel's serving_raw prediction
-    (the task's prediction_key output: [N] or [N, K])."""
+    """For every record in `files`: the label, the raw features (keyed by column name) and the SavedModel's
+    serving_raw prediction (the task's prediction_key output: [N] or [N, K])."""
     parts: dict[str, list] = {"labels": [], "predictions": [], "raw": []}
     for serialized in _records(files):
         raw = _parse_raw(model_module, serialized)
         parts["labels"].append(saved_model.signatures[contract.TRANSFORM_SIGNATURE](examples=serialized)[
             model_module.LABEL_KEY].numpy().reshape(-1))
-        output = saved_model.signatures[contract.RAW_SIGNATURE](**raw)[task.prediction_key].numpy()
+        output = saved_model.signatures[contract.RAW_SIGNATURE](
+            **raw_signature_arguments(model_module.INPUTS, raw))[task.prediction_key].numpy()
         parts["predictions"].append(output.reshape(len(output), -1))
         parts["raw"].append({name: tensor.numpy() for name, tensor in raw.items()})
     predictions = np.concatenate(parts["predictions"])
@@ -186,15 +190,17 @@ def calibration_features(saved_model, model_module: ModelModule, task: tasks.Tas
     if task.is_classification:
         return raw_features(model_module, files, rows)
     pool = raw_features(model_module, files, rows * CALIBRATION_POOL)
-    predictions = saved_model.signatures[contract.RAW_SIGNATURE](
-        **{name: tf.constant(values) for name, values in pool.items()})[task.prediction_key].numpy().reshape(-1)
+    predictions = saved_model.signatures[contract.RAW_SIGNATURE](**raw_signature_arguments(
+        model_module.INPUTS, {name: tf.constant(values) for name, values in pool.items()}))[
+        task.prediction_key].numpy().reshape(-1)
     order = np.argsort(predictions, kind="stable")
     chosen = np.unique(order[np.linspace(0, len(order) - 1, min(rows, len(order))).round().astype(int)])
     return {name: values[chosen] for name, values in pool.items()}
 
 
 def raw_features(model_module: ModelModule, files: list[str], rows: int) -> dict[str, np.ndarray]:
-    """The first `rows` records of `files` as raw features, name -> array (the full-int8 calibration set)."""
+    """The first `rows` records of `files` as raw features, column name -> array (the full-int8 calibration
+    set)."""
     serialized = next(iter(tf.data.TFRecordDataset(files, compression_type="GZIP").batch(rows)))
     return {name: tensor.numpy() for name, tensor in _parse_raw(model_module, serialized).items()}
 
@@ -210,6 +216,25 @@ def _missing_value(item: dict) -> str:
     if value is None:
         return "(required)"
     return "NaN" if item["dtype"] == "float32" and value == "NaN" else repr(value)
+
+
+def _cell(text: str) -> str:
+    """Text as one Markdown table cell (a column's name may hold `|`)."""
+    return str(text).replace("|", "\\|")
+
+
+def _inputs_table(inputs: list[dict]) -> list[str]:
+    """The report's device_inputs as Markdown lines: per input its column, the device input it is passed as
+    (a report written before device names were recorded: the column's), the dtype, what to pass (when some
+    input has a note) and what to pass when the example lacks it."""
+    notes = any(item.get("note") for item in inputs)
+    lines = ["| column | device input | dtype | " + ("what to pass | " if notes else "")
+             + "pass when the example lacks it |", "| --- | --- | --- | " + ("--- | " if notes else "") + "--- |"]
+    for item in inputs:
+        note = f"{_cell(item.get('note') or '')} | " if notes else ""
+        lines.append(f"| {_cell(item['name'])} | {item.get('device_name', item['name'])} | {item['dtype']} | {note}"
+                     f"{_cell(_missing_value(item))} |")
+    return lines + [""]
 
 
 def render_markdown(report: dict) -> str:
@@ -229,9 +254,7 @@ def render_markdown(report: dict) -> str:
              f"{report['device_output']}. Each variant was scored in {report['runtime']} on every eval record and "
              f"compared with the SavedModel's {report['compared_with']} on the same raw features.", ""]
     if report.get("device_inputs"):
-        lines += ["| input | dtype | pass when the example lacks it |", "| --- | --- | --- |"]
-        lines += [f"| {item['name']} | {item['dtype']} | {_missing_value(item)} |" for item in report["device_inputs"]]
-        lines.append("")
+        lines += _inputs_table(report["device_inputs"])
     lines += ["| variant | " + " | ".join(metric.label for metric in metrics) + f" | {task.primary.label} drop | "
               "size (bytes) | size vs float32 | weights vs float32 | median latency (µs) | latency vs float32 | "
               "output diff mean / max | verdict |",

@@ -1,13 +1,14 @@
 """The device model: TFLite conversion, op audit, scoring and latency in LiteRT (TensorFlow only converts).
 
-The device model takes raw features, one input per raw feature under its own name and dtype (strings as
-strings), and carries the model's preprocessing (vocabularies, bins, normalization) inside the file, so an
-app computes nothing itself and cannot drift from training. It is the trained preprocessing and model
-traced together at batch size 1 (devices score one example at a time; every shape is static, the converter
-folds the shape arithmetic away, and XNNPACK takes the float parts of the graph: no op may output a string,
-whose dynamic size would keep XNNPACK off the whole graph), converted with TFLite's builtin ops only: never
-the Flex delegate, which adds megabytes to an app and which LiteRT, the standalone device runtime
-(`ai-edge-litert`), does not have.
+The device model takes raw features, one input per raw feature in its own dtype (strings as strings) under
+the column's internal name (components/feature_names.py: the column's own name when that is a valid name,
+as in every hand-written model), and carries the model's preprocessing (vocabularies, bins, normalization)
+inside the file, so an app computes nothing itself and cannot drift from training. It is the trained
+preprocessing and model traced together at batch size 1 (devices score one example at a time; every shape
+is static, the converter folds the shape arithmetic away, and XNNPACK takes the float parts of the graph:
+no op may output a string, whose dynamic size would keep XNNPACK off the whole graph), converted with
+TFLite's builtin ops only: never the Flex delegate, which adds megabytes to an app and which LiteRT, the
+standalone device runtime (`ai-edge-litert`), does not have.
 
 Preprocessing stays exact in every variant: lookups and bins are integer ops that quantization never
 touches, and full int8 quantizes the model core only (the preprocessing ops are kept out of the quantizer
@@ -20,6 +21,7 @@ import importlib.metadata
 import re
 import statistics
 import time
+from typing import Iterable
 
 import keras
 import numpy as np
@@ -27,6 +29,7 @@ import tensorflow as tf
 
 from components import contract
 from components.contract import TFLITE_VARIANTS
+from components.feature_names import internal_names
 from components.native_stderr import native_stderr_to_log
 
 PREPROCESSING_SCOPE = "raw_preprocessing"  # name scope of the preprocessing ops inside the device graph
@@ -45,13 +48,16 @@ def write_device_savedmodel(preprocessing: keras.Model, model: keras.Model, inpu
     and a folder.
 
     Output: `export_dir`, a SavedModel whose serving_default takes one raw example (shape [1] per input,
-    the feature's own dtype) and returns {output_name: [1, 1] or [1, K]}: the model's output for it, as the
-    serving SavedModel's serving_raw signature computes it, with the preprocessing ops under
-    PREPROCESSING_SCOPE."""
+    the feature's own dtype, the argument named by the column's internal name: device_input_names) and
+    returns {output_name: [1, 1] or [1, K]}: the model's output for it, as the serving SavedModel's
+    serving_raw signature computes it, with the preprocessing ops under PREPROCESSING_SCOPE. The
+    preprocessing is handed a dict keyed by the column names."""
     archive = keras.export.ExportArchive()
     archive.track(preprocessing)
     archive.track(model)
-    spec = {name: tf.TensorSpec([1], feature.dtype, name=name) for name, feature in inputs.items()}
+    names = device_input_names(inputs)
+    # Keyed by column, as the preprocessing takes it; the signature's arguments carry the TensorSpec names.
+    spec = {column: tf.TensorSpec([1], feature.dtype, name=names[column]) for column, feature in inputs.items()}
 
     def probabilities(features):
         with tf.name_scope(PREPROCESSING_SCOPE):
@@ -64,11 +70,24 @@ def write_device_savedmodel(preprocessing: keras.Model, model: keras.Model, inpu
     return export_dir
 
 
-def input_conventions(inputs: dict) -> list[dict]:
-    """Input: the model module's INPUTS. Output: per device input, what a caller passes: name, dtype, shape
-    and the value that stands for a missing feature (the default the SavedModel parses an absent feature
-    as, so both treat it alike; None when the feature is required; the string "NaN" for a float NaN, which
-    JSON cannot hold)."""
+def device_input_names(columns: Iterable[str]) -> dict[str, str]:
+    """Input: the model module's INPUTS (or their column names, all of them). Output: column -> the name of
+    the device model's input it is passed as (its internal name, components/feature_names.py)."""
+    return internal_names(list(columns))
+
+
+def input_conventions(inputs: dict, notes: dict[str, str] | None = None) -> list[dict]:
+    """Input: the model module's INPUTS and, optionally, column -> a note on what to pass for it (a date
+    column: "int64 seconds since 1970-01-01 UTC"). Output: per device input, what a caller passes: "name"
+    (the column), "device_name" (the device model's input it is passed as), "dtype", "shape", and
+    "missing_value": the value that stands for a missing feature (the default the SavedModel parses an
+    absent feature as, so both treat it alike; None when the feature is required; the string "NaN" for a
+    float NaN, which JSON cannot hold); with a note for the column, "note" as well."""
+    notes = notes or {}
+    unknown = sorted(set(notes) - set(inputs))
+    if unknown:
+        raise ValueError(f"notes name columns that are not inputs: {', '.join(map(repr, unknown))}")
+    device_names = device_input_names(inputs)
     conventions = []
     for name, feature in inputs.items():
         default = feature.default_value
@@ -78,15 +97,19 @@ def input_conventions(inputs: dict) -> list[dict]:
             default = np.asarray(default).reshape(-1)[0].item()
             if isinstance(default, float) and np.isnan(default):
                 default = "NaN"
-        conventions.append({"name": name, "dtype": _INPUT_DTYPE_NAMES[feature.dtype], "shape": [1],
-                            "missing_value": default})
+        convention = {"name": name, "device_name": device_names[name], "dtype": _INPUT_DTYPE_NAMES[feature.dtype],
+                      "shape": [1], "missing_value": default}
+        if name in notes:
+            convention["note"] = notes[name]
+        conventions.append(convention)
     return conventions
 
 
 def convert(saved_model_dir: str, variant: str, representative: dict[str, np.ndarray] | None = None,
             float_output_layer: bool = False) -> bytes:
     """Input: a device SavedModel (write_device_savedmodel), a variant name, (full_int8 only) raw calibration
-    features, name -> array of N rows, and whether full_int8 keeps the model's output layer in float32 (a
+    features, column -> array of N rows for every input of the model (keyed by column name, as
+    DeviceInterpreter.predict takes them), and whether full_int8 keeps the model's output layer in float32 (a
     regression output: an int8 one saturates outside the calibration range). Output: the .tflite bytes.
 
     Every variant is converted with TFLITE_BUILTINS only (full int8: TFLITE_BUILTINS_INT8 first, builtin
@@ -132,9 +155,13 @@ def _quantize_core(converter, representative: dict[str, np.ndarray] | None, floa
     if not representative:
         raise ValueError("full_int8 needs a representative dataset")
     rows = len(next(iter(representative.values())))
+    names = device_input_names(representative)  # the calibrator feeds the signature's inputs by their names
+    # An infinite float crashes the quantizer's calibration; the model reads it as missing, as it reads NaN.
+    representative = {column: np.where(np.isinf(values), np.nan, values).astype(values.dtype)
+                      if values.dtype.kind == "f" else values for column, values in representative.items()}
     converter.representative_dataset = lambda: (
-        {name: _calibration_value(values[i]) if values.dtype == object else values[i:i + 1]
-         for name, values in representative.items()} for i in range(rows))
+        {names[column]: _calibration_value(values[i]) if values.dtype == object else values[i:i + 1]
+         for column, values in representative.items()} for i in range(rows))
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8, tf.lite.OpsSet.TFLITE_BUILTINS]
     converter._experimental_calibrate_only = True  # pylint: disable=protected-access
     calibrated = converter.convert()
@@ -312,24 +339,35 @@ def _interpreter_class():
 
 class DeviceInterpreter:
     """One converted model in LiteRT, the device runtime (TensorFlow's interpreter when ai-edge-litert is not
-    installed), fed one raw example at a time as an app would; `output_name` is the output it reads."""
+    installed), fed one raw example at a time as an app would; `output_name` is the output it reads.
+    `columns`: the model module's INPUTS (or all their column names); features are then keyed by column
+    name and each is set on the input named by its internal name (device_input_names). Without `columns`,
+    features are keyed by the device model's input names themselves."""
 
-    def __init__(self, flatbuffer: bytes, output_name: str):
+    def __init__(self, flatbuffer: bytes, output_name: str, columns: Iterable[str] | None = None):
         with native_stderr_to_log("TFLite interpreter"):
             self._interpreter = _interpreter_class()(model_content=flatbuffer, num_threads=1)
             self._interpreter.allocate_tensors()
         runner = self._interpreter.get_signature_runner(contract.SERVING_SIGNATURE)
-        self._inputs = {name: detail["index"] for name, detail in runner.get_input_details().items()}
+        indices = {name: detail["index"] for name, detail in runner.get_input_details().items()}
         self._output = runner.get_output_details()[output_name]["index"]
         del runner  # it must not outlive allocate/invoke checks on the interpreter
+        if columns is None:
+            self._inputs = indices
+            return
+        names = device_input_names(columns)
+        if sorted(names.values()) != sorted(indices):
+            raise ValueError(f"the device model's inputs {sorted(indices)} are not those of the columns "
+                             f"{sorted(names)} ({sorted(names.values())})")
+        self._inputs = {column: indices[name] for column, name in names.items()}  # column -> input tensor
 
     def _set_example(self, features: dict[str, np.ndarray], row: int) -> None:
         for name, index in self._inputs.items():
             self._interpreter.set_tensor(index, features[name][row:row + 1])
 
     def predict(self, features: dict[str, np.ndarray]) -> np.ndarray:
-        """Input: raw features, name -> array of N rows (strings as bytes). Output: the model's outputs, [N]
-        for one value per example, [N, K] for K class probabilities."""
+        """Input: raw features, column name (see the class) -> array of N rows (strings as bytes). Output: the
+        model's outputs, [N] for one value per example, [N, K] for K class probabilities."""
         rows = len(next(iter(features.values())))
         outputs = []
         for row in range(rows):

@@ -15,6 +15,7 @@ import tensorflow as tf
 from tfx.dsl.io import fileio
 
 from components import artifact_files, contract, tasks
+from components.feature_names import internal_names
 from models.interface import ModelModule, task_of
 
 
@@ -42,18 +43,41 @@ def float32_copy(model_module: ModelModule, preprocessing: keras.Model, trained:
     return copy
 
 
+def raw_signature_spec(inputs: dict, batch_size: int | None = None) -> dict[str, tf.TensorSpec]:
+    """Input: a model module's INPUTS (column -> tf.io.FixedLenFeature) and the batch size (None: any).
+    Output: the input signature of a raw-feature signature (serving_raw, preprocess; the device model's
+    serving_default is built alike, components/model_export/tflite.py): a dict keyed by column name, as
+    the preprocessing model takes it, whose TensorSpecs are named by the columns' internal names
+    (components/feature_names.py), which the signature's arguments are called (a column's own name may not
+    be a valid argument name, and two that differ only in case collide). A column whose name already is
+    valid keeps it."""
+    names = internal_names(list(inputs))
+    return {column: tf.TensorSpec([batch_size], feature.dtype, name=names[column])
+            for column, feature in inputs.items()}
+
+
+def raw_signature_arguments(inputs: dict, features: dict) -> dict:
+    """Input: a model module's INPUTS and raw features keyed by column name (any subset of INPUTS). Output:
+    the same values keyed by the raw-feature signatures' argument names (the columns' internal names), to be
+    passed as `signature(**arguments)`."""
+    names = internal_names(list(inputs))
+    return {names[column]: value for column, value in features.items()}
+
+
 def export_serving_model(model_module: ModelModule, preprocessing: keras.Model, model: keras.Model,
                          export_dir: str) -> None:
     """Writes `export_dir` as a SavedModel with the serving_default (serialized tf.Examples), serving_raw (one
     tensor per raw feature), transform_features (the label) and preprocess signatures; serving_default and
     serving_raw return the task's outputs (components/tasks.py: serving_outputs). `model` must already be
-    float32 (see float32_copy)."""
+    float32 (see float32_copy). serving_default parses tf.Examples keyed by the column names; serving_raw
+    and preprocess take one argument per column under its internal name (raw_signature_spec; see
+    raw_signature_arguments), and hand the preprocessing a dict keyed by the column names."""
     archive = keras.export.ExportArchive()
     archive.track(preprocessing)
     archive.track(model)
     task, classes = task_of(model_module), tuple(model_module.CLASSES)
     example_spec = [tf.TensorSpec([None], tf.string, name="examples")]
-    raw_spec = [{name: tf.TensorSpec([None], spec.dtype, name=name) for name, spec in model_module.INPUTS.items()}]
+    raw_spec = [raw_signature_spec(model_module.INPUTS)]
 
     def preprocess(features):
         return preprocessing(features)

@@ -16,9 +16,11 @@ import models.taxi as taxi
 from models import layers
 from components import contract, tasks
 from components.model_export import tflite
+from components.feature_names import derived_name, internal_names
 from components.model_export.executor import export_model, raw_features, render_markdown
 from components.contract import TFLITE_VARIANTS
 from components.model_export.variants import OUTPUT_TOLERANCE
+from components.trainer.export import export_serving_model, raw_signature_arguments
 from components.trainer.train import TrainingJob, train
 from pipeline.config import load_config
 
@@ -103,7 +105,7 @@ def test_the_ladder_is_scored_in_litert_against_serving_raw_on_the_whole_eval_sp
         assert result["median_latency_us"] > 0 and result["size_bytes"] == os.path.getsize(
             os.path.join(export_dir, result["file"]))
     markdown = render_markdown(report)
-    assert "TFLite inputs: raw features" in markdown and "| company | string | '' |" in markdown
+    assert "TFLite inputs: raw features" in markdown and "| company | company | string | '' |" in markdown
 
 
 def test_no_variant_holds_a_flex_or_custom_op_and_full_int8_quantizes_the_core_only(exported):
@@ -147,6 +149,9 @@ def test_absent_features_take_the_documented_value_and_score_as_in_the_savedmode
     report, export_dir, serving, eval_file = exported
     conventions = report["device_inputs"]
     assert [item["name"] for item in conventions] == list(taxi.INPUTS)
+    # The taxi's columns are valid names: each is passed under its own name, with no note.
+    assert [item["device_name"] for item in conventions] == list(taxi.INPUTS)
+    assert not [item for item in conventions if "note" in item]
     missing = {item["name"]: item["missing_value"] for item in conventions}
     assert missing["company"] == "" and missing["trip_start_hour"] == -1 and missing["fare"] == 0.0
     assert {item["dtype"] for item in conventions} == {"float32", "int64", "string"}
@@ -262,3 +267,193 @@ def test_standardize_keeps_float32_constants_where_half_precision_would_move_the
     layer = layers.Standardize.fitted(values, name="norm")
     standardized = layer(values.astype(np.float32)).numpy()
     assert np.isfinite(standardized).all() and abs(standardized.mean()) < 0.01 and abs(standardized.std() - 1) < 0.01
+
+
+# A table whose columns Keras and TensorFlow cannot name: a space, parentheses and `€`, and two columns that
+# differ only in case (signature arguments are compared without regard to case).
+AWKWARD_INPUTS = {"trip miles": tf.io.FixedLenFeature([], tf.float32, 0.0),
+                  "Case": tf.io.FixedLenFeature([], tf.int64, -1),
+                  "case": tf.io.FixedLenFeature([], tf.string, ""),
+                  "prix (€)": tf.io.FixedLenFeature([], tf.float32, 0.0)}
+AWKWARD_NAMES = internal_names(AWKWARD_INPUTS)
+# Keras asks that a dict's keys be its inputs' names; here (as in the schema-driven model) they are not, by design.
+KEYS_ARE_NOT_INPUT_NAMES = pytest.mark.filterwarnings("ignore:When providing `inputs` as a dict:UserWarning")
+
+
+class Awkward:
+    """A hand-built binary model module on AWKWARD_INPUTS, built as the schema-driven model builds its
+    models: Keras inputs named by the columns' internal names, every dict keyed by the column names."""
+    TASK = tasks.BINARY
+    CLASSES = ("no", "yes")
+    INPUTS = AWKWARD_INPUTS
+    LABEL_INPUTS = {"label": tf.io.FixedLenFeature([], tf.int64, 0)}
+    LABEL_KEY = "label"
+
+    @staticmethod
+    def make_label(features):
+        return tf.cast(features["label"], tf.float32)
+
+    @staticmethod
+    def build_preprocessing(sample):
+        dtypes = {tf.float32: "float32", tf.int64: "int64", tf.string: "string"}
+        inputs = {column: keras.Input(shape=(), name=AWKWARD_NAMES[column], dtype=dtypes[feature.dtype])
+                  for column, feature in AWKWARD_INPUTS.items()}
+        outputs = {}
+        for column in ("trip miles", "prix (€)"):
+            outputs[column] = layers.Standardize.fitted(
+                sample[column], name=derived_name(AWKWARD_NAMES[column], "norm"))(inputs[column])
+        for column in ("Case", "case"):
+            outputs[column] = layers.Vocabulary.adapted(
+                sample[column], 10, name=derived_name(AWKWARD_NAMES[column], "lookup"))(inputs[column])
+        return keras.Model(inputs, outputs, name="awkward_preprocessing")
+
+    @staticmethod
+    def build_model(preprocessing):
+        inputs = {column: keras.Input(shape=(), name=AWKWARD_NAMES[column], dtype=tensor.dtype)
+                  for column, tensor in preprocessing.output.items()}
+        parts = [keras.layers.Reshape((1,))(inputs[column]) for column in ("trip miles", "prix (€)")]
+        for column in ("Case", "case"):
+            size = preprocessing.get_layer(derived_name(AWKWARD_NAMES[column], "lookup")).vocabulary_size()
+            parts.append(layers.embed(inputs[column], size, 2, derived_name(AWKWARD_NAMES[column], "deep")))
+        hidden = keras.layers.Dense(8, activation="relu")(keras.layers.Concatenate()(parts))
+        return keras.Model(inputs, keras.layers.Dense(1, activation="sigmoid", dtype="float32")(hidden))
+
+
+def _awkward_records(rows: int, seed: int) -> list[bytes]:
+    """tf.Examples keyed by the column names; every fifth lacks "case", every seventh "prix (€)"."""
+    rng = np.random.default_rng(seed)
+    records = []
+    for row in range(rows):
+        miles, prix = float(rng.gamma(2.0, 3.0)), float(rng.normal(20, 5))
+        case_int, case_text = int(rng.choice([1, 2, 3, 7])), str(rng.choice(["a", "b", "Größe", "miles/gallon"]))
+        label = int(miles + (case_int == 2) * 4 + (case_text == "a") * 3 + rng.normal(0, 2) > 8)
+        feature = {"trip miles": tf.train.Feature(float_list=tf.train.FloatList(value=[miles])),
+                   "Case": tf.train.Feature(int64_list=tf.train.Int64List(value=[case_int])),
+                   "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))}
+        if row % 5:
+            feature["case"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[case_text.encode()]))
+        if row % 7:
+            feature["prix (€)"] = tf.train.Feature(float_list=tf.train.FloatList(value=[prix]))
+        records.append(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+    return records
+
+
+@pytest.fixture(scope="module")
+def awkward_export(tmp_path_factory):
+    """The Awkward module fitted and briefly trained on 300 records, exported as the Trainer exports
+    (export_serving_model) and put through ModelExport (float32 and full int8). Output: (report, export
+    folder, serving SavedModel folder, eval records)."""
+    root = tmp_path_factory.mktemp("awkward")
+    files = {}
+    for split, (rows, seed) in {"train": (300, 0), "eval": (120, 1)}.items():
+        files[split] = str(root / f"{split}.gz")
+        with tf.io.TFRecordWriter(files[split], options="GZIP") as writer:
+            for record in _awkward_records(rows, seed):
+                writer.write(record)
+    train_records = _awkward_records(300, 0)
+    parsed = tf.io.parse_example(tf.constant(train_records), {**AWKWARD_INPUTS, **Awkward.LABEL_INPUTS})
+    sample = {column: tensor.numpy() for column, tensor in parsed.items()}
+    preprocessing = Awkward.build_preprocessing(sample)
+    model = Awkward.build_model(preprocessing)
+    model.compile(optimizer=keras.optimizers.Adam(0.05), loss="binary_crossentropy")
+    model.fit(preprocessing({column: sample[column] for column in AWKWARD_INPUTS}),
+              sample["label"].astype(np.float32), epochs=5, batch_size=32, verbose=0)
+    serving = str(root / "model" / "Format-Serving")
+    export_serving_model(Awkward, preprocessing, model, serving)
+    settings = load_config(export={"latency_examples": 5, "representative_examples": 100,
+                                   "tflite_variants": ["float32", "full_int8"]}).export
+    report = export_model(serving, Awkward, [files["train"]], [files["eval"]], str(root / "export"), settings)
+    return report, str(root / "export"), serving, _awkward_records(120, 1)
+
+
+def test_awkward_names_need_internal_names():
+    assert len(set(AWKWARD_NAMES.values())) == len({name.lower() for name in AWKWARD_NAMES.values()}) == 4
+    assert not set(AWKWARD_NAMES) & set(AWKWARD_NAMES.values())  # no column keeps its own name here
+
+
+@KEYS_ARE_NOT_INPUT_NAMES
+def test_raw_signatures_take_internal_names_and_score_as_serving_default_on_user_named_examples(awkward_export):
+    _, _, serving, records = awkward_export
+    loaded = tf.saved_model.load(serving)
+    for signature in (contract.RAW_SIGNATURE, contract.PREPROCESS_SIGNATURE):
+        arguments = loaded.signatures[signature].structured_input_signature[1]
+        assert set(arguments) == set(AWKWARD_NAMES.values()), signature
+    raw = {column: tensor.numpy()
+           for column, tensor in tf.io.parse_example(tf.constant(records), AWKWARD_INPUTS).items()}
+    raw_outputs = loaded.signatures[contract.RAW_SIGNATURE](**raw_signature_arguments(
+        AWKWARD_INPUTS, {column: tf.constant(values) for column, values in raw.items()}))
+    examples_outputs = loaded.signatures[contract.SERVING_SIGNATURE](examples=tf.constant(records))
+    assert set(raw_outputs) == set(examples_outputs)
+    for key, values in raw_outputs.items():
+        assert np.array_equal(values.numpy(), examples_outputs[key].numpy()), key
+    probabilities = raw_outputs[tasks.PROBABILITIES].numpy().reshape(-1)
+    assert 0.05 < probabilities.mean() < 0.95 and probabilities.std() > 0.01  # a model that tells examples apart
+    # preprocess hands back the model-ready tensors keyed as the preprocessing keys them: by column name.
+    ready = loaded.signatures[contract.PREPROCESS_SIGNATURE](**raw_signature_arguments(
+        AWKWARD_INPUTS, {column: tf.constant(values) for column, values in raw.items()}))
+    keras_dir = os.path.join(os.path.dirname(serving), contract.MODEL_READY_DIR)
+    preprocessing = keras.saving.load_model(os.path.join(keras_dir, contract.PREPROCESSING_FILE))
+    direct = preprocessing({column: tf.constant(values) for column, values in raw.items()})
+    assert set(ready) == set(direct) == set(AWKWARD_INPUTS)
+    for column, values in direct.items():  # each argument reached its own column ("Case" and "case" apart)
+        assert np.array_equal(ready[column].numpy(), values.numpy()), column
+
+
+@KEYS_ARE_NOT_INPUT_NAMES
+def test_device_model_takes_internal_names_and_matches_serving_raw_on_user_named_features(awkward_export, tmp_path):
+    _, _, serving, records = awkward_export
+    raw = {column: tensor.numpy()
+           for column, tensor in tf.io.parse_example(tf.constant(records), AWKWARD_INPUTS).items()}
+    expected = tf.saved_model.load(serving).signatures[contract.RAW_SIGNATURE](**raw_signature_arguments(
+        AWKWARD_INPUTS, {column: tf.constant(values) for column, values in raw.items()}))[
+        tasks.PROBABILITIES].numpy().reshape(-1)
+    keras_dir = os.path.join(os.path.dirname(serving), contract.MODEL_READY_DIR)
+    preprocessing = keras.saving.load_model(os.path.join(keras_dir, contract.PREPROCESSING_FILE))
+    model = keras.saving.load_model(os.path.join(keras_dir, contract.MODEL_READY_FILE))
+    device = tflite.write_device_savedmodel(preprocessing, model, AWKWARD_INPUTS, tasks.PROBABILITIES,
+                                            str(tmp_path / "device"))
+    flatbuffer = tflite.convert(device, "float32")
+    runner = tf.lite.Interpreter(model_content=flatbuffer).get_signature_runner(contract.SERVING_SIGNATURE)
+    assert set(runner.get_input_details()) == set(AWKWARD_NAMES.values())
+    assert tflite.device_input_names(AWKWARD_INPUTS) == AWKWARD_NAMES
+    got = tflite.DeviceInterpreter(flatbuffer, tasks.PROBABILITIES, AWKWARD_INPUTS).predict(raw)
+    assert np.abs(got - expected).max() < 1e-5
+    with pytest.raises(ValueError, match="are not those of the columns"):
+        tflite.DeviceInterpreter(flatbuffer, tasks.PROBABILITIES, ["trip miles", "case"])
+
+
+@KEYS_ARE_NOT_INPUT_NAMES
+def test_export_report_pairs_each_column_with_its_device_input(awkward_export):
+    report, export_dir, _, _ = awkward_export
+    assert set(report["variants"]) == {"float32", "full_int8"} and not report["failed_variants"]
+    assert report["variants"]["float32"]["max_abs_diff"] < 1e-5  # scored in LiteRT on column-keyed features
+    assert report["variants"]["full_int8"]["mean_abs_diff"] <= OUTPUT_TOLERANCE["full_int8"]
+    assert [(item["name"], item["device_name"]) for item in report["device_inputs"]] == list(AWKWARD_NAMES.items())
+    assert [item["missing_value"] for item in report["device_inputs"]] == [0.0, -1, "", 0.0]
+    markdown = render_markdown(report)
+    assert "| column | device input | dtype | pass when the example lacks it |" in markdown
+    assert f"| prix (€) | {AWKWARD_NAMES['prix (€)']} | float32 | 0.0 |" in markdown
+    assert f"| Case | {AWKWARD_NAMES['Case']} | int64 | -1 |" in markdown
+    assert "what to pass" not in markdown  # no input has a note
+
+
+def test_input_notes_are_reported_and_rendered_as_what_to_pass():
+    inputs = {"pickup date": tf.io.FixedLenFeature([], tf.int64, -1),
+              "fare": tf.io.FixedLenFeature([], tf.float32, 0.0),
+              "a|b": tf.io.FixedLenFeature([], tf.string, "")}
+    note = "int64 seconds since 1970-01-01 UTC"
+    conventions = tflite.input_conventions(inputs, {"pickup date": note})
+    names = internal_names(inputs)
+    assert conventions[0] == {"name": "pickup date", "device_name": names["pickup date"], "dtype": "int64",
+                              "shape": [1], "missing_value": -1, "note": note}
+    assert "note" not in conventions[1] and conventions[1]["device_name"] == "fare"
+    with pytest.raises(ValueError, match="'tip'"):
+        tflite.input_conventions(inputs, {"tip": note})
+    report = {"exported": True, "task": tasks.BINARY, "savedmodel": {"auc": 0.8}, "variants": {}, "eval_examples": 1,
+              "inputs": "raw features", "device_output": "probabilities", "runtime": "LiteRT",
+              "compared_with": contract.RAW_SIGNATURE, "device_inputs": conventions, "recommended": None}
+    markdown = render_markdown(report)
+    assert "| column | device input | dtype | what to pass | pass when the example lacks it |" in markdown
+    assert f"| pickup date | {names['pickup date']} | int64 | {note} | -1 |" in markdown
+    assert "| fare | fare | float32 |  | 0.0 |" in markdown
+    assert f"| a\\|b | {names['a|b']} | string |  | '' |" in markdown

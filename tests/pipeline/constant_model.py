@@ -16,4 +16,5 @@ class ConstantModel(tabular.SchemaModel):
 
 def configure(schema_path: str, task) -> ConstantModel:
     tabular.configure(schema_path, task)  # the same checks of the task section
-    return ConstantModel(schema_path, task.type, task.label, tuple(task.classes), tuple(task.exclude))
+    return ConstantModel(schema_path, task.type, task.label, tuple(task.classes), tuple(task.exclude),
+                         tuple(task.dates))

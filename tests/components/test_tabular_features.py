@@ -1,0 +1,236 @@
+"""The schema-driven model's features: dates as a calendar computed with TFLite builtins (exactly Python's UTC
+calendar), infinite numbers as missing, and columns of any name (models/tabular.py, models/layers.py)."""
+import datetime
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from components import contract, tasks
+from components.feature_names import internal_names
+from components.model_export import tflite
+from components.settings import TaskConfig
+from components.tasks import TaskError
+from models import tabular
+from models.layers import CALENDAR_RANGE, MISSING_INT, CalendarFeatures, calendar_parts
+
+UTC = datetime.timezone.utc
+PARTS = ("year", "month", "day", "weekday", "day_of_year", "hour")
+
+
+def _seconds(*args) -> int:
+    return int(datetime.datetime(*args, tzinfo=UTC).timestamp())
+
+
+def _python_calendar(seconds: int) -> tuple:
+    moment = datetime.datetime.fromtimestamp(seconds, UTC)
+    return moment.year, moment.month, moment.day, moment.weekday(), moment.timetuple().tm_yday, moment.hour
+
+
+EDGES = [_seconds(*moment) for moment in [
+    (2000, 2, 28, 23, 59, 59), (2000, 2, 29), (2000, 2, 29, 12), (2000, 3, 1), (2000, 12, 31, 23, 59, 59),
+    (2024, 2, 29), (2024, 3, 1), (2024, 12, 31), (2023, 2, 28, 23), (2023, 3, 1), (2023, 12, 31, 23, 59, 59),
+    (1999, 12, 31, 23, 59, 59), (2000, 1, 1), (1970, 1, 1), (1969, 12, 31, 23, 59, 59), (1969, 1, 1),
+    (1936, 2, 29, 7), (1936, 3, 1), (1932, 1, 1), (1945, 5, 8, 23), (2064, 2, 29), (2067, 12, 31, 23, 59, 59),
+    (2068, 1, 1), (2038, 1, 19, 3, 14, 8)]] + [CALENDAR_RANGE[0], CALENDAR_RANGE[1], -1, 0, 86_399, -86_400]
+
+
+def test_calendar_parts_are_pythons_utc_calendar():
+    rng = np.random.default_rng(7)
+    seconds = np.concatenate([rng.integers(_seconds(1935, 1, 1), _seconds(2065, 1, 1), 400), EDGES]).astype(np.int64)
+    parts = {name: tensor.numpy() for name, tensor in calendar_parts(tf.constant(seconds)).items()}
+    assert all(parts[name].dtype == np.int32 for name in PARTS)
+    got = np.stack([parts[name] for name in PARTS], axis=1).tolist()
+    expected = [list(_python_calendar(int(value))) for value in seconds]
+    assert got == expected
+
+
+def test_instants_outside_the_range_count_as_its_ends():
+    seconds = tf.constant([_seconds(1900, 3, 1), _seconds(1931, 1, 1), MISSING_INT, _seconds(2100, 3, 1),
+                           2 ** 62], tf.int64)
+    parts = calendar_parts(seconds)
+    got = np.stack([parts[name].numpy() for name in PARTS], axis=1).tolist()
+    low, high = list(_python_calendar(CALENDAR_RANGE[0])), list(_python_calendar(CALENDAR_RANGE[1]))
+    assert got == [low, low, low, high, high]
+
+
+def test_calendar_features_are_cycles_a_standardized_year_and_trend_and_zero_when_missing(tmp_path):
+    rng = np.random.default_rng(3)
+    sample = rng.integers(_seconds(2015, 1, 1), _seconds(2025, 1, 1), 500).astype(np.int64)
+    layer = CalendarFeatures.fitted(np.append(sample, [MISSING_INT] * 50), name="sold_at.calendar")
+    features = layer(tf.constant(sample)).numpy()
+    assert features.shape == (500, len(CalendarFeatures.FEATURES)) and features.dtype == np.float32
+    columns = dict(zip(CalendarFeatures.FEATURES, features.T))
+    assert not columns["missing"].any()
+    for name in ("year", "trend"):  # fitted on the present values only
+        assert abs(columns[name].mean()) < 0.02 and abs(columns[name].std() - 1) < 0.02, name
+    months = np.array([_python_calendar(int(s))[1] for s in sample])
+    np.testing.assert_allclose(columns["month_sin"], np.sin(2 * np.pi * (months - 1) / 12), atol=1e-5)
+    np.testing.assert_allclose(columns["month_cos"], np.cos(2 * np.pi * (months - 1) / 12), atol=1e-5)
+    missing = layer(tf.constant([MISSING_INT], tf.int64)).numpy()[0]
+    assert missing[0] == 1 and not missing[1:].any()
+    # Saved and loaded with the preprocessing.
+    inputs = keras.Input(shape=(), dtype="int64", name="sold_at")
+    keras.Model(inputs, layer(inputs)).save(tmp_path / "calendar.keras")
+    loaded = keras.saving.load_model(tmp_path / "calendar.keras")
+    np.testing.assert_array_equal(loaded(tf.constant(sample)).numpy(), features)
+
+
+def _schema(path, features: dict[str, str]) -> str:
+    path.write_text("".join(f'feature {{ name: "{name}" type: {kind} }}\n' for name, kind in features.items()))
+    return str(path)
+
+
+def _model(tmp_path, features: dict[str, str], dates=(), task="binary") -> tabular.SchemaModel:
+    schema = _schema(tmp_path / "schema.pbtxt", {**features, "label": "INT"})
+    return tabular.configure(schema, TaskConfig(type=task, label="label", classes=["0", "1"], dates=list(dates)))
+
+
+def _sample(model: tabular.SchemaModel, rows: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random raw features for the model's inputs (some missing), and a label."""
+    rng = np.random.default_rng(seed)
+    sample = {}
+    for name, spec in model.INPUTS.items():
+        if name in model.dates:
+            values = rng.integers(_seconds(1990, 1, 1), _seconds(2030, 1, 1), rows)
+        elif spec.dtype == tf.float32:
+            values = rng.normal(10, 3, rows).astype(np.float32)
+        elif spec.dtype == tf.int64:
+            values = rng.integers(0, 5, rows)
+        else:
+            values = rng.choice(np.array([b"cash", b"card", b"", b"dispute"], dtype=object), rows)
+        if spec.dtype != tf.string:
+            values = np.where(rng.random(rows) < 0.1, spec.default_value, values).astype(values.dtype)
+        sample[name] = values
+    sample["label"] = rng.integers(0, 2, rows)
+    return sample
+
+
+def test_a_date_must_be_an_int_feature_of_the_schema(tmp_path):
+    features = {"fare": "FLOAT", "sold_at": "INT", "company": "BYTES"}
+    for date in ("fare", "company", "sold at", "label"):
+        with pytest.raises(TaskError, match=f"task.dates: '{date}'"):
+            _model(tmp_path, features, dates=[date])
+    assert _model(tmp_path, features, dates=["sold_at"]).dates == ("sold_at",)
+
+
+@pytest.fixture(scope="module")
+def device_model(tmp_path_factory):
+    """A binary model on a date, a float and a string (untrained: conversion and agreement need no training),
+    its device SavedModel, and raw rows to score (dates and fares missing, fares infinite among them)."""
+    root = tmp_path_factory.mktemp("tabular-device")
+    model_module = _model(root, {"sold_at": "INT", "fare": "FLOAT", "company": "BYTES"}, dates=["sold_at"])
+    sample = _sample(model_module, tabular.BINS_MIN_ROWS)  # enough rows for the fare's bins
+    sample["fare"][:20] = np.inf  # infinities in the training sample are not fitted on
+    preprocessing = model_module.build_preprocessing(sample)
+    model = model_module.build_model(preprocessing)
+    saved = tflite.write_device_savedmodel(preprocessing, model, model_module.INPUTS, tasks.PROBABILITIES,
+                                           str(root / "device"))
+    rows = _sample(model_module, 60, seed=1)
+    rows["sold_at"][:4] = [MISSING_INT, _seconds(2000, 2, 29, 13), CALENDAR_RANGE[0], CALENDAR_RANGE[1]]
+    rows["fare"][:6] = [np.inf, -np.inf, np.nan, 1e6, -1e6, 0]
+    del rows["label"]
+    return model_module, preprocessing, model, saved, sample, rows
+
+
+def _keras_probabilities(preprocessing, model, rows) -> np.ndarray:
+    return model(preprocessing({name: tf.constant(values) for name, values in rows.items()})).numpy().reshape(-1)
+
+
+def _tflite_probabilities(flatbuffer: bytes, rows: dict[str, np.ndarray]) -> np.ndarray:
+    runner = tf.lite.Interpreter(model_content=flatbuffer).get_signature_runner(contract.SERVING_SIGNATURE)
+    columns = {internal: column for column, internal in internal_names(rows).items()}
+    names = list(runner.get_input_details())
+    count = len(next(iter(rows.values())))
+    values = {name: rows[columns.get(name, name)] for name in names}
+    return np.array([runner(**{name: column[i:i + 1].astype(np.bytes_) if column.dtype == object else column[i:i + 1]
+                               for name, column in values.items()})[tasks.PROBABILITIES].reshape(-1)[0]
+                     for i in range(count)])
+
+
+def test_infinite_numbers_are_missing_in_keras(device_model):
+    _, preprocessing, _, _, sample, rows = device_model
+    fare = preprocessing.get_layer("fare.filled")
+    assert np.isfinite(fare.fill) and abs(fare.fill - 10) < 0.5  # the sample's infinities were left out
+    ready = preprocessing({name: tf.constant(values[:6]) for name, values in rows.items()})
+    assert ready["fare.missing"].numpy().tolist() == [1, 1, 1, 0, 0, 0]
+    standardized = ready["fare.standardized"].numpy()
+    assert np.isfinite(standardized).all() and standardized[0] == standardized[1] == standardized[2]
+    assert ready["fare.bins"].numpy()[0] == ready["fare.bins"].numpy()[2]
+    largest = np.finfo(np.float32).max  # the largest finite numbers are present
+    indicator = preprocessing.get_layer("fare.missing")
+    assert indicator(tf.constant([largest, -largest, np.inf, 0], tf.float32)).numpy().tolist() == [0, 0, 1, 0]
+
+
+def test_a_date_converts_with_builtins_and_scores_as_keras_in_float32_and_full_int8(device_model):
+    model_module, preprocessing, model, saved, sample, rows = device_model
+    expected = _keras_probabilities(preprocessing, model, rows)
+    float32 = tflite.convert(saved, "float32")
+    assert {"FLOOR_DIV", "FLOOR_MOD", "SIN", "COS"} <= set(tflite.operators(float32))
+    got = _tflite_probabilities(float32, rows)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    # float16 holds the calendar's constants (rows of ordinary fares: a fare of 1e6 is where half-precision
+    # weights drift).
+    ordinary = ~(np.abs(rows["fare"]) > 1e3) | ~np.isfinite(rows["fare"])
+    half = _tflite_probabilities(tflite.convert(saved, "float16"), rows)
+    assert np.abs(half - expected)[ordinary].max() < 1e-3
+    # Calibration rows past the sample's infinite fares: an infinity in the representative data crashes the
+    # quantizer (mlir_quantize segfaults in TF 2.16) although the model reads it as missing.
+    representative = {name: values[20:120] for name, values in sample.items() if name in model_module.INPUTS}
+    full_int8 = tflite.convert(saved, "full_int8", representative)
+    assert tflite.quantized_preprocessing_ops(full_int8) == []
+    quantized = _tflite_probabilities(full_int8, rows)
+    assert np.isfinite(quantized).all() and np.abs(quantized - expected).mean() < 0.05
+
+
+def test_infinite_numbers_score_as_missing_in_the_device_model(device_model):
+    _, preprocessing, model, saved, _, rows = device_model
+    # One row, its fare NaN, inf or -inf, everything else alike: the same score, in Keras and in TFLite.
+    same = {name: np.repeat(values[6:7], 3) for name, values in rows.items()}
+    same["fare"] = np.array([np.nan, np.inf, -np.inf], np.float32)
+    keras_scores = _keras_probabilities(preprocessing, model, same)
+    device_scores = _tflite_probabilities(tflite.convert(saved, "float32"), same)
+    assert np.isfinite(device_scores).all() and len(set(device_scores.tolist())) == 1
+    assert len(set(keras_scores.tolist())) == 1 and abs(device_scores[0] - keras_scores[0]) < 1e-5
+
+
+AWKWARD = {"features": "FLOAT", "fare": "FLOAT", "fare_missing": "FLOAT", "fare.missing": "FLOAT", "Case": "BYTES",
+           "case": "BYTES", "trip miles": "FLOAT", "prix (€)": "FLOAT", "Größe": "INT", "miles/gallon": "FLOAT",
+           "tabular.features": "FLOAT", "sold at": "INT"}
+
+
+# Keras warns, when it loads a model whose input dict's keys (the columns) differ from its inputs' names (their
+# internal names), that they should match: they differ on purpose (components/feature_names.py).
+@pytest.mark.filterwarnings("ignore:When providing `inputs` as a dict:UserWarning")
+def test_columns_of_any_name_build_train_and_survive_saving(tmp_path):
+    model_module = _model(tmp_path, AWKWARD, dates=["sold at"])
+    sample = _sample(model_module, 64)
+    preprocessing = model_module.build_preprocessing(sample)
+    internal = internal_names(model_module.INPUTS)
+    assert list(preprocessing.input) == list(model_module.INPUTS)  # keyed by the columns' own names
+    assert {tensor.name for tensor in preprocessing.inputs} == set(internal.values())
+    assert "fare.missing" in preprocessing.output and "fare_missing.missing" in preprocessing.output
+    assert f"{internal['sold at']}.calendar" in preprocessing.output
+    model = model_module.build_model(preprocessing)
+    # No layer is called like a column: only the raw inputs have a name without a '.'.
+    assert {layer.name for layer in preprocessing.layers if "." not in layer.name} == set(internal.values())
+    assert all("." in layer.name for layer in model.layers)
+    model.compile(optimizer="adam", loss="binary_crossentropy")
+    features = {name: tf.constant(sample[name]) for name in model_module.INPUTS}
+    ready = preprocessing(features)
+    history = model.fit(ready, sample["label"].astype(np.float32), batch_size=16, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    preprocessing.save(tmp_path / "preprocessing.keras")
+    model.save(tmp_path / "model.keras")
+    loaded_preprocessing = keras.saving.load_model(tmp_path / "preprocessing.keras")
+    loaded_model = keras.saving.load_model(tmp_path / "model.keras")
+    loaded_ready = loaded_preprocessing(features)
+    assert set(loaded_ready) == set(ready)
+    for name, tensor in ready.items():
+        np.testing.assert_array_equal(loaded_ready[name].numpy(), tensor.numpy(), err_msg=name)
+    np.testing.assert_allclose(loaded_model(loaded_ready).numpy(), model(ready).numpy(), atol=1e-6)
+    # The model built again on the loaded preprocessing (a warm start) has the trained model's weights' shapes.
+    rebuilt = model_module.build_model(loaded_preprocessing)
+    assert [w.shape for w in rebuilt.get_weights()] == [w.shape for w in model.get_weights()]
