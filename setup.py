@@ -26,6 +26,7 @@ setup(
         "report": ["matplotlib>=3.8"],
         "docs": ["mkdocs>=1.6,<1.7", "mkdocs-material>=9.8,<9.9"],  # the docs site (make docs; a test builds it)
         # Benchmarks only (bench/tabular_quality.py): the yardstick a tabular user compares a neural model with.
-        "bench": ["lightgbm>=4.7,<4.8"],
+        # bench/date_table.py: Seattle's weather, a table with dates, as vega_datasets ships it (no download).
+        "bench": ["lightgbm>=4.7,<4.8", "vega_datasets>=0.9,<0.10"],
     },
 )

@@ -286,16 +286,23 @@ def trivial_description(task: Task, training: LabelSummary, classes: tuple[str, 
     return f"always {training.median:.6g}, the training split's median label (the best constant under MAE)"
 
 
-def check_labels(task: Task, labels: np.ndarray, classes: tuple[str, ...], where: str) -> None:
-    """Raises TaskError naming `where` when a label is not one the task and its classes allow: a class id
-    outside 0..K-1, a binary label other than 0 or 1, a NaN or infinite value."""
+def invalid_labels(task: Task, labels: np.ndarray, classes: tuple[str, ...]) -> np.ndarray:
+    """True for each label the task and its classes do not allow: a class id outside 0..K-1 (a value the
+    model module maps to none of its classes), a NaN or infinite value."""
     labels = np.asarray(labels).reshape(-1)
     if task.is_classification:
-        allowed = np.arange(len(classes))
-        bad = labels[~np.isin(labels, allowed)]
-        if bad.size:
-            declared = ", ".join(f"{i} {name!r}" for i, name in enumerate(classes))
-            raise TaskError(f"{where}: label {bad[0]!r} is outside the declared classes ({declared}); "
-                            f"{bad.size} example(s) have such labels")
-    elif not np.all(np.isfinite(labels)):
-        raise TaskError(f"{where}: {int((~np.isfinite(labels)).sum())} label(s) are NaN or infinite")
+        return ~np.isin(labels, np.arange(len(classes)))
+    return ~np.isfinite(labels)
+
+
+def check_labels(task: Task, labels: np.ndarray, classes: tuple[str, ...], where: str) -> None:
+    """Raises TaskError naming `where` when a label is not one the task and its classes allow (invalid_labels)."""
+    labels = np.asarray(labels).reshape(-1)
+    bad = labels[invalid_labels(task, labels, classes)]
+    if not bad.size:
+        return
+    if task.is_classification:
+        declared = ", ".join(f"{i} {name!r}" for i, name in enumerate(classes))
+        raise TaskError(f"{where}: label {bad[0]!r} is outside the declared classes ({declared}); "
+                        f"{bad.size} example(s) have such labels")
+    raise TaskError(f"{where}: {bad.size} label(s) are NaN or infinite")

@@ -47,8 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     data.add_argument("--data", help="data root to write span-N/ into (default: data/<example>; required with --csv)")
     data.add_argument("--span", type=int, default=1)
     data.add_argument("--delimiter", help="--csv: the delimiter (default: detected among , ; tab |)")
-    data.add_argument("--na", default="NA", help="--csv: comma-separated cell values that mean missing, besides an "
-                                                 "empty cell (default: NA)")
+    data.add_argument("--na", default=None, help="--csv: comma-separated cell values that mean missing, besides an "
+                                                  "empty cell, compared without case (default: NA, N/A, #N/A, null, "
+                                                  "None, nan, inf, -inf, infinity, -, ?)")
+    data.add_argument("--date-format", action="append", default=[], metavar="COLUMN=FORMAT",
+                      help="--csv: read COLUMN as dates of this strptime FORMAT (e.g. 'day=%%d/%%m/%%Y'); repeatable")
+    data.add_argument("--schema", help="--csv: write the columns with the types of this curated schema (default: "
+                                       "the types the data root's first span fixed)")
     data.add_argument("--require", default="", help="--csv: comma-separated columns a row must have a value in "
                                                      "(rows missing one are left out and counted), e.g. the label")
     data.add_argument("--first-row", type=int, default=0, help="taxi: start at this CSV row (0-based)")
@@ -124,14 +129,19 @@ def quiet_logs(verbose: bool) -> None:
 
 
 def prepare_data(args) -> int:
+    if args.span < 1:
+        print(f"data error: --span {args.span}: span numbers start at 1", file=sys.stderr)
+        return 2
     if args.csv:
         if not args.data:
             print("data error: --csv needs --data, the data root to write span-N/ into", file=sys.stderr)
             return 2
-        from pipeline.csv_data import CsvError, write_csv_span
+        from pipeline.csv_data import MISSING_TOKENS, CsvError, write_csv_span
         try:
             summary = write_csv_span(args.csv, args.data, span=args.span, delimiter=args.delimiter,
-                                     missing_tokens=_names(args.na), required=_names(args.require))
+                                     missing_tokens=MISSING_TOKENS if args.na is None else _names(args.na),
+                                     required=_names(args.require), date_formats=_date_formats(args.date_format),
+                                     schema_path=args.schema)
         except CsvError as error:
             print(f"data error: {error}", file=sys.stderr)
             return 2
@@ -145,6 +155,19 @@ def prepare_data(args) -> int:
         return 0
     write_bundled_span(data_root, span=args.span, max_rows=args.rows, first_row=args.first_row)
     return 0
+
+
+def _date_formats(values: list[str]) -> dict[str, str]:
+    """--date-format COLUMN=FORMAT values as {column: format}; CsvError for one without '='."""
+    from pipeline.csv_data import CsvError
+
+    formats = {}
+    for value in values:
+        column, equals, form = value.partition("=")
+        if not equals or not column.strip() or not form:
+            raise CsvError(f"--date-format {value!r}: expected COLUMN=FORMAT, e.g. 'day=%d/%m/%Y'")
+        formats[column.strip()] = form
+    return formats
 
 
 def _names(text: str) -> tuple[str, ...]:

@@ -1,13 +1,16 @@
 """`python -m pipeline init`: a user's TFRecords (from `prepare-data --csv`, or their own) turned into a
 curated schema and a config that trains the schema-driven model (models/tabular.py), with no code.
 
-It reads the latest span under the data root as ingestion does (every record must be a tf.Example), computes
-TFDV statistics, infers a schema and curates it: string domains from the values seen, presence from what is
-seen, a drift comparator on the label and every feature the model uses, the label in the TRAINING environment
-only (its classes are the config's, checked by the Trainer). It chooses the task from the label's values
-unless told, leaves out the columns that cannot help (constant, a unique value per row, too rare, several
-values per row) and says why, and writes <folder>/<name>.yaml and <folder>/schemas/<name>/schema.pbtxt. Bad
-input raises InitError naming the column, file or folder, before anything is written.
+It reads the latest span under the data root as ingestion does (every record must be a tf.Example), in
+batches and in bounded memory (per column: counters and at most EXACT_DISTINCT distinct values), computes TFDV
+statistics over the span's files as they are, infers a schema and curates it: presence as seen, string
+features open to new values (a new category is measured as drift, not refused), dates marked as times, a
+drift comparator on the label and every other feature the model uses, the label in the TRAINING environment
+only (its classes are the config's, checked by the Trainer), and a feature the model leaves out checked for
+its type only. It chooses the task from the label's values unless told, leaves out the columns that cannot
+help (constant, a unique value per row, too rare, several values per row) and says why, and writes
+<folder>/<name>.yaml and <folder>/schemas/<name>/schema.pbtxt. Bad input raises InitError naming the column,
+file or folder, before anything is written.
 """
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ import dataclasses
 import json
 import math
 import os
-import tempfile
+
+import numpy as np
 
 from components.settings import IngestConfig
 from components.tasks import BINARY, MULTICLASS, REGRESSION, TASK_NAMES
@@ -27,23 +31,61 @@ RARE = 0.01  # a column present in fewer than this share of records is too rare 
 NUMBER_DRIFT = 0.3  # Jensen-Shannon divergence over quantile histograms (as the taxi schema)
 CATEGORY_DRIFT = 0.15  # L-infinity distance between the value distributions
 TARGET_STEPS = 400  # training steps init aims at on small data (epochs x batches)
+EXACT_DISTINCT = 10_000  # distinct values kept per column; beyond, their number is estimated
+SKETCH_SIZE = 4096  # hashes kept per column for that estimate (about 2% error)
+ID_SHARE = 0.98  # estimated distinct values in at least this share of the records: an id
+DECODE_BATCH = 4096  # records decoded at once
 
 
 class InitError(ValueError):
     """The data or the arguments cannot make a project; the message names the column, file or folder."""
 
 
+class DistinctCounter:
+    """How many distinct values a column holds, in bounded memory: exact up to EXACT_DISTINCT values (they
+    are kept, so a label's classes are known), estimated beyond (the K smallest of their 64-bit hashes: a
+    KMV sketch, within a few percent)."""
+
+    def __init__(self):
+        self.values: set | None = set()  # None once there are more than EXACT_DISTINCT
+        self.smallest = np.zeros(0, np.uint64)
+
+    def add(self, values: np.ndarray) -> None:
+        import pandas as pd
+
+        if not len(values):
+            return
+        if self.values is not None:
+            self.values.update(np.unique(values).tolist())
+            if len(self.values) > EXACT_DISTINCT:
+                self.values = None
+        hashes = np.unique(pd.util.hash_array(values))
+        self.smallest = np.unique(np.concatenate([self.smallest, hashes[:SKETCH_SIZE]]))[:SKETCH_SIZE]
+
+    @property
+    def count(self) -> int:
+        if self.values is not None:
+            return len(self.values)
+        return int((SKETCH_SIZE - 1) / (float(self.smallest[-1]) / 2.0 ** 64))
+
+
 @dataclasses.dataclass
 class Column:
-    """One feature across the span's records: its kind, values and how often it is present."""
+    """One feature across the span's records: its kind, how often it is present, its distinct values."""
     name: str
     kind: str  # int | float | string
-    values: list  # the present values (one per record where present)
+    present: int = 0  # records that hold a value
     multi_valued: bool = False
+    distinct_values: DistinctCounter = dataclasses.field(default_factory=DistinctCounter)
+    is_date: bool = False  # int64 seconds since the epoch (prepare-data wrote a date column)
 
     @property
     def distinct(self) -> int:
-        return len(set(self.values))
+        return self.distinct_values.count
+
+    def sorted_values(self) -> list:
+        """The distinct values (only while they are few enough to be known exactly), numbers before text."""
+        return sorted(self.distinct_values.values or (), key=lambda value: (isinstance(value, str), value))
 
 
 @dataclasses.dataclass
@@ -56,7 +98,7 @@ class Project:
     task: str
     label: str
     classes: list[str]
-    inputs: dict[str, list[str]]  # kind -> feature names the model uses
+    inputs: dict[str, list[str]]  # kind (float, int, string, date) -> feature names the model uses
     excluded: dict[str, str]  # feature -> why it is left out
     task_reason: str
     schema_text: str = ""
@@ -89,21 +131,24 @@ class Project:
         return "\n".join(lines)
 
     def config_text(self) -> str:
+        """The config as YAML; every string quoted (a name such as 2024, on or 1e3 reads back as text)."""
         data_root = os.path.relpath(os.path.abspath(self.data_root), os.path.abspath(self.folder))
-        excluded = "".join(f"    - {name}  # {reason}\n" for name, reason in self.excluded.items())
-        classes = "[" + ", ".join(_yaml_string(name) for name in self.classes) + "]"
+        excluded = "".join(f"    - {_yaml_string(name)}  # {_comment(reason)}\n" for name, reason in self.excluded.items())
+        dates = self.inputs.get("date", [])
         return (
             f"# Written by `python -m pipeline init`; edit it freely. Paths are relative to this file's folder.\n"
-            f"pipeline_name: {self.name}\n"
+            f"pipeline_name: {_yaml_string(self.name)}\n"
             f"data_root: {_yaml_string(data_root)}\n"
-            f"output_dir: output/{self.name}\n"
-            f"schema_path: schemas/{self.name}/schema.pbtxt\n"
+            f"output_dir: {_yaml_string('output/' + self.name)}\n"
+            f"schema_path: {_yaml_string(f'schemas/{self.name}/schema.pbtxt')}\n"
             f"task:\n"
-            f"  type: {self.task}  # {self.task_reason}\n"
+            f"  type: {self.task}  # {_comment(self.task_reason)}\n"
             f"  label: {_yaml_string(self.label)}\n"
-            + (f"  classes: {classes}  # label ids 0, 1, ... in this order\n" if self.classes else "")
-            + ("  exclude:  # columns the model leaves out (still validated by the schema)\n" + excluded
+            + (f"  classes: {_yaml_list(self.classes)}  # label ids 0, 1, ... in this order\n" if self.classes else "")
+            + ("  exclude:  # columns the model leaves out (the schema checks only their type)\n" + excluded
                if excluded else "  exclude: []\n")
+            + (f"  dates: {_yaml_list(dates)}  # int64 seconds since 1970-01-01 UTC: the model derives calendar "
+               "features\n" if dates else "")
             + "train:\n"
             "  model: models.tabular  # built from the schema; write a module of your own to go further\n"
             f"  batch_size: {self.batch_size}\n"
@@ -118,90 +163,140 @@ class Project:
             if os.path.exists(path) and not force:
                 raise InitError(f"{path} already exists: choose another --name, or --force to overwrite it")
         os.makedirs(os.path.dirname(self.schema_path), exist_ok=True)
-        with open(self.schema_path, "w") as handle:
+        with open(self.schema_path, "w", encoding="utf-8") as handle:
             handle.write(self.schema_text)
-        with open(self.config_path, "w") as handle:
+        with open(self.config_path, "w", encoding="utf-8") as handle:
             handle.write(self.config_text())
 
 
 def _yaml_string(value: str) -> str:
-    return json.dumps(value)  # a JSON string is a YAML string, quotes and escapes included
+    return json.dumps(value, ensure_ascii=False)  # a JSON string is a YAML string, quotes and escapes included
 
 
-def read_columns(data_root: str) -> tuple[dict[str, Column], int, str]:
-    """The latest span under `data_root`, read as ingestion reads it. Output: (column name -> Column, records,
-    a plain TFRecord copy of the records for TFDV). InitError naming the folder or file and record."""
-    import tensorflow as tf
+def _yaml_list(values: list[str]) -> str:
+    return "[" + ", ".join(_yaml_string(value) for value in values) + "]"
 
-    from components.tfrecord_ingest.records import (IngestionError, check_example, iter_records, list_record_files,
-                                                    resolve_spans)
+
+def _comment(text: str) -> str:
+    return " ".join(str(text).split())  # a comment is one line
+
+
+KINDS = {"int64": "int", "float": "float", "large_binary": "string", "binary": "string"}  # decoded value types
+
+
+def read_columns(data_root: str) -> tuple[dict[str, Column], int, list[str]]:
+    """The latest span under `data_root`, read as ingestion reads it, a batch of records at a time. Output:
+    (column name -> Column, records, the span's files). InitError naming the folder, or the file and record
+    that is no tf.Example with features."""
+    from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
+
+    from components.tfrecord_ingest.records import IngestionError, iter_records, list_record_files, resolve_spans
     try:
         (_, span_dir), = resolve_spans(data_root, 1)
         files = list_record_files(span_dir)
+        decoder = ExamplesToRecordBatchDecoder()
         columns: dict[str, Column] = {}
         records = 0
-        copy = tempfile.NamedTemporaryFile(prefix="init-", suffix=".tfrecord", delete=False)
-        copy.close()
-        try:
-            with tf.io.TFRecordWriter(copy.name) as writer:
-                for path in files:
-                    for index, record in iter_records(path):
-                        problem = check_example(record)
-                        if problem:
-                            raise InitError(f"{path}: record {index}: {problem}")
-                        writer.write(record)
-                        records += 1
-                        _note_columns(columns, tf.train.Example.FromString(record))
-        except BaseException:
-            os.remove(copy.name)
-            raise
+        for path in files:
+            batch: list[bytes] = []
+            first = 0
+            for index, record in iter_records(path):
+                if not batch:
+                    first = index
+                batch.append(record)
+                records += 1
+                if len(batch) == DECODE_BATCH:
+                    _note_batch(columns, decoder, batch, path, first)
+                    batch = []
+            if batch:
+                _note_batch(columns, decoder, batch, path, first)
     except IngestionError as error:
         raise InitError(str(error)) from None
     if not records:
-        os.remove(copy.name)
         raise InitError(f"{data_root}: no records")
-    return columns, records, copy.name
+    for name, kind in _date_columns(data_root).items():
+        if name in columns and columns[name].kind == "int":
+            columns[name].is_date = kind == "date"
+    return columns, records, files
 
 
-KINDS = {"int64_list": "int", "float_list": "float", "bytes_list": "string"}  # tf.Example value lists
+def _note_batch(columns: dict[str, Column], decoder, batch: list[bytes], path: str, first_index: int) -> None:
+    """Adds one batch of serialized records to `columns`. InitError naming the file and record for a record
+    that is no tf.Example, or one with no features."""
+    import pyarrow.compute as pc
+
+    from components.tfrecord_ingest.records import check_example
+    try:
+        decoded = decoder.DecodeBatch(batch)
+    except RuntimeError:
+        decoded = None
+    if decoded is None or decoded.num_columns == 0:
+        for offset, record in enumerate(batch):
+            problem = check_example(record)
+            if problem:
+                raise InitError(f"{path}: record {first_index + offset}: {problem}")
+    any_present = np.zeros(decoded.num_rows, bool)
+    for name, values in zip(decoded.schema.names, decoded.columns):
+        lengths = pc.fill_null(pc.list_value_length(values), 0).to_numpy(zero_copy_only=False)
+        held = lengths > 0
+        any_present |= held
+        kind = KINDS.get(str(values.type.value_type), "string")
+        column = columns.setdefault(name, Column(name, kind))
+        column.present += int(held.sum())
+        column.multi_valued |= bool((lengths > 1).any())
+        first = pc.list_element(pc.filter(values, held), 0) if held.any() else None
+        if first is not None:
+            first = first.to_numpy(zero_copy_only=False)
+            if kind == "string":
+                first = np.array([value.decode("utf-8", "replace") for value in first], dtype=object)
+            column.distinct_values.add(first)
+    if not any_present.all():
+        offset = int(np.argmin(any_present))
+        raise InitError(f"{path}: record {first_index + offset}: tf.Example with no features")
 
 
-def _note_columns(columns: dict[str, Column], example) -> None:
-    """Adds one tf.Example's first value of each present feature to `columns` (name -> Column)."""
-    for name, feature in example.features.feature.items():
-        kind = feature.WhichOneof("kind")
-        values = list(getattr(feature, kind).value) if kind else []
-        if not values:
-            continue
-        column = columns.setdefault(name, Column(name, KINDS[kind], []))
-        column.multi_valued |= len(values) > 1
-        column.values.append(values[0].decode("utf-8", "replace") if kind == "bytes_list" else values[0])
+def _date_columns(data_root: str) -> dict[str, str]:
+    """Column -> type, as prepare-data --csv recorded them for the data root ({} for other data)."""
+    from tfx.dsl.io import fileio
+
+    from pipeline.csv_data import COLUMNS_FILE
+    path = os.path.join(data_root, COLUMNS_FILE)
+    if not fileio.exists(path):
+        return {}
+    with fileio.open(path) as handle:
+        return json.loads(handle.read()).get("types", {})
 
 
 def choose_task(label: Column, asked: str | None) -> tuple[str, list[str], str]:
-    """Input: the label's column and the task asked for (None: choose). Output: (task, classes,
-    why). InitError when the label cannot serve the task."""
-    distinct = sorted(set(label.values), key=lambda value: (isinstance(value, str), value))
+    """Input: the label's column and the task asked for (None: choose). Output: (task, classes, why).
+    InitError when the label cannot serve the task. A float label whose values are whole numbers (pandas
+    writes a 0/1 column with missing cells as 0.0/1.0) can be a class id."""
+    distinct = label.sorted_values()
+    whole = label.kind == "float" and distinct and all(float(value).is_integer() for value in distinct)
+    kind = "int" if whole else label.kind
     if asked and asked not in TASK_NAMES:
         raise InitError(f"--task {asked}: one of {', '.join(TASK_NAMES)}")
     if asked == REGRESSION and label.kind == "string":
         raise InitError(f"--task regression: the label {label.name!r} holds strings ({', '.join(map(str, distinct[:3]))}"
                         f"...); choose binary or multiclass, or another label")
-    if asked in (BINARY, MULTICLASS) and label.kind == "float":
-        raise InitError(f"--task {asked}: the label {label.name!r} holds floats; a class label holds strings or "
-                        "integers (choose regression, or another label)")
-    classes = [str(value) for value in distinct]
-    if asked == BINARY and len(classes) != 2:
-        raise InitError(f"--task binary: the label {label.name!r} has {len(classes)} distinct values, not 2")
-    if asked == MULTICLASS and len(classes) < 3:
-        raise InitError(f"--task multiclass: the label {label.name!r} has {len(classes)} distinct values; a "
+    if asked in (BINARY, MULTICLASS) and kind == "float":
+        raise InitError(f"--task {asked}: the label {label.name!r} holds fractional numbers; a class label holds "
+                        "strings or whole numbers (choose regression, or another label)")
+    classes = [str(int(value)) if whole else str(value) for value in distinct]
+    count = label.distinct
+    if asked == BINARY and count != 2:
+        raise InitError(f"--task binary: the label {label.name!r} has {count} distinct values, not 2")
+    if asked == MULTICLASS and count < 3:
+        raise InitError(f"--task multiclass: the label {label.name!r} has {count} distinct values; a "
                         f"multi-class label has 3 or more (choose binary)")
     if asked:
         return asked, classes if asked != REGRESSION else [], "set with --task"
-    if label.kind == "float" or (label.kind == "int" and len(classes) > CLASSIFICATION_MAX_INTS):
-        return REGRESSION, [], f"{label.kind} label with {len(classes)} distinct values"
-    task = BINARY if len(classes) == 2 else MULTICLASS
-    return task, classes, f"{label.kind} label with {len(classes)} distinct values"
+    described = f"{label.kind} label with {count:,} distinct values" + (", all whole" if whole and count == 2 else "")
+    if label.kind == "float" and not (whole and count == 2):
+        return REGRESSION, [], described
+    if kind == "int" and count > CLASSIFICATION_MAX_INTS:
+        return REGRESSION, [], described
+    return (BINARY if count == 2 else MULTICLASS), classes, described
 
 
 def check_label(columns: dict[str, Column], label: str, records: int) -> Column:
@@ -209,7 +304,7 @@ def check_label(columns: dict[str, Column], label: str, records: int) -> Column:
     if label not in columns:
         raise InitError(f"--label {label}: no such column (columns: {', '.join(sorted(columns))})")
     column = columns[label]
-    missing = records - len(column.values)
+    missing = records - column.present
     if missing > MOSTLY_MISSING * records:
         raise InitError(f"--label {label}: missing in {missing:,} of {records:,} records: too few labeled examples")
     if missing:
@@ -219,14 +314,14 @@ def check_label(columns: dict[str, Column], label: str, records: int) -> Column:
     if column.multi_valued:
         raise InitError(f"--label {label}: several values in one record; a label is one value per example")
     if column.distinct < 2:
-        raise InitError(f"--label {label}: every record has the same value ({column.values[0]!r}): one class, "
-                        "nothing to learn")
+        raise InitError(f"--label {label}: every record has the same value ({column.sorted_values()[0]!r}): one "
+                        "class, nothing to learn")
     return column
 
 
 def exclusions(columns: dict[str, Column], label: str, records: int, asked: list[str]) -> dict[str, str]:
     """Feature -> why the model leaves it out: asked for, constant, too rare, a distinct value per record (an
-    id), or several values per record."""
+    id; not a date), or several values per record."""
     unknown = sorted(set(asked) - set(columns))
     if unknown:
         raise InitError(f"--exclude: no such column(s): {', '.join(unknown)} (columns: {', '.join(sorted(columns))})")
@@ -238,21 +333,23 @@ def exclusions(columns: dict[str, Column], label: str, records: int, asked: list
             continue
         if column.multi_valued:
             excluded[name] = "several values per record"
-        elif len(column.values) < RARE * records:
-            excluded[name] = f"present in {len(column.values):,} of {records:,} records: too rare to learn from"
+        elif column.present < RARE * records:
+            excluded[name] = f"present in {column.present:,} of {records:,} records: too rare to learn from"
         elif column.distinct <= 1:
             excluded[name] = "the same value wherever present"
-        elif (column.kind != "float" and records >= UNIQUE_ID_MIN_ROWS
-              and column.distinct == len(column.values) == records):
+        elif (column.kind != "float" and not column.is_date and records >= UNIQUE_ID_MIN_ROWS
+              and column.present == records and column.distinct >= ID_SHARE * records):
             excluded[name] = "a different value in every record: an id, not a feature"
     return excluded
 
 
-def curated_schema(statistics, label: str, excluded: set[str]) -> str:
+def curated_schema(statistics, label: str, excluded: set[str], dates: set[str]) -> str:
     """TFDV's inferred schema, curated: environments with the label in TRAINING only and unconstrained (its
-    classes and presence are the config's, checked by the Trainer), a drift comparator on the label and every
-    feature the model uses (an id or a timestamp the model leaves out drifts by nature); a feature the model
-    leaves out keeps its type but no presence constraint (a rare one may be absent from a whole split)."""
+    classes and presence are the config's, checked by the Trainer); string features open to new values (no
+    domain: a new category is measured as drift and reported; list the values in a string_domain to refuse
+    others); dates marked as times (UNIX seconds); a drift comparator on the label and every feature the model
+    uses, but dates (a date moves on by nature); a feature the model leaves out keeps its type and nothing else
+    (a rare one may be absent from a whole split, and its values may change freely)."""
     import tensorflow_data_validation as tfdv
     from google.protobuf import text_format
     from tensorflow_metadata.proto.v0 import schema_pb2
@@ -260,31 +357,59 @@ def curated_schema(statistics, label: str, excluded: set[str]) -> str:
     schema = tfdv.infer_schema(statistics)
     schema.default_environment[:] = ["TRAINING", "SERVING"]
     for feature in schema.feature:
+        feature.ClearField("domain_info")  # inferred string domains would refuse every new category
         if feature.name == label:
             feature.not_in_environment.append("SERVING")
             feature.ClearField("presence")
-            feature.ClearField("domain")
-            if feature.HasField("string_domain"):
-                feature.ClearField("string_domain")
-        if feature.name in excluded:  # no input of the model: only its type is checked, not its presence
+        if feature.name in excluded:  # no input of the model: only its type is checked
             feature.ClearField("presence")
             continue
-        if feature.type == schema_pb2.BYTES:
+        if feature.name in dates:
+            feature.time_domain.integer_format = schema_pb2.TimeDomain.UNIX_SECONDS
+        elif feature.type == schema_pb2.BYTES:
             feature.drift_comparator.infinity_norm.threshold = CATEGORY_DRIFT
         else:
             comparator = feature.drift_comparator.jensen_shannon_divergence
             comparator.threshold = NUMBER_DRIFT
             comparator.source.type = comparator.source.QUANTILES
-    # Inferred string domains live at the top level: the label's values are its classes, not a domain.
-    kept = [domain for domain in schema.string_domain if domain.name != label]
     del schema.string_domain[:]
-    schema.string_domain.extend(kept)
-    header = ("# Curated by `python -m pipeline init` from TFDV statistics of the data: presence and string\n"
-              "# domains as seen; a drift comparator on the label and every feature the model uses (L-infinity on\n"
+    header = ("# Curated by `python -m pipeline init` from TFDV statistics of the data: presence as seen; string\n"
+              "# features open to new values (add a string_domain to refuse values outside a list); dates as UNIX\n"
+              "# seconds; a drift comparator on the label and every other feature the model uses (L-infinity on\n"
               "# strings, Jensen-Shannon over quantiles on numbers); the label in the TRAINING environment only,\n"
-              "# its classes in the config.\n"
+              "# its classes in the config; a left-out feature checked for its type only.\n"
               "# Edit it to tighten or loosen what the ValidationGate blocks on.\n")
-    return header + text_format.MessageToString(schema)
+    return header + text_format.MessageToString(schema, as_utf8=True)
+
+
+def span_statistics(files: list[str]):
+    """TFDV statistics of the span's TFRecord files as they are (gzip or plain), with Beam's in-memory runner
+    and TFDV's sketches for top values and unique counts (bounded memory)."""
+    import tempfile
+
+    import apache_beam as beam
+    import tensorflow_data_validation as tfdv
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.tfrecordio import ReadAllFromTFRecord
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from tfx_bsl.public import tfxio
+
+    from components.tfrecord_ingest.records import detect_compression
+
+    by_compression: dict[str, list[str]] = {}
+    for path in files:
+        by_compression.setdefault(detect_compression(path), []).append(path)
+    options = tfdv.StatsOptions(use_sketch_based_topk_uniques=True)
+    with tempfile.TemporaryDirectory(prefix="init-statistics-") as folder:
+        output = os.path.join(folder, "statistics.pb")
+        with beam.Pipeline(options=PipelineOptions(["--direct_running_mode=in_memory"])) as pipeline:
+            reads = [pipeline | f"Files{i}" >> beam.Create(paths) | f"Read{i}" >> ReadAllFromTFRecord(
+                compression_type=CompressionTypes.GZIP if compression else CompressionTypes.UNCOMPRESSED)
+                     for i, (compression, paths) in enumerate(sorted(by_compression.items()))]
+            _ = (reads | beam.Flatten()
+                 | tfxio.TFExampleBeamRecord(physical_format="tfrecord", telemetry_descriptors=["init"]).BeamSource()
+                 | tfdv.GenerateStatistics(options) | tfdv.WriteStatisticsToBinaryFile(output))
+        return tfdv.load_stats_binary(output)
 
 
 def training_size(records: int, eval_fraction: float = IngestConfig.eval_fraction) -> tuple[int, int]:
@@ -298,26 +423,21 @@ def training_size(records: int, eval_fraction: float = IngestConfig.eval_fractio
 def plan_project(folder: str, data_root: str, label: str, task: str | None = None, name: str | None = None,
                  exclude: list[str] = ()) -> Project:
     """Reads the data and decides everything; writes nothing. InitError naming what is wrong."""
-    import tensorflow_data_validation as tfdv
-
     name = name or os.path.basename(os.path.abspath(data_root).rstrip("/")) or "project"
-    if not name.replace("-", "").replace("_", "").isalnum():
+    if not name.replace("-", "").replace("_", "").isalnum() or not name.isascii():
         raise InitError(f"--name {name!r}: letters, digits, '-' and '_' only (it names files and the pipeline)")
-    columns, records, copy = read_columns(data_root)
-    try:
-        label_column = check_label(columns, label, records)
-        task, classes, task_reason = choose_task(label_column, task)
-        excluded = exclusions(columns, label, records, list(exclude))
-        inputs = {kind: [n for n, c in sorted(columns.items()) if c.kind == kind and n != label and n not in excluded]
-                  for kind in ("float", "int", "string")}
-        if not any(inputs.values()):
-            reasons = ("; ".join(f"{column}: {why}" for column, why in excluded.items())
-                       or "the label is the only column")
-            raise InitError(f"no column is left for the model to learn from ({reasons})")
-        statistics = tfdv.generate_statistics_from_tfrecord(data_location=copy)
-        schema_text = curated_schema(statistics, label, set(excluded))
-    finally:
-        os.remove(copy)
+    columns, records, files = read_columns(data_root)
+    label_column = check_label(columns, label, records)
+    task, classes, task_reason = choose_task(label_column, task)
+    excluded = exclusions(columns, label, records, list(exclude))
+    kept = {n: c for n, c in sorted(columns.items()) if n != label and n not in excluded}
+    inputs = {kind: [n for n, c in kept.items() if c.kind == kind and not c.is_date] for kind in ("float", "int", "string")}
+    inputs["date"] = [n for n, c in kept.items() if c.is_date]
+    if not any(inputs.values()):
+        reasons = ("; ".join(f"{column}: {why}" for column, why in excluded.items())
+                   or "the label is the only column")
+        raise InitError(f"no column is left for the model to learn from ({reasons})")
+    schema_text = curated_schema(span_statistics(files), label, set(excluded), set(inputs["date"]))
     batch, epochs = training_size(records)
     return Project(name, folder, data_root, records, task, label, classes, inputs, excluded, task_reason,
                    schema_text, batch, epochs)

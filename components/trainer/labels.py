@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from components.tasks import Task, TaskError, check_labels
+from components.tasks import Task, TaskError, check_labels, invalid_labels
 from components.trainer.input_pipeline import list_files, record_compression
 from models.interface import ModelModule, check_label_dtype
 
@@ -45,5 +45,31 @@ def read_labels(file_patterns: list[str], model_module: ModelModule, task: Task,
                             f"{model_module.LABEL_KEY!r} is derived from")
     labels = np.concatenate(parts) if parts else np.zeros(0, task.label_dtype)
     check_label_dtype(model_module, labels.dtype)
-    check_labels(task, labels, tuple(model_module.CLASSES), f"{split} split: label {model_module.LABEL_KEY!r}")
+    try:
+        check_labels(task, labels, tuple(model_module.CLASSES), f"{split} split: label {model_module.LABEL_KEY!r}")
+    except TaskError as error:
+        bad = invalid_labels(task, labels, tuple(model_module.CLASSES))
+        raise TaskError(f"{error}{_raw_values(files, model_module, bad, task.is_classification)}") from None
     return labels
+
+
+def _raw_values(files: list[str], model_module: ModelModule, bad: np.ndarray, classification: bool) -> str:
+    """What the records whose labels are not allowed hold in the features the label is derived from: the
+    most frequent values, with counts (read again only when reporting the error)."""
+    values: dict[str, dict] = {name: {} for name in model_module.LABEL_INPUTS}
+    dataset = tf.data.TFRecordDataset(files, compression_type=record_compression(files)).batch(BATCH).map(
+        lambda serialized: tf.io.parse_example(serialized, model_module.LABEL_INPUTS))
+    position = 0
+    for batch in dataset.as_numpy_iterator():
+        rows = len(next(iter(batch.values())))
+        for name, column in batch.items():
+            for value in column.reshape(rows, -1)[bad[position:position + rows]][:, 0]:
+                value = value.decode("utf-8", "replace") if isinstance(value, bytes) else value.item()
+                values[name][value] = values[name].get(value, 0) + 1
+        position += rows
+    described = []
+    for name, counts in values.items():
+        common = sorted(counts.items(), key=lambda item: -item[1])[:5]
+        described.append(f"{name!r}: " + ", ".join(f"{value!r} ({count:,})" for value, count in common))
+    advice = "add such a class to task.classes in the config (in label order), or " if classification else ""
+    return f"; those records hold {'; '.join(described)}: {advice}leave those records out"
