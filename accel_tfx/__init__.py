@@ -4,7 +4,6 @@ A custom type compiles to the KFP schema title `accel_tfx.<Name>` (KFP titles ar
 TFX's Kubeflow V2 entrypoint imports a custom type's class by its title (tfx#6102): `accel_tfx.ValidationReport`
 must therefore be an importable class path inside every step's container.
 """
-from components.model_export.component import ExportedModel
-from components.validation_gate.component import ValidationReport
+from components.core.artifacts import ExportedModel, ValidationReport
 
 __all__ = ["ExportedModel", "ValidationReport"]

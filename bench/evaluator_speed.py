@@ -35,10 +35,10 @@ from tfx.dsl.components.base import base_beam_executor  # noqa: E402
 from tfx.proto import example_gen_pb2  # noqa: E402
 from tfx.types import artifact_utils, standard_artifacts  # noqa: E402
 
-from components import contract  # noqa: E402
+from components.core import contract  # noqa: E402
 from components.precision_evaluator import gates  # noqa: E402
 from pipeline import mlmd  # noqa: E402
-from models.interface import load_model_module  # noqa: E402
+from components.core.model_module import load_model_module  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 
 
@@ -102,9 +102,9 @@ def run_once(executor_class, inputs: dict, production: bool, beam_args: list[str
                   "baseline_model": [inputs["baseline_model"]]}
     if production:
         input_dict["production_model"] = [inputs.get("production_model", inputs["baseline_model"])]
-    from components.precision_evaluator.executor import Target
+    from components.core.records import PredictionTarget
     module = load_model_module(load_config().train.model)
-    target = Target(module.LABEL_KEY, module.TASK, tuple(module.CLASSES))
+    target = PredictionTarget(module.LABEL_KEY, module.TASK, tuple(module.CLASSES))
     settings = {**dataclasses.asdict(load_config().evaluate), "target": dataclasses.asdict(target)}
     context = base_beam_executor.BaseBeamExecutor.Context(beam_pipeline_args=beam_args,
                                                           tmp_dir=os.path.join(work, "tmp"))

@@ -58,7 +58,7 @@ def holdout_auc(serving_version: str, holdout_file: str) -> float:
     """The AUC of a pushed model on the holdout (its serving_default and transform_features signatures)."""
     import tensorflow as tf
 
-    from components import tasks
+    from components.core import tasks
 
     model = tf.saved_model.load(serving_version)
     records = tf.constant([r.numpy() for r in tf.data.TFRecordDataset(holdout_file, compression_type="GZIP")])
@@ -70,7 +70,7 @@ def holdout_auc(serving_version: str, holdout_file: str) -> float:
 def run_stream(window: int, folders: list[str], holdout_file: str, work: str, cold: bool = False) -> list[dict]:
     import shutil
 
-    from components.precision_evaluator.gates import describe_check
+    from components.core.records import GateCheck
 
     name = f"window-{window}" + ("-cold" if cold else "")
     data, output = os.path.join(work, name, "data"), os.path.join(work, name, "output")
@@ -98,7 +98,7 @@ def run_stream(window: int, folders: list[str], holdout_file: str, work: str, co
               f"{row['served_version']}, holdout AUC {row['holdout_auc'] and round(row['holdout_auc'], 4)}",
               flush=True)
         for check in row["checks"]:
-            print("    " + describe_check(check), flush=True)
+            print("    " + GateCheck(**check).describe(), flush=True)
     return rows
 
 

@@ -28,7 +28,7 @@ import time
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_ROOT)
 
-from components import contract  # noqa: E402 - plain strings, importable before TensorFlow
+from components.core import contract  # noqa: E402 - plain strings, importable before TensorFlow
 
 STEPS = ("TFRecordIngest", "StatisticsGen", "ExampleValidator", "ValidationGate", "Fp32BaselineTrainer", "Trainer",
          "PrecisionEvaluator", "ModelExport", "AtomicPusher")

@@ -72,7 +72,7 @@ def _splits(output: str, config_file: str) -> dict:
     import tensorflow as tf
 
     from pipeline.config import load_config
-    from models.interface import load_model_module
+    from components.core.model_module import load_model_module
 
     config = load_config(config_file)
     module = load_model_module(config.train.model, config.task, config.schema_path)
@@ -106,7 +106,7 @@ def _yardsticks(task: str, splits: dict) -> dict[str, float]:
     import pandas as pd
     from sklearn.linear_model import LogisticRegression, Ridge
 
-    from components import tasks
+    from components.core import tasks
 
     (train_x, train_y), (eval_x, eval_y) = splits["train"], splits["eval"]
     train_frame, eval_frame = _frame(train_x), _frame(eval_x)
@@ -125,9 +125,9 @@ def _yardsticks(task: str, splits: dict) -> dict[str, float]:
     else:
         linear = Ridge(alpha=1.0).fit(train_encoded, train_y).predict(eval_encoded)
     primary = task_.primary.name
-    return {"LightGBM (defaults)": tasks.score(task_, eval_y, lgb)[primary],
+    return {"LightGBM (defaults)": task_.score(eval_y, lgb)[primary],
             "least squares (ridge)" if not task_.is_classification else "logistic regression":
-                tasks.score(task_, eval_y, linear)[primary]}
+                task_.score(eval_y, linear)[primary]}
 
 
 def main() -> None:

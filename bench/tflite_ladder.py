@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from components.model_export.executor import export_model  # noqa: E402
 from components.trainer.train import TrainingJob, train  # noqa: E402
-from models.interface import load_model_module  # noqa: E402
+from components.core.model_module import load_model_module  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 from pipeline.data import write_taxi_span  # noqa: E402
 
@@ -49,7 +49,7 @@ def main() -> None:
                           serving_model_dir=serving, run_dir=os.path.join(output, "run"),
                           checkpoint_dir=os.path.join(output, "ckpt")))
         report = export_model(serving, load_model_module(model_name), train_files, eval_files,
-                              os.path.join(output, "export"), settings)
+                              os.path.join(output, "export"), settings).to_json()
         variants = report["variants"]
         float32 = variants["float32"]
         print(f"\n{model_name}: SavedModel AUC {report['savedmodel']['auc']:.4f} on {report['eval_examples']} eval "

@@ -25,7 +25,7 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from components.trainer.train import ADAPT_SAMPLE_SIZE, TrainingJob, read_sample, train  # noqa: E402
-from models.interface import load_model_module  # noqa: E402
+from components.core.model_module import load_model_module  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 from pipeline.data import write_taxi_span  # noqa: E402
 
@@ -54,7 +54,7 @@ def trainer_report(model_name: str, files: dict, output: str, **overrides) -> di
     settings = load_config(train={"model": model_name, **overrides}, evaluate={"absolute_bar": None}).train
     return train(TrainingJob(settings=settings, serving_model_dir=os.path.join(output, "serving"),
                              run_dir=os.path.join(output, "run"), checkpoint_dir=os.path.join(output, "ckpt"),
-                             **files))
+                             **files)).to_json()
 
 
 def main() -> None:

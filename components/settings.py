@@ -16,8 +16,8 @@ import os
 import typing
 from dataclasses import dataclass, field
 
-from components.contract import POLICIES, STRATEGIES, TFLITE_VARIANTS
-from components.tasks import TASK_NAMES
+from components.core.contract import POLICIES, STRATEGIES, TFLITE_VARIANTS
+from components.core.tasks import TASK_NAMES
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -67,7 +67,6 @@ POSITIVE = Check(lambda v: v > 0, "must be positive")
 NOT_NEGATIVE = Check(lambda v: v >= 0, "must not be negative")
 OPTIONAL_NOT_NEGATIVE = Check(lambda v: v is None or v >= 0, "must not be negative (or null: none)")
 AT_LEAST_1 = Check(lambda v: v >= 1, "must be at least 1")
-BETWEEN_0_AND_1 = Check(lambda v: 0 <= v <= 1, "must be between 0 and 1")
 STRICTLY_BETWEEN_0_AND_1 = Check(lambda v: 0 < v < 1, "must be between 0 and 1 (exclusive)")
 STRATEGY = Check(lambda v: v in ("auto",) + STRATEGIES, "must be auto or one of " + ", ".join(STRATEGIES))
 PRECISION = Check(lambda v: v in ("auto",) + POLICIES, "must be auto or one of " + ", ".join(POLICIES))
@@ -104,7 +103,7 @@ class IngestConfig:
 
 @dataclass
 class TrainConfig:
-    model: str = setting("models.taxi", NOT_EMPTY)  # a module defining models/interface.py's ModelModule
+    model: str = setting("models.taxi", NOT_EMPTY)  # a module defining components/core/model_module.py's ModelModule
     batch_size: int = setting(256, POSITIVE)  # per replica; the global batch is this times the replicas in sync
     epochs: int = setting(10, POSITIVE)  # passes over the training data
     # for one replica's batch; scaled linearly with replicas x accumulation

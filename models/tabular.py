@@ -21,13 +21,13 @@ SavedModel parses an absent feature as, and what a device caller passes (the exp
 An infinite float counts as missing too, in training and serving alike.
 
 Names: any column name works. The dicts keep the columns' own names (INPUTS, the preprocessing's inputs,
-which are tf.Example keys); Keras inputs are named components.feature_names.internal_names(INPUTS), every
+which are tf.Example keys); Keras inputs are named components.core.feature_names.internal_names(INPUTS), every
 layer derived from a column derived_name(its internal name, part) and every other `tabular.<part>`: names
 with a '.', which no internal name holds, so that no layer can be called like a column. The preprocessing's
 outputs, the model's inputs, are named by the layers that compute them: `<internal>.standardized`,
 `<internal>.missing`, `<internal>.bins`, `<internal>.lookup`, `<internal>.calendar`.
 
-A model module of one's own (models/interface.py) is the way beyond this: models/taxi.py is an example.
+A model module of one's own (components/core/model_module.py) is the way beyond this: models/taxi.py is an example.
 """
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from components.feature_names import derived_name, internal_names
-from components.tasks import BINARY, MULTICLASS, REGRESSION, TaskError
+from components.core.feature_names import derived_name, internal_names
+from components.core.tasks import TaskError, task_named
 from models.layers import MISSING_INT, CalendarFeatures, Standardize, Vocabulary, keras_dtype
 
 CATEGORICAL_MAX = 50  # an integer with at most this many distinct values in the sample is a category
@@ -53,14 +53,14 @@ _LAYER = "tabular.{}"  # the name of a layer derived from no column: a '.' keeps
 
 def configure(schema_path: str, task) -> "SchemaModel":
     """Input: the curated schema's path and the config's `task` section (components.settings.TaskConfig).
-    Output: the model module (models.interface.ModelModule) for that schema and label. TaskError names what
+    Output: the model module (components.core.model_module.ModelModule) for that schema and label. TaskError names what
     is missing or wrong: the task type, the label, (classification) the classes, or a date that is not an int64
     feature of the schema."""
     if not task.type:
         raise TaskError("models.tabular needs task.type in the config (binary, multiclass or regression)")
     if not task.label:
         raise TaskError("models.tabular needs task.label in the config: the label column")
-    if task.type != REGRESSION and not task.classes:
+    if task_named(task.type).is_classification and not task.classes:
         raise TaskError(f"models.tabular needs task.classes for a {task.type} task: the class names in label order")
     model = SchemaModel(schema_path, task.type, task.label, tuple(task.classes), tuple(task.exclude),
                         tuple(task.dates))
@@ -75,7 +75,8 @@ class SchemaModel:
     def __init__(self, schema_path: str, task: str, label: str, classes: tuple[str, ...], exclude: tuple[str, ...],
                  dates: tuple[str, ...] = ()):
         self.TASK, self.LABEL_KEY = task, label
-        self.CLASSES = classes if task != REGRESSION else ()
+        self.task = task_named(task)
+        self.CLASSES = classes if self.task.is_classification else ()
         self._schema_path, self._exclude = schema_path, set(exclude)
         self.dates = tuple(dates)  # int64 features holding seconds since 1970-01-01 UTC
         # What a caller of the device model passes for each date (the export report lists it).
@@ -120,7 +121,7 @@ class SchemaModel:
         """Classification: the class id of the label's value among CLASSES (-1 for any other value, which
         the Trainer reports), float32 for binary; regression: the value as float32."""
         value = features[self.LABEL_KEY]
-        if self.TASK == REGRESSION:
+        if not self.task.is_classification:
             return tf.cast(value, tf.float32)
         if value.dtype.is_floating:  # a class id pandas wrote as a float (0.0, 1.0): compared as numbers
             names = [float(name) if _is_number(name) else float("nan") for name in self.CLASSES]
@@ -130,12 +131,12 @@ class SchemaModel:
             matches = tf.equal(tf.expand_dims(text, -1), tf.constant(list(self.CLASSES)))
         class_id = tf.where(tf.reduce_any(matches, axis=-1), tf.argmax(tf.cast(matches, tf.int64), axis=-1),
                             tf.constant(-1, tf.int64))
-        return tf.cast(class_id, tf.float32) if self.TASK == BINARY else class_id
+        return tf.cast(class_id, self.task.label_dtype)
 
     def build_preprocessing(self, sample: dict[str, np.ndarray]) -> keras.Model:
         """Input: training rows (name -> 1-D array) of the inputs and the label. Output: a Keras model, raw
         features (a dict keyed by the columns' names) -> model-ready tensors (module docstring)."""
-        if self.TASK == REGRESSION and self.LABEL_KEY in sample:
+        if not self.task.is_classification and self.LABEL_KEY in sample:
             labels = np.asarray(sample[self.LABEL_KEY], np.float64)
             labels = labels[np.isfinite(labels)]
             if labels.size:
@@ -173,7 +174,7 @@ class SchemaModel:
 
     def build_model(self, preprocessing: keras.Model) -> keras.Model:
         """Input: the model from build_preprocessing. Output: an uncompiled Keras model, model-ready tensors ->
-        the task's output (models/interface.py), float32 whatever precision policy the trainer sets. Each
+        the task's output (components/core/model_module.py), float32 whatever precision policy the trainer sets. Each
         input is named by the preprocessing layer that computes it, which tells its kind: a Vocabulary's or
         a Discretization's index goes through an embedding, a float tensor in as it is."""
         inputs = {name: keras.Input(shape=tensor.shape[1:], name=name, dtype=tensor.dtype)
@@ -198,15 +199,12 @@ class SchemaModel:
     def head(self, hidden):
         """Input: the last hidden tensor. Output: the task's output in float32 (class probabilities, the
         probability of the positive class, or the prediction in the label's units)."""
-        if self.TASK == MULTICLASS:
-            logits = keras.layers.Dense(len(self.CLASSES), dtype="float32", name=_LAYER.format("logits"))(hidden)
-            return keras.layers.Activation("softmax", dtype="float32",
-                                           name=_LAYER.format("class_probabilities"))(logits)
-        if self.TASK == BINARY:
-            logit = keras.layers.Dense(1, dtype="float32", name=_LAYER.format("logit"))(hidden)
-            return keras.layers.Activation("sigmoid", dtype="float32", name=_LAYER.format("probability"))(logit)
-        standardized = keras.layers.Dense(1, dtype="float32", name=_LAYER.format("standardized_prediction"))(hidden)
-        return Rescale(*self._label_scale, dtype="float32", name=_LAYER.format("prediction"))(standardized)
+        output = keras.layers.Dense(self.task.output_width(self.CLASSES), dtype="float32",
+                                    name=_LAYER.format("output"))(hidden)
+        if self.task.is_classification:  # a sigmoid (binary) or a softmax (multiclass)
+            return keras.layers.Activation(self.task.output_activation, dtype="float32",
+                                           name=_LAYER.format("probabilities"))(output)
+        return Rescale(*self._label_scale, dtype="float32", name=_LAYER.format("prediction"))(output)
 
 
 def _is_number(text: str) -> bool:

@@ -16,7 +16,7 @@ import sys
 import traceback
 import warnings
 
-from components.tasks import TASK_NAMES
+from components.core.tasks import TASK_NAMES
 from pipeline.stderr_filter import drop_native_info_lines
 
 
@@ -24,10 +24,18 @@ EXAMPLES = ("taxi", "penguins")  # pipeline.data.EXAMPLES, without importing Ten
 CONFIG_HELP = "YAML file of config overrides (keys and defaults: components/settings.py)"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: one subcommand per command, each with its options."""
     parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+    _add_run_commands(commands)
+    _add_data_commands(commands)
+    _add_inspection_commands(commands)
+    return parser
 
+
+def _add_run_commands(commands) -> None:
+    """run and demo."""
     run = commands.add_parser("run", help="run the whole pipeline locally (LocalDagRunner, SQLite MLMD)")
     demo = commands.add_parser("demo", help="like run, writing the bundled taxi data as span-1 first if missing")
     for command in (run, demo):
@@ -40,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
                                                    "(overrides serving_dir)")
         command.add_argument("--verbose", action="store_true", help="show TensorFlow, TFX and Beam logs")
 
+
+def _add_data_commands(commands) -> None:
+    """prepare-data and init."""
     data = commands.add_parser("prepare-data", help="write a CSV file of yours, or an example dataset (the bundled taxi "
                                                     "CSV, TFX's penguins), as a span of TFRecord tf.Examples")
     data.add_argument("--csv", help="your CSV file (a header row, then one row per example)")
@@ -71,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     for command in (data, init):
         command.add_argument("--verbose", action="store_true")
 
+
+def _add_inspection_commands(commands) -> None:
+    """doctor, status and compile."""
     doctor = commands.add_parser("doctor", help="check this machine against the config: GPUs, TPUs, bf16, XLA, "
                                                 "strategy and precision, writable output; exit 1 on a problem")
     doctor.add_argument("--config", help=CONFIG_HELP)
@@ -93,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     compile_.add_argument("--serving-dir", help="push directory as the pusher's pod sees it (absolute path or gs:// / s3:// URI)")
     compile_.add_argument("--verbose", action="store_true")
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs one command. Output: the exit status."""
+    args = build_parser().parse_args(argv)
     quiet_logs(args.verbose)
     # The real command line only: in-process callers (tests) keep their stderr as it is.
     end_filter = drop_native_info_lines() if argv is None and not args.verbose else (lambda: None)
@@ -258,7 +275,7 @@ def run_pipeline(args, write_demo_data: bool = False) -> int:
                                  serving_dir=args.serving_dir)
     if config is None:
         return 2
-    from components.artifact_files import register_filesystems_for
+    from components.core.artifact_files import register_filesystems_for
     try:
         register_filesystems_for(config.data_root, config.pipeline_root, config.push_dir)
     except RuntimeError as error:
@@ -283,7 +300,7 @@ def run_pipeline(args, write_demo_data: bool = False) -> int:
 def _run_and_report(config, verbose: bool, known_runs: frozenset[str]) -> int:
     """Runs the pipeline (call inside locked_run), prints how it ended and writes its report. Output: the
     exit status. `known_runs`: the run ids MLMD held before this run, so the report is this run's own."""
-    from components.tasks import TaskError
+    from components.core.tasks import TaskError
     from components.tfrecord_ingest.records import IngestionError
     from pipeline.local_runner import run_locked
     try:

@@ -5,7 +5,7 @@ YAML mirrors the dataclasses: top-level keys plus the sections `ingest`, `train`
 Relative paths in the file (data_root, output_dir, artifact_root, serving_dir, schema_path) are relative to the
 file's folder; paths given on the command line, to the working directory.
 Malformed YAML, unknown keys, wrong types and values failing their field's check raise ConfigError naming the file
-and line or the key; so do a `train.model` that does not import or lacks part of models.interface.ModelModule,
+and line or the key; so do a `train.model` that does not import or lacks part of components.core.model_module.ModelModule,
 and a local `schema_path` that is missing or not a TFMD Schema text proto.
 """
 from __future__ import annotations
@@ -20,8 +20,8 @@ import yaml
 
 from components.settings import (CHECK, PROJECT_ROOT, EvaluateConfig, ExportConfig, IngestConfig,  # noqa: F401
                                  PipelineConfig, ResourcesConfig, StepResources, TrainConfig)
-from components.tasks import BINARY, Task, gateable
-from models.interface import ModelModuleError, check_task, load_model_module, task_of
+from components.core.tasks import Task
+from components.core.model_module import ModelModuleError, check_task, load_model_module, task_of
 
 
 class ConfigError(ValueError):
@@ -44,7 +44,7 @@ def load_config(path: str | None = None, check_references: bool = True, **overri
     if check_references:
         check_schema(config.schema_path)
         task = check_model_module(config)
-        if task.name != BINARY and "absolute_bar" not in (raw.get("evaluate") or {}):
+        if task.default_bar != config.evaluate.absolute_bar and "absolute_bar" not in (raw.get("evaluate") or {}):
             raise ConfigError(f"evaluate.absolute_bar: the default bar ({config.evaluate.absolute_bar}) is for a "
                               f"binary task's AUC; {config.train.model} is a {task.name} model, whose "
                               f"{task.primary.name} needs a bar of its own: set evaluate.absolute_bar, or null "
@@ -96,7 +96,7 @@ def _relative_to(folder: str, raw: dict) -> dict:
 def _local_paths_as_paths(config: PipelineConfig) -> PipelineConfig:
     """`file://` URIs become plain paths (os calls and MLMD take them only so); an output directory that is
     not local is a ConfigError: MLMD's SQLite database and the run lock live there."""
-    from components.artifact_files import local_path
+    from components.core.artifact_files import local_path
 
     config = dataclasses.replace(config, **{key: local_path(getattr(config, key)) for key in PATH_KEYS})
     if "://" in config.output_dir:
@@ -170,7 +170,7 @@ def _read_yaml(path: str) -> dict:
 
 def check_model_module(config: PipelineConfig) -> Task:
     """Output: the model module's task. Raises ConfigError naming `train.model` when the model module does not
-    import, lacks part of models.interface.ModelModule, or its task and classes do not fit (the message names
+    import, lacks part of components.core.model_module.ModelModule, or its task and classes do not fit (the message names
     the module and what is wrong), or the `task` section disagrees with it; naming `evaluate.gate_metrics`
     when a metric there is not one of the task's."""
     name, gate_metrics = config.train.model, config.evaluate.gate_metrics
@@ -182,7 +182,7 @@ def check_model_module(config: PipelineConfig) -> Task:
                  if error.not_found else "")
         raise ConfigError(f"train.model: {error}{where}") from None
     task = task_of(module)
-    allowed = [metric.name for metric in gateable(task)]
+    allowed = [metric.name for metric in task.gateable()]
     for metric in gate_metrics:
         if metric not in allowed:
             raise ConfigError(f"evaluate.gate_metrics: {metric!r} is not a metric a {task.name} task can be gated "

@@ -535,22 +535,46 @@ def write_csv_span(path: str, data_root: str, span: int = 1, delimiter: str | No
         if name not in columns:
             raise CsvError(f"{path}: {'--require' if name in required else '--date-format'} names the column "
                            f"{name!r}, which the header does not have (columns: {', '.join(columns)})")
+    types, fixed, fixed_by, notes = column_types(path, delimiter, header, data_root, schema_path, missing_tokens,
+                                                 date_formats)
+    span_dir, rows, skipped, empty, missing_counts = _write_span(path, delimiter, header, data_root, span, types,
+                                                                 missing_tokens, required, fixed_by)
+    _record_types(data_root, span, types, fixed)
+    return CsvSummary(span_dir, rows, skipped, empty, delimiter, types.types, missing_counts, types.date_forms,
+                      fixed_by, notes)
+
+
+def column_types(path: str, delimiter: str, header: list[str], data_root: str, schema_path: str | None,
+                 missing_tokens: tuple[str, ...], date_formats: dict[str, str]
+                 ) -> tuple[ColumnTypes, ColumnTypes | None, str, list[str]]:
+    """The first pass, and the types an earlier span or a schema fixed over it. Output: (the types the span is
+    written with, the fixed ones or None, where they came from, notes on columns that look like dates)."""
+    columns = [name.strip() for name in header]
     fixed, fixed_by = fixed_types(data_root, schema_path)
     recorded = fixed_types(data_root, None)[0] if schema_path else fixed
     recorded_forms = recorded.date_forms if recorded else {}
     inferred, notes = infer_types(path, delimiter, header, missing_tokens, date_formats)
     types = ColumnTypes(dict(inferred.types), dict(inferred.date_forms))
-    if fixed is not None:
-        for column in columns:
-            if column in fixed.types:
-                types.types[column] = fixed.types[column]
-                if fixed.types[column] == "date":
-                    types.date_forms[column] = (date_formats.get(column) or fixed.date_forms.get(column)
-                                                or recorded_forms.get(column) or inferred.date_forms.get(column)
-                                                or "iso")
-                else:
-                    types.date_forms.pop(column, None)
-        notes = [note for note in notes if not any(repr(c) in note for c in fixed.types)]
+    if fixed is None:
+        return types, None, "", notes
+    for column in columns:
+        if column in fixed.types:
+            types.types[column] = fixed.types[column]
+            if fixed.types[column] == "date":
+                types.date_forms[column] = (date_formats.get(column) or fixed.date_forms.get(column)
+                                            or recorded_forms.get(column) or inferred.date_forms.get(column) or "iso")
+            else:
+                types.date_forms.pop(column, None)
+    return types, fixed, fixed_by, [note for note in notes if not any(repr(c) in note for c in fixed.types)]
+
+
+def _write_span(path: str, delimiter: str, header: list[str], data_root: str, span: int, types: ColumnTypes,
+                missing_tokens: tuple[str, ...], required: tuple[str, ...], fixed_by: str
+                ) -> tuple[str, int, int, int, dict[str, int]]:
+    """The second pass: every block written to the span's shards under hidden names, renamed into place only
+    when every row was read (on any error the span, or the data root it created, is removed). Output: (span
+    folder, rows written, rows left out for a required cell, empty rows skipped, missing cells per column)."""
+    columns = [name.strip() for name in header]
     span_dir = os.path.join(data_root, f"span-{span}")
     files = _storage(data_root)
     created = data_root if not files.exists(data_root) else span_dir if not files.exists(span_dir) else None
@@ -582,9 +606,7 @@ def write_csv_span(path: str, data_root: str, span: int = 1, delimiter: str | No
     for writer, partial, final in zip(writers, temporary, paths):
         writer.close()
         files.rename(partial, final)
-    _record_types(data_root, span, types, fixed)
-    return CsvSummary(span_dir, rows, skipped, empty, delimiter, types.types, missing_counts, types.date_forms,
-                      fixed_by, notes)
+    return span_dir, rows, skipped, empty, missing_counts
 
 
 def _write_block(path, delimiter, block, columns, types: ColumnTypes, missing_tokens, required, writers,

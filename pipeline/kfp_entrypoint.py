@@ -18,7 +18,7 @@ INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports a command stoppe
 
 
 def main() -> None:
-    from components.artifact_files import register_filesystems_for
+    from components.core.artifact_files import register_filesystems_for
     from components.process_exit import exit_past_native_teardown
 
     register_filesystems_for(" ".join(sys.argv[1:]))

@@ -19,7 +19,7 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 from tfx.dsl.components.base import base_component
 
-from components import contract
+from components.core import contract
 from pipeline.config import PROJECT_ROOT, PipelineConfig, StepResources
 from pipeline.kfp_entrypoint import TFX_ENTRYPOINT
 from pipeline.pipeline import baseline_after_candidate, create_pipeline

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from components import contract, tasks
-from components.precision_evaluator.gates import describe_check, format_number
+from components.core import contract
+from components.core.records import format_number
 from pipeline.config import PipelineConfig
 from pipeline.run_facts import RunFacts, read_run_facts
 from pipeline.run_guard import claim_pipeline_root, exclusive_run, recover_interrupted_runs
@@ -40,25 +40,25 @@ class RunSummary:
         lines = ["", "Run summary", "-----------"]
         for step in self.steps:
             lines.append(f"  {step.name:<32} {step.status:<7} {step.seconds:6.1f} s")
-        if t := facts.training.get(contract.TRAINER_NODE):
-            wait = "n/a" if t.get("input_wait_fraction") is None else f"{100 * t['input_wait_fraction']:.1f}%"
-            lines.append(f"  training: {t.get('task', 'binary')}, {t['strategy']} x{t['replicas']}, {t['precision']}, "
-                         f"XLA {'on' if t['xla'] else 'off'}, {t['examples_per_second']:,.0f} examples/s, "
+        if (t := facts.training.get(contract.TRAINER_NODE)) and not t.skipped:
+            wait = "n/a" if t.input_wait_fraction is None else f"{100 * t.input_wait_fraction:.1f}%"
+            lines.append(f"  training: {t.task_name}, {t.strategy} x{t.replicas}, {t.precision}, "
+                         f"XLA {'on' if t.xla else 'off'}, {t.examples_per_second:,.0f} examples/s, "
                          f"input wait {wait}")
         if metrics := facts.candidate_metrics:
             lines.append("  eval metrics: " + ", ".join(f"{k} {format_number(v)}" for k, v in sorted(metrics.items())))
         if facts.evaluation:
-            lines.append(f"  evaluation: {facts.evaluation['summary']}")
-            for check in facts.evaluation["checks"]:
-                lines.append(f"    {describe_check(check)}")
-            for note in facts.evaluation.get("notes", []):  # e.g. why the production model was not compared
+            lines.append(f"  evaluation: {facts.evaluation.summary}")
+            for check in facts.evaluation.checks:
+                lines.append(f"    {check.describe()}")
+            for note in facts.evaluation.notes:  # e.g. why the production model was not compared
                 lines.append(f"    note: {note}")
-        if facts.export.get("exported"):
-            recommended = facts.export["recommended"]
-            variant = facts.export["variants"].get(recommended, {})
-            primary = tasks.task_named(facts.export.get("task", tasks.BINARY)).primary
+        if facts.export and facts.export.exported:
+            recommended = facts.export.recommended
+            variant = facts.export.variants.get(recommended, {})
+            primary = facts.export.task.primary
             lines.append(f"  TFLite for devices: {recommended or 'none accepted'}" + (
-                f" ({facts.export['inputs']} in, {variant['size_bytes']:,} bytes, {primary.label} "
+                f" ({facts.export.inputs} in, {variant['size_bytes']:,} bytes, {primary.label} "
                 f"{variant[primary.name]:.4f}, {variant['median_latency_us']:.1f} µs/example)" if variant else ""))
         lines.append(f"  blessed: {'yes' if facts.blessed else 'no' if facts.blessed is False else 'not evaluated'}")
         lines.append(f"  pushed to: {facts.pushed_to or 'nothing pushed'}")

@@ -1,13 +1,13 @@
 """The pipeline's MLMD store, read: its runs, each run's executions per node, their output artifacts and the
 files and properties the run facts (pipeline/run_facts.py), the run guard and the benchmarks read from them.
 
-Every artifact key, property and file name comes from components/contract.py.
+Every artifact key, property and file name comes from components/core/contract.py.
 """
 from __future__ import annotations
 
 import os
 
-from components import contract
+from components.core import contract
 from pipeline.config import PipelineConfig
 
 
@@ -65,7 +65,7 @@ def output_artifact(store, execution, output_key: str):
 def artifact_json(artifact, name: str) -> dict:
     """The JSON file `name` in an MLMD artifact's folder (a local path or a URI), or {} when there is no
     artifact or no file."""
-    from components.artifact_files import read_json_if_exists
+    from components.core.artifact_files import read_json_if_exists
 
     return (artifact and read_json_if_exists(os.path.join(artifact.uri, name))) or {}
 

@@ -22,9 +22,8 @@ import os
 import numpy as np
 
 from components.settings import IngestConfig
-from components.tasks import BINARY, MULTICLASS, REGRESSION, TASK_NAMES
+from components.core.tasks import TaskError, task_for_label, task_named
 
-CLASSIFICATION_MAX_INTS = 20  # an integer label with at most this many distinct values is a class id
 MOSTLY_MISSING = 0.5  # a label missing in more than this share of rows cannot be trained on
 UNIQUE_ID_MIN_ROWS = 20  # below this many rows, a column of distinct values is not called an id
 RARE = 0.01  # a column present in fewer than this share of records is too rare to learn from
@@ -118,7 +117,7 @@ class Project:
                  f"task: {self.task} ({self.task_reason})", f"label: {self.label}"]
         if self.classes:
             lines.append("classes: " + ", ".join(f"{i} {name!r}" for i, name in enumerate(self.classes))
-                         + (f" (positive: {self.classes[1]!r})" if self.task == BINARY else ""))
+                         + (f" (positive: {self.classes[1]!r})" if len(self.classes) == 2 else ""))
         for kind, names in self.inputs.items():
             if names:
                 lines.append(f"{kind} features: {', '.join(names)}")
@@ -268,35 +267,27 @@ def _date_columns(data_root: str) -> dict[str, str]:
 
 
 def choose_task(label: Column, asked: str | None) -> tuple[str, list[str], str]:
-    """Input: the label's column and the task asked for (None: choose). Output: (task, classes, why).
+    """Input: the label's column and the task asked for (None: choose). Output: (task name, classes, why).
     InitError when the label cannot serve the task. A float label whose values are whole numbers (pandas
     writes a 0/1 column with missing cells as 0.0/1.0) can be a class id."""
     distinct = label.sorted_values()
-    whole = label.kind == "float" and distinct and all(float(value).is_integer() for value in distinct)
-    kind = "int" if whole else label.kind
-    if asked and asked not in TASK_NAMES:
-        raise InitError(f"--task {asked}: one of {', '.join(TASK_NAMES)}")
-    if asked == REGRESSION and label.kind == "string":
-        raise InitError(f"--task regression: the label {label.name!r} holds strings ({', '.join(map(str, distinct[:3]))}"
-                        f"...); choose binary or multiclass, or another label")
-    if asked in (BINARY, MULTICLASS) and kind == "float":
-        raise InitError(f"--task {asked}: the label {label.name!r} holds fractional numbers; a class label holds "
-                        "strings or whole numbers (choose regression, or another label)")
-    classes = [str(int(value)) if whole else str(value) for value in distinct]
+    whole = label.kind == "float" and bool(distinct) and all(float(value).is_integer() for value in distinct)
     count = label.distinct
-    if asked == BINARY and count != 2:
-        raise InitError(f"--task binary: the label {label.name!r} has {count} distinct values, not 2")
-    if asked == MULTICLASS and count < 3:
-        raise InitError(f"--task multiclass: the label {label.name!r} has {count} distinct values; a "
-                        f"multi-class label has 3 or more (choose binary)")
     if asked:
-        return asked, classes if asked != REGRESSION else [], "set with --task"
-    described = f"{label.kind} label with {count:,} distinct values" + (", all whole" if whole and count == 2 else "")
-    if label.kind == "float" and not (whole and count == 2):
-        return REGRESSION, [], described
-    if kind == "int" and count > CLASSIFICATION_MAX_INTS:
-        return REGRESSION, [], described
-    return (BINARY if count == 2 else MULTICLASS), classes, described
+        try:
+            task = task_named(asked)
+        except TaskError as error:
+            raise InitError(f"--task {asked}: {error}") from None
+        problem = task.label_problem(label.kind, count, whole)
+        if problem:
+            sample = f" ({', '.join(map(str, distinct[:3]))}...)" if label.kind == "string" else ""
+            raise InitError(f"--task {asked}: the label {label.name!r} {problem}{sample}")
+        reason = "set with --task"
+    else:
+        task = task_for_label(label.kind, count, whole)
+        reason = f"{label.kind} label with {count:,} distinct values" + (", all whole" if whole and count == 2 else "")
+    classes = [str(int(value)) if whole else str(value) for value in distinct] if task.is_classification else []
+    return task.name, classes, reason
 
 
 def check_label(columns: dict[str, Column], label: str, records: int) -> Column:

@@ -35,21 +35,60 @@ from tfx.dsl.io import fileio
 from tfx.orchestration import metadata, pipeline as tfx_pipeline
 from tfx.types import BaseChannel, Channel, standard_artifacts
 
-from components import contract
+from components.core import contract
 from components.atomic_pusher.component import AtomicPusher
 from components.model_export.component import ModelExport
 from components.precision_evaluator.component import PrecisionEvaluator
-from components.precision_evaluator.executor import Target
 from components.tfrecord_ingest.component import TFRecordIngest
 from components.trainer.component import Trainer
 from components.tfrecord_ingest.records import fingerprint_input
-from components.validation_gate.component import ValidationGate, ValidationReport
+from components.core.artifacts import ValidationReport
+from components.validation_gate.component import ValidationGate
 from pipeline.code_fingerprint import code_fingerprint
 from pipeline.config import PipelineConfig
-from models.interface import load_model_module
+from components.core.model_module import load_model_module
+from components.core.records import PredictionTarget
 from pipeline.resolvers import LatestBlessedModelFromOtherData, LatestFromOtherData
 
 TRAINER_PACKAGE = "components.trainer"
+
+
+@dataclasses.dataclass
+class DataNodes:
+    """The data half of the DAG: ingestion, statistics, the curated schema and the validation gate."""
+    ingest: TFRecordIngest
+    statistics_gen: StatisticsGen
+    schema_gen: ImportSchemaGen
+    example_validator: ExampleValidator
+    previous_validation: Resolver
+    validation_gate: ValidationGate
+
+    @property
+    def examples(self) -> BaseChannel:
+        return self.ingest.outputs[contract.EXAMPLES]
+
+    @property
+    def schema(self) -> BaseChannel:
+        return self.schema_gen.outputs[contract.SCHEMA]
+
+    def nodes(self) -> list:
+        return [self.ingest, self.statistics_gen, self.schema_gen, self.example_validator, self.previous_validation,
+                self.validation_gate]
+
+
+@dataclasses.dataclass
+class TrainingNodes:
+    """The two Trainers and the resolver of the latest blessed model (warm start, production reference)."""
+    latest_blessed: Resolver
+    trainer: Trainer
+    baseline_trainer: Trainer
+
+    @property
+    def production_model(self) -> BaseChannel:
+        return self.latest_blessed.outputs[contract.MODEL]
+
+    def nodes(self) -> list:
+        return [self.latest_blessed, self.trainer, self.baseline_trainer]
 
 
 def create_pipeline(config: PipelineConfig, pipeline_root: str | None = None,
@@ -63,6 +102,25 @@ def create_pipeline(config: PipelineConfig, pipeline_root: str | None = None,
     the two train side by side, see baseline_after_candidate). Output: the TFX pipeline (no runner attached)."""
     pipeline_root = _absolute(pipeline_root or config.pipeline_root)  # MLMD's URIs then read from any directory
     data_fingerprint = fingerprint_input(config.data_root, config.ingest.span_window) if fingerprint_data else ""
+    data = data_nodes(config, data_fingerprint)
+    training = training_nodes(config, data, data_fingerprint, os.path.join(pipeline_root, "checkpoints"),
+                              vertex_training, baseline_after_candidate)
+    release = release_nodes(config, data, training)
+    if fingerprint_data:  # a local run: the schema is read here (compiled, it is a path in the step's image)
+        data.schema_gen.executor_spec.add_extra_flags([f"--schema_fingerprint={_file_digest(config.schema_path)}"])
+    return tfx_pipeline.Pipeline(
+        pipeline_name=config.pipeline_name,
+        pipeline_root=pipeline_root,
+        components=data.nodes() + training.nodes() + release,
+        enable_cache=config.enable_cache,
+        metadata_connection_config=metadata.sqlite_metadata_connection_config(
+            config.metadata_path),
+        beam_pipeline_args=config.beam_pipeline_args)
+
+
+def data_nodes(config: PipelineConfig, data_fingerprint: str) -> DataNodes:
+    """TFRecordIngest -> StatisticsGen -> ImportSchemaGen -> ExampleValidator -> ValidationGate (blocking
+    anomalies; drift from the last accepted span's statistics)."""
     ingest = TFRecordIngest(input_base=config.data_root, eval_fraction=config.ingest.eval_fraction,
                             span_window=config.ingest.span_window, input_fingerprint=data_fingerprint)
     examples = ingest.outputs[contract.EXAMPLES]
@@ -76,54 +134,48 @@ def create_pipeline(config: PipelineConfig, pipeline_root: str | None = None,
     validation_gate = ValidationGate(
         anomalies=example_validator.outputs[contract.ANOMALIES], statistics=statistics, schema=schema,
         examples=examples, previous_report=previous_validation.outputs[contract.PREVIOUS_VALIDATION_REPORT])
+    for node in (ingest, validation_gate):
+        _key_cache_on_code(node)
+    return DataNodes(ingest, statistics_gen, schema_gen, example_validator, previous_validation, validation_gate)
+
+
+def training_nodes(config: PipelineConfig, data: DataNodes, data_fingerprint: str, checkpoint_root: str,
+                   vertex_training: dict | None, baseline_after_candidate: bool) -> TrainingNodes:
+    """The candidate's Trainer and the FP32 baseline Trainer, both after the ValidationGate and warm-started
+    from the latest blessed model (when warm start is on)."""
     latest_blessed = _resolver("latest_blessed_model_resolver", data_fingerprint, blessed_model=True,
                                **{contract.MODEL: Channel(type=standard_artifacts.Model),
                                   contract.MODEL_BLESSING: Channel(type=standard_artifacts.ModelBlessing)})
-    production_model = latest_blessed.outputs[contract.MODEL]
-    base_model = production_model if config.train.warm_start else None
-    checkpoint_root = os.path.join(pipeline_root, "checkpoints")
-    trainer = _trainer(config, examples, schema, base_model, contract.TRAINER_NODE, checkpoint_root, vertex_training)
+    base_model = latest_blessed.outputs[contract.MODEL] if config.train.warm_start else None
+    trainer = _trainer(config, data.examples, data.schema, base_model, contract.TRAINER_NODE, checkpoint_root,
+                       vertex_training)
     candidate_run = trainer.outputs[contract.MODEL_RUN] if baseline_after_candidate else None
-    baseline_trainer = _trainer(config, examples, schema, base_model, contract.FP32_BASELINE_NODE, checkpoint_root,
-                                vertex_training, candidate_run=candidate_run, precision="float32", xla="off",
-                                input_probe_steps=0)  # the reference: its input wait is not what we tune
+    baseline_trainer = _trainer(config, data.examples, data.schema, base_model, contract.FP32_BASELINE_NODE,
+                                checkpoint_root, vertex_training, candidate_run=candidate_run, precision="float32",
+                                xla="off", input_probe_steps=0)  # the reference: its input wait is not what we tune
     for node in (trainer, baseline_trainer):
-        node.add_upstream_node(validation_gate)  # blocking anomalies and drift stop the run before any training
-    model, baseline_model = trainer.outputs[contract.MODEL], baseline_trainer.outputs[contract.MODEL]
+        node.add_upstream_node(data.validation_gate)  # blocking anomalies and drift stop the run before training
+    return TrainingNodes(latest_blessed, trainer, baseline_trainer)
+
+
+def release_nodes(config: PipelineConfig, data: DataNodes, training: TrainingNodes) -> list:
+    """PrecisionEvaluator (candidate vs FP32 baseline vs production) -> ModelExport -> AtomicPusher."""
+    model = training.trainer.outputs[contract.MODEL]
+    baseline_model = training.baseline_trainer.outputs[contract.MODEL]
     model_module = load_model_module(config.train.model, config.task, config.schema_path)
     evaluator = PrecisionEvaluator(
-        examples=examples,
-        model=model,
-        baseline_model=baseline_model,
-        production_model=production_model,
-        settings=config.evaluate,
-        target=Target(model_module.LABEL_KEY, model_module.TASK, tuple(model_module.CLASSES)))
+        examples=data.examples, model=model, baseline_model=baseline_model,
+        production_model=training.production_model, settings=config.evaluate,
+        target=PredictionTarget(model_module.LABEL_KEY, model_module.TASK, tuple(model_module.CLASSES)))
     blessing = evaluator.outputs[contract.BLESSING]
-    export = ModelExport(
-        examples=examples,
-        schema=schema,
-        model=model,
-        baseline_model=baseline_model,
-        blessing=blessing,
-        model_module=config.train.model,
-        task=config.task,
-        settings=config.export)
+    export = ModelExport(examples=data.examples, schema=data.schema, model=model, baseline_model=baseline_model,
+                         blessing=blessing, model_module=config.train.model, task=config.task, settings=config.export)
     pusher = AtomicPusher(exported_model=export.outputs[contract.EXPORTED_MODEL], blessing=blessing,
                           push_dir=_absolute(config.push_dir))
-    for node in (ingest, validation_gate, evaluator, pusher):
+    for node in (evaluator, pusher):
         _key_cache_on_code(node)
     _key_cache_on_code(export, config.train.model)  # it rebuilds the model-ready model with the model's code
-    if fingerprint_data:  # a local run: the schema is read here (compiled, it is a path in the step's image)
-        schema_gen.executor_spec.add_extra_flags([f"--schema_fingerprint={_file_digest(config.schema_path)}"])
-    return tfx_pipeline.Pipeline(
-        pipeline_name=config.pipeline_name,
-        pipeline_root=pipeline_root,
-        components=[ingest, statistics_gen, schema_gen, example_validator, previous_validation, validation_gate,
-                    latest_blessed, trainer, baseline_trainer, evaluator, export, pusher],
-        enable_cache=config.enable_cache,
-        metadata_connection_config=metadata.sqlite_metadata_connection_config(
-            config.metadata_path),
-        beam_pipeline_args=config.beam_pipeline_args)
+    return [evaluator, export, pusher]
 
 
 def _absolute(path: str) -> str:

@@ -16,7 +16,7 @@ from tfx import types
 from tfx.components.evaluator import constants
 from tfx.dsl.components.common import resolver
 
-from components import contract
+from components.core import contract
 
 
 def _from_other_data(artifacts: list[types.Artifact], input_fingerprint: str) -> list[types.Artifact]:

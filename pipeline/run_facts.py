@@ -4,8 +4,9 @@ The printed run summary (local_runner.RunSummary), the HTML run report (run_repo
 `status` table (one line per run) all render from RunFacts and read nothing themselves. A run that failed
 before MLMD recorded it gets RunFacts too (`not_started_facts`). Tests build RunFacts directly.
 
-The JSON reports are kept as their steps wrote them (training_report.json, precision_report.json,
-export_report.json, validation_report.json: see each component); an absent report is {}.
+The steps' reports are read into their typed records (components/core/records.py: TrainingReport,
+EvaluationReport, ExportReport); an absent report is None. validation_report.json stays a dict ({} when
+absent).
 """
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ from dataclasses import dataclass, field
 
 from tfx.dsl.io import fileio
 
-from components import contract
-from components.artifact_files import read_bytes
-from components import tasks
-from components.precision_evaluator.gates import CANDIDATE, FP32_BASELINE, OVERALL, PRODUCTION
+from components.core import contract, tasks
+from components.core.artifact_files import read_bytes
+from components.core.contract import CANDIDATE, FP32_BASELINE, PRODUCTION
+from components.core.records import EvaluationReport, ExportReport, TrainingReport
 from pipeline.config import PipelineConfig
 from pipeline.mlmd import (artifact_json, is_blessed, open_store, output_artifact, pushed_destination, runs_by_node,
                            spans_of, split_counts)
@@ -55,37 +56,35 @@ class RunFacts:
     statistics: dict | None = None  # split -> TFDV DatasetFeatureStatistics
     anomalies: dict | None = None  # split -> [(feature, severity, short description, description)]
     validation: dict = field(default_factory=dict)  # the ValidationGate's validation_report.json
-    training: dict[str, dict] = field(default_factory=dict)  # trainer node -> its training_report.json
-    evaluation: dict = field(default_factory=dict)  # the PrecisionEvaluator's precision_report.json
-    export: dict = field(default_factory=dict)  # ModelExport's export_report.json
+    training: dict[str, TrainingReport | None] = field(default_factory=dict)  # trainer node -> its report
+    evaluation: EvaluationReport | None = None  # the PrecisionEvaluator's report
+    export: ExportReport | None = None  # ModelExport's report
     blessed: bool | None = None  # what the ModelBlessing says (None: not evaluated)
     pushed_to: str | None = None  # the pushed version's folder (None: nothing pushed)
 
     @property
     def candidate_metrics(self) -> dict[str, float]:
         """The candidate's overall eval metrics ({} when not evaluated)."""
-        return dict(self.evaluation["metrics"][OVERALL][CANDIDATE]) if self.evaluation else {}
+        return self.evaluation.overall(CANDIDATE) if self.evaluation else {}
 
     @property
     def primary_metric(self) -> tasks.Metric | None:
         """The metric the run's gates decided on (its task's primary metric); None when not evaluated."""
-        if not self.evaluation:
-            return None
-        task = tasks.task_named(self.evaluation.get("task", tasks.BINARY))
-        return task.metric(self.evaluation.get("primary_metric", task.primary.name))
+        return self.evaluation.primary if self.evaluation else None
 
     @property
     def primary(self) -> dict[str, float | None]:
         """Model role (candidate, fp32_baseline, production) -> its overall primary metric, for the models
         evaluated."""
-        metric = self.primary_metric
-        overall = self.evaluation.get("metrics", {}).get(OVERALL, {})
-        return {role: metrics.get(metric.name) for role, metrics in overall.items()} if metric else {}
+        if not self.evaluation:
+            return {}
+        roles = self.evaluation.metrics.get(contract.OVERALL, {})
+        return {role: self.evaluation.overall(role).get(self.evaluation.primary.name) for role in roles}
 
     @property
     def blessed_model(self) -> str:
         """Which model the run blessed: candidate or fp32_baseline; "not blessed"; "" when not evaluated."""
-        return self.evaluation.get("chosen_model") or "not blessed" if self.evaluation else ""
+        return (self.evaluation.chosen_model or "not blessed") if self.evaluation else ""
 
     @property
     def pushed_version(self) -> str:
@@ -164,10 +163,12 @@ def _facts(store, config: PipelineConfig, run, nodes: dict, data_details: bool) 
         statistics=_read_statistics(statistics) if statistics is not None else None,
         anomalies=_read_anomalies(anomalies) if anomalies is not None else None,
         validation=artifact_json(output("ValidationGate", contract.VALIDATION_REPORT), contract.VALIDATION_REPORT_FILE),
-        training={node: artifact_json(output(node, contract.MODEL_RUN), contract.TRAINING_REPORT_FILE)
-                  for node in TRAINERS},
-        evaluation=artifact_json(output("PrecisionEvaluator", contract.EVALUATION), contract.PRECISION_REPORT_FILE),
-        export=artifact_json(output("ModelExport", contract.EXPORTED_MODEL), contract.EXPORT_REPORT_FILE),
+        training={node: TrainingReport.from_json(artifact_json(output(node, contract.MODEL_RUN),
+                                                               contract.TRAINING_REPORT_FILE)) for node in TRAINERS},
+        evaluation=EvaluationReport.from_json(artifact_json(output("PrecisionEvaluator", contract.EVALUATION),
+                                                            contract.PRECISION_REPORT_FILE)),
+        export=ExportReport.from_json(artifact_json(output("ModelExport", contract.EXPORTED_MODEL),
+                                                    contract.EXPORT_REPORT_FILE)),
         blessed=is_blessed(output("PrecisionEvaluator", contract.BLESSING)),
         pushed_to=pushed_destination(output("AtomicPusher", contract.PUSHED_MODEL)),
     )

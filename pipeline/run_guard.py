@@ -76,7 +76,7 @@ def claim_pipeline_root(config: PipelineConfig) -> None:
     owner_file = os.path.join(config.pipeline_root, ROOT_OWNER_FILE)
     owner = _read_json(owner_file)
     if owner is None:
-        from components.artifact_files import write_json
+        from components.core.artifact_files import write_json
         write_json(owner_file, {"store_id": store_id, "output_dir": os.path.abspath(config.output_dir)})
         owner = _read_json(owner_file)  # two first runs at once: the file holds one of them, the other refuses
     if not owner or owner.get("store_id") != store_id:
@@ -100,7 +100,7 @@ def _store_id(config: PipelineConfig) -> str:
 
 
 def _read_json(path: str) -> dict | None:
-    from components.artifact_files import read_json_if_exists
+    from components.core.artifact_files import read_json_if_exists
     return read_json_if_exists(path)
 
 

@@ -18,7 +18,7 @@ import io
 import os
 import shutil
 
-from components import tasks
+from components.core.records import EvaluationReport, ExportReport, TrainingReport
 from pipeline.config import PipelineConfig
 from pipeline.run_facts import MODEL_ROLES, RunFacts, not_started_facts, read_run_facts
 
@@ -138,46 +138,39 @@ def _validation_section(facts: RunFacts) -> str:
     return "\n".join(parts)
 
 
-def _training_section(training: dict) -> str:
+def _training_section(training: dict[str, TrainingReport | None]) -> str:
     parts = ["<h2>Training</h2>"]
     reports = {node: report for node, report in training.items() if report}
     if not reports:
         return "\n".join(parts + ["<p>No training in this run.</p>"])
     rows = []
     for node, report in reports.items():
-        if report.get("skipped"):
-            rows.append([node, "not trained: " + report["reason"], "", "", "", "", "", "", ""])
+        if report.skipped:
+            rows.append([node, "not trained: " + report.skip_reason, "", "", "", "", "", "", ""])
             continue
-        wait = report.get("input_wait_fraction")
-        warm = report.get("warm_start") or {}
-        rows.append([node, f"{report['strategy']} x{report['replicas']}", report["precision"],
-                     "on" if report["xla"] else "off", f"{report['examples_per_second']:,.0f}",
-                     "n/a" if wait is None else f"{100 * wait:.1f}%", str(report.get("resumed_from_step", 0)),
-                     "yes" if warm.get("applied") else "no", _validation_metric(report)])
+        wait = report.input_wait_fraction
+        rows.append([node, f"{report.strategy} x{report.replicas}", report.precision,
+                     "on" if report.xla else "off", f"{report.examples_per_second:,.0f}",
+                     "n/a" if wait is None else f"{100 * wait:.1f}%", str(report.resumed_from_step),
+                     "yes" if report.warm_start.get("applied") else "no",
+                     f"{report.task.validation_metric} {_n(report.validation_value)}"])
     parts.append(_table(["trainer", "strategy", "precision", "XLA", "examples/s", "input wait", "resumed from step",
                          "warm start", "validation"], rows))
-    trained = {node: report for node, report in reports.items() if not report.get("skipped")}
+    trained = {node: report for node, report in reports.items() if not report.skipped}
     parts.append(_image(_training_figure(trained), "training curves per checkpoint interval"))
     return "\n".join(parts)
 
 
-def _validation_metric(report: dict) -> str:
-    """The training's last validation value of its task's metric, named: "AUC 0.9512"."""
-    task = tasks.task_named(report.get("task", tasks.BINARY))
-    value = report["final_metrics"].get(f"val_{task.validation_metric}")
-    return f"{task.validation_metric} {_n(value)}"
-
-
-def _evaluation_section(evaluation: dict) -> str:
+def _evaluation_section(evaluation: EvaluationReport | None) -> str:
     parts = ["<h2>Evaluation and gates</h2>"]
     if not evaluation:
         return "\n".join(parts + ["<p>Not evaluated in this run.</p>"])
-    task = tasks.task_named(evaluation.get("task", tasks.BINARY))
-    roles = [role for role in MODEL_ROLES if any(role in models for models in evaluation["metrics"].values())]
+    task = evaluation.task
+    roles = [role for role in MODEL_ROLES if any(role in models for models in evaluation.metrics.values())]
     metrics = [metric for metric in task.metrics
-               if any(metric.name in values for models in evaluation["metrics"].values() for values in models.values())]
+               if any(metric.name in values for models in evaluation.metrics.values() for values in models.values())]
     rows = []
-    for slice_name, models in evaluation["metrics"].items():
+    for slice_name, models in evaluation.metrics.items():
         count = next((m.get("example_count") for m in models.values() if m.get("example_count") is not None), None)
         row = [slice_name, "-" if count is None else f"{count:,.0f}"]
         for metric in metrics:
@@ -186,23 +179,23 @@ def _evaluation_section(evaluation: dict) -> str:
     header = ["slice", "examples"] + [f"{metric.label} {role}" for metric in metrics for role in roles]
     parts.append(f"<p>Task: {_e(task.name)}; the gates decide on {_e(task.primary.label)} "
                  f"({'higher' if task.primary.higher_is_better else 'lower'} is better). "
-                 f"Trivial predictor: {_e(evaluation.get('trivial_predictor', ''))}.</p>")
+                 f"Trivial predictor: {_e(evaluation.trivial_predictor)}.</p>")
     parts.append(_table(header, rows, css="slices"))
-    if evaluation.get("confusion_matrix"):
-        parts.append(_confusion_matrices(evaluation["confusion_matrix"], evaluation.get("classes", [])))
+    if evaluation.confusion_matrix:
+        parts.append(_confusion_matrices(evaluation.confusion_matrix, evaluation.classes))
     parts.append("<h3>Gates</h3>")
     parts.append(_table(["gate", "model", "metric", "value", "reference", "improvement", "interval", "tolerance",
                          "examples", "result", "note"],
-                        [[c["gate"], c["model"], c["metric"], _n(c["value"]),
-                          f"{c['reference_model']} {_n(c['reference'])}" if c["reference"] is not None else c["reference_model"],
-                          _n(c["improvement"]), "" if c["interval"] is None else
-                          f"[{c['interval'][0]:+.4f}, {c['interval'][1]:+.4f}]", f"{c['tolerance']:.4g}",
-                          f"{c['examples']:,}", "pass" if c["passed"] else "FAIL", c["note"]]
-                         for c in evaluation["checks"]]))
-    for note in evaluation.get("notes", []):
+                        [[c.gate, c.model, c.metric, _n(c.value),
+                          f"{c.reference_model} {_n(c.reference)}" if c.reference is not None else c.reference_model,
+                          _n(c.improvement), "" if c.interval is None else
+                          f"[{c.interval[0]:+.4f}, {c.interval[1]:+.4f}]", f"{c.tolerance:.4g}",
+                          f"{c.examples:,}", "pass" if c.passed else "FAIL", c.note]
+                         for c in evaluation.checks]))
+    for note in evaluation.notes:
         parts.append(f"<p>{_e(note)}</p>")
-    verdict = "ok" if evaluation.get("blessed") else "bad"
-    parts.append(f"<p class={verdict} id=blessing>Blessing: {_e(evaluation['summary'])}</p>")
+    verdict = "ok" if evaluation.blessed else "bad"
+    parts.append(f"<p class={verdict} id=blessing>Blessing: {_e(evaluation.summary)}</p>")
     return "\n".join(parts)
 
 
@@ -217,27 +210,27 @@ def _confusion_matrices(matrices: dict, classes: list[str]) -> str:
     return "\n".join(parts)
 
 
-def _export_section(export: dict, pushed_to: str | None) -> str:
+def _export_section(export: ExportReport | None, pushed_to: str | None) -> str:
     parts = ["<h2>Export: TFLite ladder</h2>"]
     if not export:
         parts.append("<p>Nothing exported in this run.</p>")
-    elif not export.get("exported"):
-        parts.append(f"<p>Not exported: {_e(export.get('reason', ''))}.</p>")
+    elif not export.exported:
+        parts.append(f"<p>Not exported: {_e(export.reason)}.</p>")
     else:
-        reference = export["savedmodel"]
-        primary = tasks.task_named(export.get("task", tasks.BINARY)).primary
+        reference = export.savedmodel
+        primary = export.task.primary
         rows = [["SavedModel", "-", "-", _n(reference[primary.name]), "-", "-", "reference", ""]]
-        for name, variant in export["variants"].items():
+        for name, variant in export.variants.items():
             rows.append([name, f"{variant['size_bytes']:,}", f"{variant['median_latency_us']:.1f}",
                          _n(variant[primary.name]), _n(variant["drop"]), _n(variant["max_abs_diff"]),
                          "accepted" if variant["accepted"] else "rejected: " + "; ".join(variant["reasons"]),
                          "recommended" if variant.get("recommended") else ""])
         parts.append(_table(["variant", "size (bytes)", "latency (µs/example)", primary.label, f"{primary.label} drop",
                              "max |diff|", "verdict", ""], rows, css="ladder"))
-        parts.append(_image(_ladder_figure(export["variants"]), "TFLite variants: size and latency"))
-        parts.append(f"<p id=tflite-inputs>TFLite inputs: {_e(export.get('inputs', 'model-ready tensors'))}; "
-                     f"scored in {_e(export.get('runtime', 'the TFLite interpreter'))} against "
-                     f"{_e(export.get('compared_with', 'the SavedModel'))}.</p>")
+        parts.append(_image(_ladder_figure(export.variants), "TFLite variants: size and latency"))
+        parts.append(f"<p id=tflite-inputs>TFLite inputs: {_e(export.inputs or 'model-ready tensors')}; "
+                     f"scored in {_e(export.runtime or 'the TFLite interpreter')} against "
+                     f"{_e(export.compared_with or 'the SavedModel')}.</p>")
     parts.append("<h2>Push</h2>")
     parts.append(f"<p id=pushed class=ok>Pushed to <code>{_e(pushed_to)}</code></p>" if pushed_to
                  else "<p id=pushed>Nothing pushed in this run; the serving directory was left as it was.</p>")
@@ -314,17 +307,17 @@ def _top_values_figure(statistics: dict):
     return figure
 
 
-def _training_figure(reports: dict):
+def _training_figure(reports: dict[str, TrainingReport]):
     plt = _pyplot()
-    names = ["loss"] + [tasks.task_named(r.get("task", tasks.BINARY)).validation_metric for r in reports.values()]
-    metrics = [m for m in dict.fromkeys(names) if any(m in r["history"] for r in reports.values())]
+    names = ["loss"] + [report.task.validation_metric for report in reports.values()]
+    metrics = [m for m in dict.fromkeys(names) if any(m in r.history for r in reports.values())]
     figure, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.2), squeeze=False)
     for ax, metric in zip(axes.flat, metrics):
         for node, report in reports.items():
-            values = report["history"].get(metric, [])
-            label = f"{node} ({report['precision']})"
+            values = report.history.get(metric, [])
+            label = f"{node} ({report.precision})"
             ax.plot(range(1, len(values) + 1), values, marker="o", markersize=3, label=label)
-            final = report["history"].get(f"val_{metric}")
+            final = report.history.get(f"val_{metric}")
             if final:
                 ax.scatter([len(values)], final[-1:], marker="*", s=80, label=f"{node} validation")
         ax.set_title(metric, fontsize=9)

@@ -10,9 +10,9 @@ from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 
-from components import contract
+from components.core import contract
 from components.atomic_pusher import executor
-from components.model_export.component import ExportedModel
+from components.core.artifacts import ExportedModel
 
 
 class AtomicPusherSpec(ComponentSpec):

@@ -9,9 +9,9 @@ from tfx import types
 from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 
-from components import artifact_files, contract
+from components.core import artifact_files, contract
 from components.atomic_pusher.publish import publish, versions
-from components.precision_evaluator.blessing import is_blessed
+from components.core.records import is_blessed
 
 
 class Executor(base_executor.BaseExecutor):

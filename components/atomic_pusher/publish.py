@@ -39,7 +39,7 @@ from typing import Callable, Iterator
 
 from tfx.dsl.io import fileio
 
-from components import artifact_files
+from components.core import artifact_files
 
 STAGING_PREFIX = ".staging-"
 COMPLETE_MARKER = "_PUBLISHED"  # object stores: written last, after saved_model.pb

@@ -18,14 +18,12 @@ from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 
-from components import contract
+from components.core import contract
+from components.core.artifacts import ExportedModel
 from components.model_export import executor
 from components.settings import ExportConfig, TaskConfig
 
 
-class ExportedModel(types.Artifact):
-    """saved_model/ (serving), tflite/<variant>.tflite (devices) and the export report."""
-    TYPE_NAME = "accel_tfx.ExportedModel"  # <namespace>.<Name>: the form KFP v2 schema titles need
 
 
 class ModelExportSpec(ComponentSpec):

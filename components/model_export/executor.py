@@ -18,13 +18,12 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import io_utils, path_utils
 
-from components import artifact_files, contract, tasks
+from components.core import artifact_files, contract, tasks
 from components.model_export import tflite
 from components.model_export.variants import judge_variants, recommended_variant
-from components.precision_evaluator.blessing import blessed_model, is_blessed
 from components.settings import ExportConfig, TaskConfig, section_from_dict
-from components.trainer.export import model_ready_dir, raw_signature_arguments
-from models.interface import ModelModule, load_model_module, task_of
+from components.core.model_module import ModelModule, load_model_module, raw_signature_arguments, task_of
+from components.core.records import ExportReport, blessed_model, is_blessed, model_ready_dir
 
 _BATCH = 1024
 INPUTS_DESCRIPTION = "raw features"  # what every TFLite variant takes (the report's "inputs")
@@ -40,7 +39,7 @@ class Executor(base_executor.BaseExecutor):
         settings = read_settings(exec_properties[contract.SETTINGS])
         fileio.makedirs(exported.uri)
         if not is_blessed(blessing):
-            report = {"exported": False, "reason": "the model was not blessed; nothing to export"}
+            report = ExportReport(False, reason="the model was not blessed; nothing to export")
             exported.set_int_custom_property(contract.EXPORTED_PROPERTY, 0)
             _write_reports(exported.uri, report)
             return
@@ -54,10 +53,10 @@ class Executor(base_executor.BaseExecutor):
             model_module=load_model_module(exec_properties[contract.MODEL_MODULE], task, schema_path),
             train_files=_split_files(examples, "train"), eval_files=_split_files(examples, "eval"),
             output_dir=exported.uri, settings=settings)
-        report["source_model"] = {"uri": model.uri, "id": model.id}
+        report.source_model = {"uri": model.uri, "id": model.id}
         exported.set_int_custom_property(contract.EXPORTED_PROPERTY, 1)
         exported.set_string_custom_property(contract.SOURCE_MODEL_URI_PROPERTY, model.uri)
-        exported.set_string_custom_property(contract.RECOMMENDED_TFLITE_PROPERTY, report["recommended"] or "")
+        exported.set_string_custom_property(contract.RECOMMENDED_TFLITE_PROPERTY, report.recommended or "")
         _write_reports(exported.uri, report)
 
 
@@ -72,7 +71,7 @@ def read_settings(settings_text: str) -> ExportConfig:
 
 
 def export_model(serving_model_dir: str, model_module: ModelModule, train_files: list[str], eval_files: list[str],
-                 output_dir: str, settings: ExportConfig) -> dict:
+                 output_dir: str, settings: ExportConfig) -> ExportReport:
     """Input: a trained model's serving SavedModel (with the preprocessing and model-ready Keras files beside
     it), the model module, gzip TFRecord files (train: full-int8 calibration; eval: scoring), an output folder
     and the `export` config section.
@@ -87,7 +86,7 @@ def export_model(serving_model_dir: str, model_module: ModelModule, train_files:
     task, classes = task_of(model_module), tuple(model_module.CLASSES)
     saved_model = tf.saved_model.load(serving_model_dir)
     eval_split = _score_savedmodel(saved_model, model_module, task, eval_files)
-    reference = tasks.score(task, eval_split["labels"], eval_split["predictions"])
+    reference = task.score(eval_split["labels"], eval_split["predictions"])
     representative = calibration_features(saved_model, model_module, task, train_files, settings.representative_examples)
     keras_dir = model_ready_dir(serving_model_dir)
     preprocessing = keras.saving.load_model(os.path.join(keras_dir, contract.PREPROCESSING_FILE))
@@ -110,7 +109,7 @@ def export_model(serving_model_dir: str, model_module: ModelModule, train_files:
             interpreter = tflite.DeviceInterpreter(flatbuffer, task.prediction_key, model_module.INPUTS)
             predictions = interpreter.predict(eval_split["raw"])
             results[variant] = {
-                **tasks.score(task, eval_split["labels"], predictions),
+                **task.score(eval_split["labels"], predictions),
                 "size_bytes": len(flatbuffer),
                 **tflite.weight_bytes(flatbuffer),
                 "median_latency_us": 1e6 * interpreter.median_latency_seconds(eval_split["raw"],
@@ -122,13 +121,13 @@ def export_model(serving_model_dir: str, model_module: ModelModule, train_files:
                 "file": relative_path,
             }
     judged = judge_variants(results, task, reference, settings.max_tflite_drop)
-    return {"exported": True, "task": task.name, "primary_metric": task.primary.name, "classes": list(classes),
-            "eval_examples": len(eval_split["labels"]), "savedmodel": reference,
-            "inputs": INPUTS_DESCRIPTION, "device_inputs": tflite.input_conventions(
-                model_module.INPUTS, getattr(model_module, "INPUT_NOTES", None)),
-            "device_output": tasks.output_description(task, classes), "compared_with": contract.RAW_SIGNATURE,
-            "runtime": tflite.runtime_name(), "max_tflite_drop": settings.max_tflite_drop,
-            "variants": judged, "failed_variants": failed, "recommended": recommended_variant(judged)}
+    return ExportReport(
+        True, task_name=task.name, primary_metric=task.primary.name, classes=list(classes),
+        eval_examples=len(eval_split["labels"]), savedmodel=reference, inputs=INPUTS_DESCRIPTION,
+        device_inputs=tflite.input_conventions(model_module.INPUTS, getattr(model_module, "INPUT_NOTES", None)),
+        device_output=task.output_description(classes), compared_with=contract.RAW_SIGNATURE,
+        runtime=tflite.runtime_name(), max_tflite_drop=settings.max_tflite_drop, variants=judged,
+        failed_variants=failed, recommended=recommended_variant(judged))
 
 
 def output_differences(task: tasks.Task, predictions: np.ndarray, reference: np.ndarray) -> dict[str, float]:
@@ -205,8 +204,8 @@ def raw_features(model_module: ModelModule, files: list[str], rows: int) -> dict
     return {name: tensor.numpy() for name, tensor in _parse_raw(model_module, serialized).items()}
 
 
-def _write_reports(directory: str, report: dict) -> None:
-    artifact_files.write_json(os.path.join(directory, contract.EXPORT_REPORT_FILE), report)
+def _write_reports(directory: str, report: ExportReport) -> None:
+    artifact_files.write_json(os.path.join(directory, contract.EXPORT_REPORT_FILE), report.to_json())
     artifact_files.write_text(os.path.join(directory, contract.EXPORT_REPORT_MARKDOWN), render_markdown(report))
 
 
@@ -237,24 +236,24 @@ def _inputs_table(inputs: list[dict]) -> list[str]:
     return lines + [""]
 
 
-def render_markdown(report: dict) -> str:
+def render_markdown(report: ExportReport) -> str:
     """The export report as Markdown: the device model's inputs, then one row per TFLite variant with the
     task's metrics."""
-    if not report["exported"]:
-        return f"# Export\n\nNot exported: {report['reason']}.\n"
-    task = tasks.task_named(report["task"])
-    reference = report["savedmodel"]
-    variants = report["variants"]
+    if not report.exported:
+        return f"# Export\n\nNot exported: {report.reason}.\n"
+    task = report.task
+    reference = report.savedmodel
+    variants = report.variants
     float32 = variants.get("float32")
     metrics = [metric for metric in task.metrics if metric.name in reference]
     scores = ", ".join(f"{metric.label} {reference[metric.name]:.4f}" for metric in metrics)
     lines = ["# Export", "",
-             f"SavedModel on {report['eval_examples']} eval examples ({task.name}): {scores}.", "",
-             f"TFLite inputs: {report['inputs']}, one example per call (shape [1] each); output "
-             f"{report['device_output']}. Each variant was scored in {report['runtime']} on every eval record and "
-             f"compared with the SavedModel's {report['compared_with']} on the same raw features.", ""]
-    if report.get("device_inputs"):
-        lines += _inputs_table(report["device_inputs"])
+             f"SavedModel on {report.eval_examples} eval examples ({task.name}): {scores}.", "",
+             f"TFLite inputs: {report.inputs}, one example per call (shape [1] each); output "
+             f"{report.device_output}. Each variant was scored in {report.runtime} on every eval record and "
+             f"compared with the SavedModel's {report.compared_with} on the same raw features.", ""]
+    if report.device_inputs:
+        lines += _inputs_table(report.device_inputs)
     lines += ["| variant | " + " | ".join(metric.label for metric in metrics) + f" | {task.primary.label} drop | "
               "size (bytes) | size vs float32 | weights vs float32 | median latency (µs) | latency vs float32 | "
               "output diff mean / max | verdict |",
@@ -269,9 +268,9 @@ def render_markdown(report: dict) -> str:
                      + f" | {result['drop']:.4f} | {result['size_bytes']:,} | {size_ratio} | {weight_ratio} "
                      f"| {result['median_latency_us']:.1f} | {latency_ratio} "
                      f"| {result['mean_abs_diff']:.2g} / {result['max_abs_diff']:.2g} | {verdict} |")
-    for variant, reason in report.get("failed_variants", {}).items():
+    for variant, reason in report.failed_variants.items():
         lines.append(f"| {variant} | " + " | ".join("" for _ in metrics) + f" | | | | | | | | not converted: {reason} |")
-    lines += ["", f"Recommended for devices: {report['recommended'] or 'none (no variant was accepted)'}.", ""]
+    lines += ["", f"Recommended for devices: {report.recommended or 'none (no variant was accepted)'}.", ""]
     ops = sorted({op for result in variants.values() for op in result.get("ops", [])})
     if ops:
         lines += [f"Ops (TFLite builtins, no Flex): {', '.join(ops)}.", ""]

@@ -1,7 +1,7 @@
 """The device model: TFLite conversion, op audit, scoring and latency in LiteRT (TensorFlow only converts).
 
 The device model takes raw features, one input per raw feature in its own dtype (strings as strings) under
-the column's internal name (components/feature_names.py: the column's own name when that is a valid name,
+the column's internal name (components/core/feature_names.py: the column's own name when that is a valid name,
 as in every hand-written model), and carries the model's preprocessing (vocabularies, bins, normalization)
 inside the file, so an app computes nothing itself and cannot drift from training. It is the trained
 preprocessing and model traced together at batch size 1 (devices score one example at a time; every shape
@@ -27,9 +27,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from components import contract
-from components.contract import TFLITE_VARIANTS
-from components.feature_names import internal_names
+from components.core import contract
+from components.core.contract import TFLITE_VARIANTS
+from components.core.feature_names import internal_names
 from components.native_stderr import native_stderr_to_log
 
 PREPROCESSING_SCOPE = "raw_preprocessing"  # name scope of the preprocessing ops inside the device graph
@@ -72,7 +72,7 @@ def write_device_savedmodel(preprocessing: keras.Model, model: keras.Model, inpu
 
 def device_input_names(columns: Iterable[str]) -> dict[str, str]:
     """Input: the model module's INPUTS (or their column names, all of them). Output: column -> the name of
-    the device model's input it is passed as (its internal name, components/feature_names.py)."""
+    the device model's input it is passed as (its internal name, components/core/feature_names.py)."""
     return internal_names(list(columns))
 
 

@@ -1,6 +1,6 @@
 """The TFLite ladder and the pure rules that accept, reject and recommend its variants (no TensorFlow here).
 
-Variants (components.contract.TFLITE_VARIANTS), from the TensorFlow post-training quantization guide; each
+Variants (components.core.contract.TFLITE_VARIANTS), from the TensorFlow post-training quantization guide; each
 takes raw features and carries the preprocessing, which stays exact in all of them:
   float32       plain conversion, the reference for size and latency
   float16       weights stored as float16
@@ -23,7 +23,7 @@ OUTPUT_TOLERANCE = {"float32": 1e-5, "float16": 1e-3, "dynamic_int8": 0.01, "ful
 
 def judge_variants(results: dict[str, dict], task, reference: dict[str, float], max_drop: float) -> dict[str, dict]:
     """Input: variant -> {<the task's metrics>, "size_bytes", "mean_abs_diff", ...}, the task
-    (components/tasks.py), the SavedModel's metrics, the allowed drop on the task's primary metric (its
+    (components/core/tasks.py), the SavedModel's metrics, the allowed drop on the task's primary metric (its
     units; a fraction of the SavedModel's value when the task's tolerances are relative).
 
     Output: the same dicts with "drop" (how much worse than the SavedModel on the primary metric), "accepted",

@@ -11,7 +11,7 @@ import os
 from tfx import types
 from tfx.components.evaluator import constants
 
-from components import artifact_files, contract
+from components.core import artifact_files, contract
 
 
 def write_blessing(blessing: types.Artifact, blessed: bool, chosen: types.Artifact, chosen_name: str | None,
@@ -28,18 +28,3 @@ def write_blessing(blessing: types.Artifact, blessed: bool, chosen: types.Artifa
     blessing.set_string_custom_property(constants.ARTIFACT_PROPERTY_BASELINE_MODEL_URI_KEY, baseline.uri)
     blessing.set_int_custom_property(constants.ARTIFACT_PROPERTY_BASELINE_MODEL_ID_KEY, baseline.id)
     blessing.set_string_custom_property(contract.CHOSEN_PROPERTY, chosen_name or "")
-
-
-def is_blessed(blessing: types.Artifact) -> bool:
-    return blessing.get_int_custom_property(constants.ARTIFACT_PROPERTY_BLESSED_KEY) == constants.BLESSED_VALUE
-
-
-def blessed_model(blessing: types.Artifact, models: list[types.Artifact]) -> types.Artifact:
-    """The model among `models` that the blessing blesses, matched by URI: unique on every orchestrator,
-    where the id is MLMD's integer locally but a resource name on Kubeflow (TFX's entrypoint rewrites it)."""
-    model_uri = blessing.get_string_custom_property(constants.ARTIFACT_PROPERTY_CURRENT_MODEL_URI_KEY)
-    for model in models:
-        if model.uri == model_uri:
-            return model
-    raise ValueError(f"the blessing at {blessing.uri} refers to the model at {model_uri}, which is not among the "
-                     f"inputs ({', '.join(model.uri for model in models)})")

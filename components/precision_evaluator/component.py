@@ -13,7 +13,8 @@ from tfx.dsl.components.base import base_beam_component, executor_spec
 from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 
-from components import contract
+from components.core import contract
+from components.core.records import PredictionTarget
 from components.precision_evaluator import executor
 from components.settings import EvaluateConfig
 
@@ -37,7 +38,7 @@ class PrecisionEvaluator(base_beam_component.BaseBeamComponent):
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
 
     def __init__(self, examples: types.BaseChannel, model: types.BaseChannel, baseline_model: types.BaseChannel,
-                 settings: EvaluateConfig, target: executor.Target,
+                 settings: EvaluateConfig, target: PredictionTarget,
                  production_model: types.BaseChannel | None = None):
         super().__init__(spec=PrecisionEvaluatorSpec(
             examples=examples, model=model, baseline_model=baseline_model, production_model=production_model,

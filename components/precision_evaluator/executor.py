@@ -24,22 +24,14 @@ from tfx.components.evaluator import executor as evaluator_executor
 from tfx.types import artifact_utils
 from tfx.utils import io_utils, path_utils
 
-from components import artifact_files, contract, tasks
+from components.core import artifact_files, contract, tasks
+from components.core.records import EvaluationReport, ModelFacts, PredictionTarget, read_model_facts
 from components.precision_evaluator import batched_metrics, gates, per_example, scoring
 from components.precision_evaluator.blessing import write_blessing
 from components.settings import EvaluateConfig, section_from_dict
-from components.trainer.export import read_model_facts
 
 BATCH_SIZE = 4096  # eval examples per batch read, scored and summed together
 CONFUSION_MATRIX_PLOT = "multi_class_confusion_matrix_plot"
-
-
-@dataclasses.dataclass(frozen=True)
-class Target:
-    """What the models predict, from the model module: its label key, task and class names."""
-    label_key: str
-    task: str
-    classes: tuple[str, ...] = ()
 
 
 class Executor(evaluator_executor.Executor):
@@ -55,22 +47,22 @@ class Executor(evaluator_executor.Executor):
     def Do(self, input_dict: dict[str, list[types.Artifact]], output_dict: dict[str, list[types.Artifact]],
            exec_properties: dict[str, Any]) -> None:
         settings, target = read_settings(exec_properties[contract.SETTINGS])
-        task = tasks.task_named(target.task)
+        task = target.task
         candidate = artifact_utils.get_single_instance(input_dict[contract.MODEL])
         baseline = artifact_utils.get_single_instance(input_dict[contract.BASELINE_MODEL])
         candidate_facts = read_model_facts(path_utils.serving_model_path(candidate.uri))
         parity_not_applicable = not_applicable_parity(candidate_facts, skipped_baseline(baseline))
-        models = {gates.CANDIDATE: candidate}
+        models = {contract.CANDIDATE: candidate}
         if not skipped_baseline(baseline):
-            models[gates.FP32_BASELINE] = baseline
+            models[contract.FP32_BASELINE] = baseline
         notes = []
         if input_dict.get(contract.PRODUCTION_MODEL):
             production = artifact_utils.get_single_instance(input_dict[contract.PRODUCTION_MODEL])
-            mismatch = other_target(read_model_facts(path_utils.serving_model_path(production.uri)), target)
+            mismatch = target.mismatch(read_model_facts(path_utils.serving_model_path(production.uri)))
             if mismatch:
                 notes.append(f"the production model was not compared: {mismatch}")
             else:
-                models[gates.PRODUCTION] = production
+                models[contract.PRODUCTION] = production
         evaluation = artifact_utils.get_single_instance(output_dict[contract.EVALUATION])
         blessing = artifact_utils.get_single_instance(output_dict[contract.BLESSING])
 
@@ -78,8 +70,8 @@ class Executor(evaluator_executor.Executor):
         self._run_tfma(input_dict[contract.EXAMPLES], models, eval_config, evaluation.uri)
         metrics = read_metrics(evaluation.uri, task)
         labels, predictions = per_example.read(evaluation.uri)
-        training_labels = tasks.LabelSummary.from_json(candidate_facts["labels"]["train"])
-        predictions[gates.TRIVIAL] = tasks.trivial_predictions(task, training_labels, len(labels))
+        training_labels = candidate_facts.labels["train"]
+        predictions[contract.TRIVIAL] = task.trivial_predictions(training_labels, len(labels))
         decision = gates.decide(task, gates.EvalPredictions(labels, predictions), settings, parity_not_applicable)
         chosen = models[decision.chosen_model] if decision.chosen_model else candidate
         write_blessing(blessing, decision.blessed, chosen, decision.chosen_model, baseline)
@@ -88,17 +80,14 @@ class Executor(evaluator_executor.Executor):
         blessing.set_int_custom_property(contract.SPAN_PROPERTY, examples.span)
         for key in (contract.FINGERPRINT_PROPERTY, contract.SPANS_PROPERTY):
             blessing.set_string_custom_property(key, examples.get_string_custom_property(key))
-        report = {**decision.to_json(), "task": task.name, "primary_metric": task.primary.name,
-                  "classes": list(target.classes), "eval_examples": len(labels),
-                  "trivial_predictor": tasks.trivial_description(task, training_labels, target.classes),
-                  "fp32_parity": parity_not_applicable or "compared", "notes": notes,
-                  "settings": settings_record(settings, target),
-                  "models": {name: {"uri": model.uri, "id": model.id} for name, model in models.items()},
-                  "metrics": metrics}
-        if task.name == tasks.MULTICLASS:
-            report["confusion_matrix"] = read_confusion_matrices(evaluation.uri, len(target.classes))
+        report = EvaluationReport(
+            decision.blessed, decision.chosen_model, decision.summary, decision.checks, task.name, task.primary.name,
+            list(target.classes), len(labels), task.trivial_description(training_labels, target.classes),
+            parity_not_applicable or "compared", notes, settings_record(settings, target),
+            {name: {"uri": model.uri, "id": model.id} for name, model in models.items()}, metrics,
+            read_confusion_matrices(evaluation.uri, len(target.classes)) if task.reports_confusion_matrix else {})
         for folder in (evaluation.uri, blessing.uri):  # the report sits next to both artifacts a gate reads
-            artifact_files.write_json(os.path.join(folder, contract.PRECISION_REPORT_FILE), report)
+            artifact_files.write_json(os.path.join(folder, contract.PRECISION_REPORT_FILE), report.to_json())
             artifact_files.write_text(os.path.join(folder, contract.PRECISION_REPORT_MARKDOWN),
                                       gates.render_markdown(decision, metrics, settings.confidence))
         logging.info("PrecisionEvaluator: %s", decision.summary)
@@ -113,7 +102,7 @@ class Executor(evaluator_executor.Executor):
                                                         eval_config=eval_config)
                          for name, path in model_paths.items()]
         score = scoring.extractor(eval_config, model_paths)
-        gather = per_example.gatherer(output_uri, gates.CANDIDATE)
+        gather = per_example.gatherer(output_uri, contract.CANDIDATE)
         extractors = evaluators = None  # None: TFMA's defaults
         reason = batched_metrics.unsupported_reason(eval_config) if self.use_batched_metrics else "switched off"
         if reason is None:
@@ -141,54 +130,41 @@ def skipped_baseline(baseline: types.Artifact) -> str:
     return (artifact_files.read_json_if_exists(marker) or {}).get("reason", "")
 
 
-def not_applicable_parity(candidate_facts: dict, baseline_skipped: str) -> str:
+def not_applicable_parity(candidate_facts: ModelFacts, baseline_skipped: str) -> str:
     """Why the candidate has no FP32 parity check ("" when it has one): it trained in plain float32 without
     XLA, so it is its own FP32 baseline, whether or not a baseline was trained beside it."""
     if baseline_skipped:
         return baseline_skipped
-    if candidate_facts.get("precision") == "float32" and candidate_facts.get("xla") is False:
+    if candidate_facts.precision == "float32" and candidate_facts.xla is False:
         return "candidate trained in float32 without XLA: it is its own FP32 baseline"
     return ""
 
 
-def other_target(facts: dict, target: Target) -> str:
-    """Why a model described by `facts` cannot be compared with models of `target` ("" when it can)."""
-    if not facts:  # a model from before the facts were written: binary, with the label of its day
-        return "" if target.task == tasks.BINARY else (
-            f"it predates model facts (a binary model); the candidate is {target.task}")
-    if facts.get("task") != target.task or tuple(facts.get("classes", ())) != tuple(target.classes):
-        return (f"it predicts a {facts.get('task')} task with classes {facts.get('classes')}, the candidate a "
-                f"{target.task} task with classes {list(target.classes)}")
-    if facts.get("label", target.label_key) != target.label_key:
-        return f"it predicts the label {facts['label']!r}, the candidate {target.label_key!r}"
-    return ""
-
-
-def settings_record(settings: EvaluateConfig, target: Target) -> dict:
+def settings_record(settings: EvaluateConfig, target: PredictionTarget) -> dict:
     """The `evaluate` config section and what the models predict as one JSON-ready dict (the report's
     "settings")."""
-    return {**dataclasses.asdict(settings), "target": dataclasses.asdict(target)}
+    return {**dataclasses.asdict(settings), "target": target.to_json()}
 
 
-def settings_json(settings: EvaluateConfig, target: Target) -> str:
+def settings_json(settings: EvaluateConfig, target: PredictionTarget) -> str:
     """Input: the `evaluate` config section and the model's target. Output: the exec property `settings`."""
     return json.dumps(settings_record(settings, target))
 
 
-def read_settings(settings_text: str) -> tuple[EvaluateConfig, Target]:
+def read_settings(settings_text: str) -> tuple[EvaluateConfig, PredictionTarget]:
     """Input: the exec property `settings` (settings_json's output). Output: the `evaluate` config section and
     the models' target."""
     values = json.loads(settings_text)
     target = values.pop("target")
     return (section_from_dict(EvaluateConfig, values, "PrecisionEvaluator settings", "evaluation"),
-            Target(target["label_key"], target["task"], tuple(target.get("classes", ()))))
+            PredictionTarget.from_json(target))
 
 
-def make_eval_config(model_names: list[str], target: Target, slice_feature: str) -> tfma.EvalConfig:
+def make_eval_config(model_names: list[str], target: PredictionTarget, slice_feature: str) -> tfma.EvalConfig:
     """Input: the model names, what they predict, the feature to slice on ("" for none). Output: the TFMA
-    config: every model on the task's metrics (components/tasks.py), overall and per value of the slice
+    config: every model on the task's metrics (components/core/tasks.py), overall and per value of the slice
     feature, no thresholds (gates.py holds the tolerances)."""
-    task = tasks.task_named(target.task)
+    task = target.task
     slicing_specs = [tfma.SlicingSpec()]
     if slice_feature:
         slicing_specs.append(tfma.SlicingSpec(feature_keys=[slice_feature]))
@@ -198,7 +174,10 @@ def make_eval_config(model_names: list[str], target: Target, slice_feature: str)
                                     preprocessing_function_names=[contract.TRANSFORM_SIGNATURE])
                      for name in model_names],
         slicing_specs=slicing_specs,
-        metrics_specs=tasks.tfma_metrics_specs(task, model_names, len(target.classes)))
+        metrics_specs=[tfma.MetricsSpec(
+            metrics=[tfma.MetricConfig(class_name=name) for name in names], model_names=model_names,
+            binarize=tfma.BinarizationOptions(class_ids={"values": list(class_ids)}) if class_ids else None)
+            for names, class_ids in task.tfma_metrics(len(target.classes))])
 
 
 def metric_name(key) -> str:
@@ -214,7 +193,7 @@ def read_metrics(output_uri: str, task: tasks.Task) -> dict[str, dict[str, dict[
     metrics: dict[str, dict[str, dict[str, float]]] = {}
     for per_slice in tfma.load_metrics(output_uri):
         slice_name = "; ".join(f"{key.column}={_slice_value(key)}" for key in per_slice.slice_key.single_slice_keys)
-        per_model = metrics.setdefault(slice_name or gates.OVERALL, {})
+        per_model = metrics.setdefault(slice_name or contract.OVERALL, {})
         for entry in per_slice.metric_keys_and_values:
             if entry.key.is_diff or not entry.value.HasField("double_value"):
                 continue
@@ -222,11 +201,11 @@ def read_metrics(output_uri: str, task: tasks.Task) -> dict[str, dict[str, dict[
             # Undefined metrics (precision with no positive prediction in a slice) are null, not NaN, in JSON.
             per_model.setdefault(entry.key.model_name, {})[metric_name(entry.key)] = (
                 value if math.isfinite(value) else None)
-    if gates.OVERALL not in metrics:
+    if contract.OVERALL not in metrics:
         raise ValueError(f"TFMA wrote no overall metrics under {output_uri}: is the eval split empty?")
-    metrics = {name: {model: tasks.derived_metrics(task, values) for model, values in per_model.items()}
+    metrics = {name: {model: task.derived_metrics(values) for model, values in per_model.items()}
                for name, per_model in metrics.items()}
-    return dict(sorted(metrics.items(), key=lambda item: (item[0] != gates.OVERALL, item[0])))
+    return dict(sorted(metrics.items(), key=lambda item: (item[0] != contract.OVERALL, item[0])))
 
 
 def read_confusion_matrices(output_uri: str, classes: int) -> dict[str, list[list[int]]]:

@@ -3,7 +3,7 @@
 
 Models are named CANDIDATE (the fast one), FP32_BASELINE (same Trainer, float32, no XLA) and PRODUCTION (the
 latest blessed model, when there is one); TRIVIAL is what a model that learned nothing predicts. Every gate
-decides on the task's primary metric (components/tasks.py: binary AUC, multiclass accuracy, regression MAE),
+decides on the task's primary metric (components/core/tasks.py: binary AUC, multiclass accuracy, regression MAE),
 in its direction; fp32_parity and vs_production also on any other metric the config names in
 `evaluate.gate_metrics`:
 
@@ -25,32 +25,16 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from components.core.contract import CANDIDATE, FP32_BASELINE, OVERALL, PRODUCTION, TRIVIAL  # noqa: F401
+from components.core.records import GateCheck, format_number
+from components.core.tasks import Metric, Task
 from components.precision_evaluator.paired import compare
-from components.tasks import Metric, Task
 
 if typing.TYPE_CHECKING:  # annotations only: the rules stay free of the config's imports
     from components.settings import EvaluateConfig
 
-CANDIDATE, FP32_BASELINE, PRODUCTION, TRIVIAL = "candidate", "fp32_baseline", "production", "trivial"
-OVERALL = "overall"
 BAR = "bar"  # the reference model of an absolute_bar check
 ABSOLUTE_BAR, BEATS_TRIVIAL, FP32_PARITY, VS_PRODUCTION = "absolute_bar", "beats_trivial", "fp32_parity", "vs_production"
-
-
-@dataclass
-class GateCheck:
-    gate: str  # absolute_bar | beats_trivial | fp32_parity | vs_production
-    model: str
-    metric: str
-    value: float | None  # the model's metric (None: not measured, the gate does not apply)
-    reference: float | None  # the bar, or the reference model's metric
-    reference_model: str  # bar | trivial | fp32_baseline | production
-    improvement: float | None  # how much better than the reference, in the metric's units (negative: worse)
-    interval: list[float] | None  # the confidence interval of `improvement` (None for the bar)
-    tolerance: float  # how much worse than the reference the model may be, in the metric's units
-    examples: int  # eval examples compared
-    passed: bool
-    note: str = ""  # why a gate does not apply, or that the eval split is too small to resolve its tolerance
 
 
 @dataclass
@@ -159,23 +143,6 @@ def decide(task: Task, data: EvalPredictions, settings: EvaluateConfig, parity_n
                     candidate + baseline)
 
 
-def describe_check(check: GateCheck | dict) -> str:
-    """One line for a gate check: the values, the difference with its interval, the tolerance, the result."""
-    c = check if isinstance(check, dict) else asdict(check)
-    result = "pass" if c["passed"] else "FAIL"
-    if c["value"] is None:
-        return f"{c['gate']}: {c['model']} {c['metric']} {c['note']} ({result})"
-    if c["interval"] is None:
-        return (f"{c['gate']}: {c['model']} {c['metric']} {format_number(c['value'])} vs bar "
-                f"{format_number(c['reference'])} ({result})")
-    low, high = c["interval"]
-    line = (f"{c['gate']}: {c['model']} {c['metric']} {format_number(c['value'])} vs {c['reference_model']} "
-            f"{format_number(c['reference'])}: {'better' if c['improvement'] >= 0 else 'worse'} by "
-            f"{abs(c['improvement']):.4f}, interval [{low:+.4f}, {high:+.4f}], tolerance {c['tolerance']:.4g}, "
-            f"{c['examples']:,} examples ({result})")
-    return line + (f"; {c['note']}" if c["note"] else "")
-
-
 def render_markdown(decision: Decision, metrics: dict, confidence: float) -> str:
     """The decision as Markdown: the verdict, one row per gate check, then metrics per slice and model."""
     lines = ["# Precision evaluation", "", f"**{'BLESSED' if decision.blessed else 'NOT BLESSED'}**: "
@@ -199,10 +166,3 @@ def render_markdown(decision: Decision, metrics: dict, confidence: float) -> str
             cells = [format_number(values[name]) if name in values else "" for name in names]
             lines.append(f"| {slice_name} | {model} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
-
-
-def format_number(value: float | None) -> str:
-    """4 decimals, counts as integers, undefined metrics (None) as n/a."""
-    if value is None:
-        return "n/a"
-    return f"{int(value):,}" if float(value).is_integer() and abs(value) > 1 else f"{value:.4f}"

@@ -15,7 +15,7 @@ import statistics
 
 import numpy as np
 
-from components.tasks import AUC, Metric, Task, per_example
+from components.core.tasks import AUC, Metric, Task
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +49,8 @@ def compare(task: Task, metric: Metric, labels: np.ndarray, predictions: np.ndar
         value, reference_value, variance = _delong_difference(labels, np.asarray(predictions).reshape(-1),
                                                               np.asarray(reference).reshape(-1))
     else:
-        mine = per_example(task, metric, labels, predictions)
-        theirs = per_example(task, metric, labels, reference)
+        mine = task.per_example(metric, labels, predictions)
+        theirs = task.per_example(metric, labels, reference)
         value, reference_value = float(mine.mean()), float(theirs.mean())
         difference = mine - theirs
         variance = float(difference.var(ddof=1)) / examples if examples > 1 else float("inf")

@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow_model_analysis as tfma
 from tfx.dsl.io import fileio
 
-from components import artifact_files
+from components.core import artifact_files
 
 STAGE_NAME = "GatherPerExample"
 PER_EXAMPLE_FILE = "per_example_predictions.npz"  # labels, and one array of predictions per model

@@ -22,7 +22,7 @@ import tensorflow_model_analysis as tfma
 from apache_beam.utils import shared
 from tensorflow_model_analysis.metrics import metric_util
 
-from components import artifact_files, contract
+from components.core import artifact_files, contract
 
 STAGE_NAME = "ScoreBatches"
 

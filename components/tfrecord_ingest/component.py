@@ -12,7 +12,7 @@ from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 
-from components import contract
+from components.core import contract
 from components.tfrecord_ingest import executor
 
 

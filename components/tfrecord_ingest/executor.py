@@ -14,7 +14,7 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
 from tfx.components.util import examples_utils
 
-from components import artifact_files, contract
+from components.core import artifact_files, contract
 from components.tfrecord_ingest import records
 
 SPLITS = ("train", "eval")

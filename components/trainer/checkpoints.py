@@ -15,7 +15,7 @@ import tensorflow as tf
 from absl import logging
 from tfx.dsl.io import fileio
 
-from components import artifact_files, contract
+from components.core import artifact_files, contract
 from components.settings import TrainConfig
 
 BACKUP_METADATA = "training_metadata.json"  # written by keras.callbacks.BackupAndRestore...

@@ -17,7 +17,7 @@ from tfx.types import standard_artifacts, standard_component_specs
 from tfx.types.component_spec import ChannelParameter
 from tfx.utils import json_utils
 
-from components import contract
+from components.core import contract
 from components.trainer.executor import Executor
 
 RUN_FN = "components.trainer.run_fn.run_fn"

@@ -10,7 +10,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from components.contract import POLICIES, STRATEGIES
+from components.core.contract import POLICIES, STRATEGIES
 
 TENSOR_CORE_MIN_CC = (7, 0)  # Volta and newer: float16 matmuls on Tensor Cores
 

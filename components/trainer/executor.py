@@ -5,7 +5,7 @@ from __future__ import annotations
 from tfx.components.trainer import executor as tfx_trainer_executor
 from tfx.types import artifact_utils
 
-from components import contract
+from components.core import contract
 
 
 class Executor(tfx_trainer_executor.GenericExecutor):

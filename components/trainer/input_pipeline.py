@@ -21,12 +21,6 @@ def record_compression(files: list[str]) -> str:
     return "GZIP" if all(f.endswith(".gz") for f in files) else ""
 
 
-def count_records(file_patterns: list[str]) -> int:
-    """Input: TFRecord file patterns. Output: how many records they hold (one pass over the files)."""
-    files = list_files(file_patterns)
-    records = tf.data.TFRecordDataset(files, compression_type=record_compression(files), num_parallel_reads=4)
-    return int(records.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
-
 
 def fits_in_memory(file_patterns: list[str], max_megabytes: int) -> bool:
     """Output: True when the serialized records of these files should take at most `max_megabytes` of RAM."""

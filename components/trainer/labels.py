@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from components.tasks import Task, TaskError, check_labels, invalid_labels
+from components.core.tasks import Task, TaskError
 from components.trainer.input_pipeline import list_files, record_compression
-from models.interface import ModelModule, check_label_dtype
+from components.core.model_module import ModelModule, check_label_dtype
 
 BATCH = 4096
 
@@ -46,9 +46,9 @@ def read_labels(file_patterns: list[str], model_module: ModelModule, task: Task,
     labels = np.concatenate(parts) if parts else np.zeros(0, task.label_dtype)
     check_label_dtype(model_module, labels.dtype)
     try:
-        check_labels(task, labels, tuple(model_module.CLASSES), f"{split} split: label {model_module.LABEL_KEY!r}")
+        task.check_labels(labels, tuple(model_module.CLASSES), f"{split} split: label {model_module.LABEL_KEY!r}")
     except TaskError as error:
-        bad = invalid_labels(task, labels, tuple(model_module.CLASSES))
+        bad = task.invalid_labels(labels, tuple(model_module.CLASSES))
         raise TaskError(f"{error}{_raw_values(files, model_module, bad, task.is_classification)}") from None
     return labels
 

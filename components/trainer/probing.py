@@ -15,12 +15,11 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from components import tasks
 from components.settings import TrainConfig
 from components.trainer.device import Decision, DeviceDescription, choose_precision, config_override, xla_candidates
 from components.trainer.distribution import work_around_keras_multi_worker_fit
 from components.trainer.plan import TrainingPlan, WarmupThenConstant
-from models.interface import ModelModule, check_output_width, task_of
+from components.core.model_module import ModelModule, check_output_width, task_of
 
 PROBE_BATCHES = 20  # distinct in-memory batches the XLA and input-wait timings cycle through
 
@@ -40,14 +39,46 @@ def build_for_device(model_module: ModelModule, preprocessing: keras.Model, devi
     gives a few examples to check that XLA compiles when no timing does it.
     Output: (compiled model, precision Decision, XLA Decision, in-memory examples/s or 0.0 when not timed).
     """
-    wanted = settings.xla
+    candidates = _xla_order(device, settings)
+    built, failure, too_short = _probe_candidates(model_module, preprocessing, device, settings, plan, probe_batch,
+                                                  memory_batches, multi_worker, candidates)
+    by_xla = {xla: (model, precision, xla, rate) for model, precision, xla, rate in built}
+    model, precision, xla, rate = built[0]
+    if failure:
+        reason = f"XLA failed for this model on this strategy: {failure}"
+    elif len(built) == 2:
+        (_, with_policy, _, with_rate), (_, without_policy, _, without_rate) = by_xla["on"], by_xla["off"]
+        reason = (f"measured on in-memory batches: {with_rate:,.0f} examples/s with XLA ({with_policy.value}), "
+                  f"{without_rate:,.0f} without ({without_policy.value})")
+        model, precision, xla, rate = by_xla["off"] if without_rate > 1.1 * with_rate else by_xla["on"]
+    elif too_short:
+        reason = too_short
+    elif settings.xla == "auto":
+        reason = "plain CPU: nothing for XLA to gain"
+    else:
+        reason = "set in the config"
+    return model, precision, Decision(xla, reason), rate
+
+
+def _xla_order(device: DeviceDescription, settings: TrainConfig) -> list[str]:
+    """The XLA settings to build, in order: without XLA first when both are timed (its rate says whether XLA
+    can pay back), and without it after XLA when XLA was asked for (should the model not compile)."""
+    candidates = xla_candidates(device, settings.xla)
+    if settings.xla == "auto" and settings.input_probe_steps and candidates == ["on", "off"]:
+        return ["off", "on"]
+    if candidates == ["on"]:
+        return ["on", "off"]
+    return candidates
+
+
+def _probe_candidates(model_module: ModelModule, preprocessing: keras.Model, device: DeviceDescription,
+                      settings: TrainConfig, plan: TrainingPlan, probe_batch, memory_batches: tf.data.Dataset,
+                      multi_worker: bool, candidates: list[str]) -> tuple[list, str, str]:
+    """Builds, compiles and times each XLA candidate in turn (see build_for_device). Output: the built
+    (model, precision, xla, rate) tuples, why XLA failed ("" when it did not) and why XLA was not tried
+    ("" when it was, or need not be)."""
     measure = bool(settings.input_probe_steps)
-    compare = wanted == "auto" and measure  # every candidate is timed and the faster kept
-    candidates = xla_candidates(device, wanted)
-    if compare and candidates == ["on", "off"]:  # without XLA first: its rate says whether XLA can pay back
-        candidates = ["off", "on"]
-    if candidates == ["on"]:  # XLA was asked for: without it, should the model not compile under XLA
-        candidates = ["on", "off"]
+    compare = settings.xla == "auto" and measure  # every candidate is timed and the faster kept
     built, failure, too_short = [], "", ""
     for xla in candidates:
         precision = choose_precision(device, xla=xla == "on", override=config_override(settings.precision))
@@ -77,22 +108,7 @@ def build_for_device(model_module: ModelModule, preprocessing: keras.Model, devi
                          f"XLA): too short for an XLA compile to pay back (xla_min_training_seconds "
                          f"{settings.xla_min_training_seconds:g})")
             break
-    by_xla = {xla: (model, precision, xla, rate) for model, precision, xla, rate in built}
-    model, precision, xla, rate = built[0]
-    if failure:
-        reason = f"XLA failed for this model on this strategy: {failure}"
-    elif len(built) == 2:
-        (_, with_policy, _, with_rate), (_, without_policy, _, without_rate) = by_xla["on"], by_xla["off"]
-        reason = (f"measured on in-memory batches: {with_rate:,.0f} examples/s with XLA ({with_policy.value}), "
-                  f"{without_rate:,.0f} without ({without_policy.value})")
-        model, precision, xla, rate = by_xla["off"] if without_rate > 1.1 * with_rate else by_xla["on"]
-    elif too_short:
-        reason = too_short
-    elif wanted == "auto":
-        reason = "plain CPU: nothing for XLA to gain"
-    else:
-        reason = "set in the config"
-    return model, precision, Decision(xla, reason), rate
+    return built, failure, too_short
 
 
 def _build_and_compile(model_module: ModelModule, preprocessing: keras.Model, settings: TrainConfig,
@@ -123,8 +139,8 @@ def _compile(model: keras.Model, model_module: ModelModule, plan: TrainingPlan, 
     if precision == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     task = task_of(model_module)
-    loss = model_module.make_loss() if hasattr(model_module, "make_loss") else tasks.loss(task)
-    model.compile(optimizer=optimizer, loss=loss, metrics=tasks.keras_metrics(task),
+    loss = model_module.make_loss() if hasattr(model_module, "make_loss") else task.loss()
+    model.compile(optimizer=optimizer, loss=loss, metrics=task.keras_metrics(),
                   jit_compile=xla, steps_per_execution=settings.steps_per_execution)
 
 

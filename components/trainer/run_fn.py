@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 
-from components import artifact_files, contract
+from components.core import artifact_files, contract
+from components.core.records import TrainingReport
 from components.settings import TaskConfig, TrainConfig, section_from_dict
 from components.trainer.checkpoints import checkpoint_dir_for
 from components.trainer.train import TrainingJob, train
@@ -46,8 +47,9 @@ def same_numerics_as_candidate(candidate_run: str, settings: TrainConfig) -> str
     XLA, or this training is not plain float32 without XLA)."""
     if (settings.precision, settings.xla) != ("float32", "off"):
         return ""
-    report = artifact_files.read_json(os.path.join(candidate_run, contract.TRAINING_REPORT_FILE))
-    if report["precision"] == "float32" and not report["xla"]:
+    report = TrainingReport.from_json(artifact_files.read_json(os.path.join(candidate_run,
+                                                                            contract.TRAINING_REPORT_FILE)))
+    if report.precision == "float32" and not report.xla:
         return "candidate trained in float32 without XLA: it is its own FP32 baseline, not trained again"
     return ""
 
@@ -55,7 +57,7 @@ def same_numerics_as_candidate(candidate_run: str, settings: TrainConfig) -> str
 def write_skipped_baseline(serving_model_dir: str, model_run_dir: str, reason: str, candidate_run: str) -> None:
     """The outputs of a baseline that was not trained: the marker the evaluator reads (inside
     serving_model_dir, which TFX checks exists) and a training report that says why."""
-    record = {"skipped": True, "reason": reason, "candidate_run": candidate_run}
+    record = TrainingReport(skipped=True, skip_reason=reason, candidate_run=candidate_run).to_json()
     artifact_files.write_json(os.path.join(serving_model_dir, contract.SKIPPED_BASELINE_FILE), record)
     artifact_files.write_json(os.path.join(model_run_dir, contract.TRAINING_REPORT_FILE), record)
 

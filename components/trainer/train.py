@@ -1,9 +1,9 @@
 """The GPU-aware training loop, independent of TFX: device -> strategy -> precision -> XLA -> fit -> export.
 
 `train(job)` takes file patterns, output directories and the settings (the pipeline's TrainConfig) and
-returns the training report, which the chief also writes as JSON. The model module (models.interface.ModelModule)
+returns the training report, which the chief also writes as JSON. The model module (components.core.model_module.ModelModule)
 supplies only its task, inputs and label, build_preprocessing(sample) and build_model(preprocessing); the
-loss and metrics follow from the task (components/tasks.py) unless the module brings its own loss.
+loss and metrics follow from the task (components/core/tasks.py) unless the module brings its own loss.
 How the precision and XLA are probed is in probing.py, checkpoint handling in checkpoints.py.
 """
 from __future__ import annotations
@@ -17,22 +17,22 @@ import keras
 import numpy as np
 from absl import logging
 
-from components import artifact_files, contract
+from components.core import artifact_files, contract
+from components.core.model_module import ModelModule, load_model_module, task_of
+from components.core.records import TrainingReport, write_model_facts
+from components.core.tasks import LabelSummary
 from components.settings import TaskConfig, TrainConfig
 from components.trainer import callbacks as training_callbacks
 from components.trainer.checkpoints import checkpointed_interval, repair_checkpoint
-from components.trainer.device import choose_strategy, config_override, describe_devices
+from components.trainer.device import Decision, DeviceDescription, choose_strategy, config_override, describe_devices
 from components.trainer.distribution import (configure_gpus, is_chief, make_strategy, supported_steps_per_execution,
                                              worker_task)
 from components.trainer.export import export_serving_model, float32_copy
-from components.tasks import summarize_labels
-from components.trainer.export import model_facts, write_model_facts
 from components.trainer.input_pipeline import fits_in_memory, make_dataset
 from components.trainer.labels import read_labels
-from components.trainer.plan import training_plan
+from components.trainer.plan import TrainingPlan, training_plan
 from components.trainer.probing import build_for_device, in_memory_batches, input_wait
-from components.trainer.warm_start import apply_warm_start, load_warm_start
-from models.interface import load_model_module, task_of
+from components.trainer.warm_start import WarmStart, apply_warm_start, load_warm_start
 
 ADAPT_SAMPLE_SIZE = 20_000  # rows used to fit the preprocessing layers (vocabularies, normalization)
 
@@ -50,10 +50,59 @@ class TrainingJob:
     schema_path: str | None = None  # the curated schema (schema-driven model modules read it)
 
 
-def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
-    """Trains and exports one model; returns the training report (also written to run_dir)."""
-    settings = job.settings
+@dataclasses.dataclass
+class TrainingSetup:
+    """What set_up decided before any model is built: the device and strategy, the model module and its
+    preprocessing, the labels of each split, the plan, and how the input is fed."""
+    settings: TrainConfig  # the job's, with steps_per_execution as the strategy supports it
+    device: DeviceDescription
+    strategy_choice: Decision
+    strategy: object  # tf.distribute.Strategy
+    model_module: ModelModule
+    warm: WarmStart
+    preprocessing: keras.Model
+    labels: dict[str, LabelSummary]
+    plan: TrainingPlan
+    cache: bool  # the records fit in memory: cached after the first pass
+    multi_worker: bool
+
+    def dataset(self, files: list[str], training: bool, batch_size: int | None = None, cache: bool | None = None):
+        """Batches of (model-ready features, labels) from `files`; repeated and shuffled for training."""
+        module = self.model_module
+        return make_dataset(files, {**module.INPUTS, **module.LABEL_INPUTS}, batch_size or self.plan.global_batch,
+                            label_fn=module.make_label, input_names=list(module.INPUTS), preprocess=self.preprocessing,
+                            shuffle_buffer=self.settings.shuffle_buffer if training else 0, repeat=training,
+                            cache=self.cache if cache is None else cache, seed=self.settings.seed,
+                            shard_by_data=self.multi_worker)
+
+
+@dataclasses.dataclass
+class FitResult:
+    """What fit_model measured."""
+    model: keras.Model
+    precision: Decision
+    xla: Decision
+    in_memory_rate: float
+    resumed_from_step: int
+    meter: training_callbacks.ThroughputMeter
+    loss_scale: training_callbacks.LossScaleRecorder
+    checkpoints: training_callbacks.SpacedBackupAndRestore
+    history: dict[str, list[float]]
+    fit_seconds: float
+
+
+def train(job: TrainingJob, extra_callbacks: tuple = ()) -> TrainingReport:
+    """Trains and exports one model; returns the training report (also written to run_dir by the chief)."""
     started = time.monotonic()
+    setup = set_up(job)
+    fitted = fit_model(job, setup, extra_callbacks)
+    return report_and_export(job, setup, fitted, time.monotonic() - started)
+
+
+def set_up(job: TrainingJob) -> TrainingSetup:
+    """The device, the strategy, the model module and its preprocessing (the warm start's, or fitted to a
+    sample), every label read once (bad labels stop here), the plan and whether the records fit in memory."""
+    settings = job.settings
     device = describe_devices()
     configure_gpus(settings.gpu_memory_growth, settings.gpu_memory_limit_mb)
     strategy_choice = choose_strategy(device, config_override(settings.strategy))
@@ -61,7 +110,6 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
     replicas = strategy.num_replicas_in_sync
     logging.info("Training on %s: strategy %s (%s), %d replica(s)", device, strategy_choice.value,
                  strategy_choice.reason, replicas)
-
     model_module = load_model_module(settings.model, job.task, job.schema_path)
     keras.utils.set_random_seed(settings.seed)
     keras.config.set_dtype_policy("float32")
@@ -70,90 +118,86 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> dict:
     if preprocessing is None:
         sample = read_sample(job.train_files, {**model_module.INPUTS, **model_module.LABEL_INPUTS}, ADAPT_SAMPLE_SIZE)
         preprocessing = model_module.build_preprocessing(sample)
-
-    task = task_of(model_module)
-    labels = {split: read_labels(files, model_module, task, split)  # one pass each: counts, and bad labels stop here
+    task, classes = task_of(model_module), tuple(model_module.CLASSES)
+    labels = {split: task.summarize_labels(read_labels(files, model_module, task, split), classes)
               for split, files in (("train", job.train_files), ("eval", job.eval_files))}
-    label_summaries = {split: summarize_labels(task, values, tuple(model_module.CLASSES))
-                       for split, values in labels.items()}
-    train_examples = label_summaries["train"].examples
     settings = dataclasses.replace(
         settings, steps_per_execution=supported_steps_per_execution(settings.steps_per_execution, replicas))
-    plan = training_plan(train_examples, settings, replicas)
-    cache = fits_in_memory(job.train_files + job.eval_files, settings.cache_max_mb)
-    multi_worker = strategy_choice.value == "multi_worker_mirrored"
+    return TrainingSetup(settings, device, strategy_choice, strategy, model_module, warm, preprocessing, labels,
+                         training_plan(labels["train"].examples, settings, replicas),
+                         fits_in_memory(job.train_files + job.eval_files, settings.cache_max_mb),
+                         strategy_choice.value == "multi_worker_mirrored")
 
-    def dataset(files, training, batch_size=plan.global_batch, cache=cache):
-        return make_dataset(files, {**model_module.INPUTS, **model_module.LABEL_INPUTS}, batch_size,
-                            label_fn=model_module.make_label, input_names=list(model_module.INPUTS),
-                            preprocess=preprocessing, shuffle_buffer=settings.shuffle_buffer if training else 0,
-                            repeat=training, cache=cache, seed=settings.seed, shard_by_data=multi_worker)
+
+def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = ()) -> FitResult:
+    """Builds the model for the device (precision and XLA probed), warm-starts it, resumes from this job's
+    checkpoint when there is one, and fits it with the checkpoint, divergence, throughput and loss-scale
+    callbacks."""
+    settings, plan, replicas = setup.settings, setup.plan, setup.strategy.num_replicas_in_sync
 
     def probe_batch():  # a few examples to check that XLA compiles when no timing does it
-        return next(iter(dataset(job.train_files, False, batch_size=8 * replicas, cache=False)))
+        return next(iter(setup.dataset(job.train_files, False, batch_size=8 * replicas, cache=False)))
 
-    memory_batches = in_memory_batches(dataset(job.train_files, True, cache=False), settings)
-    with strategy.scope():
+    memory_batches = in_memory_batches(setup.dataset(job.train_files, True, cache=False), settings)
+    with setup.strategy.scope():
         model, precision, xla, memory_rate = build_for_device(
-            model_module, preprocessing, device, settings, plan, probe_batch, memory_batches, multi_worker)
-        apply_warm_start(model, warm)  # a checkpoint of this job, when there is one, still wins (resume)
+            setup.model_module, setup.preprocessing, setup.device, settings, plan, probe_batch, memory_batches,
+            setup.multi_worker)
+        apply_warm_start(model, setup.warm)  # a checkpoint of this job, when there is one, still wins (resume)
     logging.info("Precision %s (%s); XLA %s (%s)", precision.value, precision.reason, xla.value, xla.reason)
 
-    worker = "%s-%d" % worker_task()
     checkpoint_dir = job.checkpoint_dir
-    if multi_worker:  # each worker keeps its own copy of the (identical) training state
-        checkpoint_dir = os.path.join(checkpoint_dir, worker)
+    if setup.multi_worker:  # each worker keeps its own copy of the (identical) training state
+        checkpoint_dir = os.path.join(checkpoint_dir, "%s-%d" % worker_task())
     repair_checkpoint(checkpoint_dir)
     resumed_from_step = checkpointed_interval(checkpoint_dir) * plan.steps_per_interval
     meter = training_callbacks.ThroughputMeter(plan.global_batch)
     loss_scale = training_callbacks.LossScaleRecorder()
     # Workers must resume from the same interval, and each one's clock would space its checkpoints its own
     # way: with several workers every interval ends with a checkpoint.
-    spacing = 0.0 if multi_worker else settings.checkpoint_min_seconds
+    spacing = 0.0 if setup.multi_worker else settings.checkpoint_min_seconds
     checkpoints = training_callbacks.SpacedBackupAndRestore(checkpoint_dir, spacing)
-    chief = is_chief()
     callbacks = [checkpoints, training_callbacks.StopOnDivergence(plan.steps_per_interval), meter, loss_scale,
-                 keras.callbacks.TensorBoard(_log_dir(job.run_dir, chief), profile_batch=_profile_window(settings)),
+                 keras.callbacks.TensorBoard(_log_dir(job.run_dir, is_chief()), profile_batch=_profile_window(settings)),
                  *extra_callbacks]
-    with strategy.scope():
+    with setup.strategy.scope():
         if resumed_from_step:
             logging.info("Resuming from the checkpoint at step %d in %s", resumed_from_step, checkpoint_dir)
         logging.info("Training %d steps (%d intervals of %d) on %d examples, global batch %d", plan.total_steps,
-                     plan.intervals, plan.steps_per_interval, train_examples, plan.global_batch)
+                     plan.intervals, plan.steps_per_interval, setup.labels["train"].examples, plan.global_batch)
         fit_started = time.monotonic()
-        history = model.fit(dataset(job.train_files, True), steps_per_epoch=plan.steps_per_interval,
-                            epochs=plan.intervals, validation_data=dataset(job.eval_files, False),
+        history = model.fit(setup.dataset(job.train_files, True), steps_per_epoch=plan.steps_per_interval,
+                            epochs=plan.intervals, validation_data=setup.dataset(job.eval_files, False),
                             validation_freq=[plan.intervals], callbacks=callbacks, verbose=0)
-    fit_seconds = time.monotonic() - fit_started
+    return FitResult(model, precision, xla, memory_rate, resumed_from_step, meter, loss_scale, checkpoints,
+                     {name: [float(v) for v in values] for name, values in history.history.items()},
+                     time.monotonic() - fit_started)
 
-    final_metrics = {name: float(values[-1]) for name, values in history.history.items()}
-    report = {
-        "model": settings.model, "task": task.name, "label": model_module.LABEL_KEY,
-        "classes": list(model_module.CLASSES),
-        "labels": {split: summary.to_json() for split, summary in label_summaries.items()},
-        "device": dataclasses.asdict(device),
-        "strategy": strategy_choice.value, "strategy_reason": strategy_choice.reason, "replicas": replicas,
-        "worker": worker, "precision": precision.value, "precision_reason": precision.reason,
-        "xla": xla.value == "on", "xla_reason": xla.reason,
-        "train_examples": train_examples, "cached_in_memory": cache, **dataclasses.asdict(plan),
-        "steps_per_execution": settings.steps_per_execution,
-        "warm_start": warm.to_json(), "resumed_from_step": resumed_from_step, "steps_run": meter.steps,
-        "checkpoints_written": checkpoints.checkpoints_written,
-        "examples_per_second": meter.examples_per_second, "step_seconds": meter.step_seconds,
-        "in_memory_examples_per_second": memory_rate,
-        "input_wait_fraction": input_wait(meter.examples_per_second, memory_rate),
-        "loss_scale_history": loss_scale.history,
-        "fit_seconds": fit_seconds, "total_seconds": time.monotonic() - started,
-        "final_metrics": final_metrics,
-        "history": {name: [float(v) for v in values] for name, values in history.history.items()},
-    }
-    logging.info("Trained %s: %.0f examples/s, input wait %.1f%%, final %s", settings.model,
-                 report["examples_per_second"], 100 * (report["input_wait_fraction"] or 0), final_metrics)
-    if chief:  # every worker holds the same model; the chief alone writes what the run leaves behind
-        export_serving_model(model_module, preprocessing, float32_copy(model_module, preprocessing, model),
+
+def report_and_export(job: TrainingJob, setup: TrainingSetup, fitted: FitResult, seconds: float) -> TrainingReport:
+    """The training report; the chief also exports the float32 serving model, its facts and the report."""
+    module, meter = setup.model_module, fitted.meter
+    report = TrainingReport(
+        model=setup.settings.model, task_name=task_of(module).name, label=module.LABEL_KEY,
+        classes=list(module.CLASSES), labels=setup.labels, device=dataclasses.asdict(setup.device),
+        strategy=setup.strategy_choice.value, strategy_reason=setup.strategy_choice.reason,
+        replicas=setup.strategy.num_replicas_in_sync, worker="%s-%d" % worker_task(),
+        precision=fitted.precision.value, precision_reason=fitted.precision.reason, xla=fitted.xla.value == "on",
+        xla_reason=fitted.xla.reason, train_examples=setup.labels["train"].examples, cached_in_memory=setup.cache,
+        plan=dataclasses.asdict(setup.plan), steps_per_execution=setup.settings.steps_per_execution,
+        warm_start=setup.warm.to_json(), resumed_from_step=fitted.resumed_from_step, steps_run=meter.steps,
+        checkpoints_written=fitted.checkpoints.checkpoints_written, examples_per_second=meter.examples_per_second,
+        step_seconds=meter.step_seconds, in_memory_examples_per_second=fitted.in_memory_rate,
+        input_wait_fraction=input_wait(meter.examples_per_second, fitted.in_memory_rate),
+        loss_scale_history=fitted.loss_scale.history, fit_seconds=fitted.fit_seconds, total_seconds=seconds,
+        final_metrics={name: values[-1] for name, values in fitted.history.items()}, history=fitted.history)
+    logging.info("Trained %s: %.0f examples/s, input wait %.1f%%, final %s", report.model,
+                 report.examples_per_second, 100 * (report.input_wait_fraction or 0), report.final_metrics)
+    if is_chief():  # every worker holds the same model; the chief alone writes what the run leaves behind
+        export_serving_model(module, setup.preprocessing, float32_copy(module, setup.preprocessing, fitted.model),
                              job.serving_model_dir)
-        write_model_facts(job.serving_model_dir, model_facts(report))
-        artifact_files.write_json(os.path.join(job.run_dir, contract.TRAINING_REPORT_FILE), report)
+        write_model_facts(job.serving_model_dir, report.facts())
+        artifact_files.write_json(os.path.join(job.run_dir, contract.TRAINING_REPORT_FILE), report.to_json())
     return report
 
 

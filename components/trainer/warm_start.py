@@ -14,9 +14,10 @@ import keras
 import numpy as np
 from absl import logging
 
-from components import contract
-from components.trainer.export import build_float32, model_ready_dir
-from models.interface import ModelModule
+from components.core import contract
+from components.core.records import model_ready_dir
+from components.trainer.export import build_float32
+from components.core.model_module import ModelModule
 
 
 @dataclasses.dataclass

@@ -15,13 +15,11 @@ from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ComponentSpec
 
-from components import contract
+from components.core import contract
+from components.core.artifacts import ValidationReport
 from components.validation_gate import executor
 
 
-class ValidationReport(types.Artifact):
-    """validation_report.json: per split, the anomalies and drift found and whether each one blocks the run."""
-    TYPE_NAME = "accel_tfx.ValidationReport"  # <namespace>.<Name>: the form KFP v2 schema titles need
 
 
 class ValidationGateSpec(ComponentSpec):

@@ -13,7 +13,7 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
-from components import contract
+from components.core import contract
 from components.validation_gate import drift
 
 

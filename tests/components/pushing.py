@@ -10,7 +10,7 @@ def push_after_barrier(barrier, files: dict[str, str], push_dir: str, results, e
     processes do once tensorflow-io is loaded. Importable by name, as a "spawn" multiprocessing context
     requires."""
     os.environ.update(env or {})
-    from components.artifact_files import register_filesystems_for
+    from components.core.artifact_files import register_filesystems_for
     from components.atomic_pusher.publish import publish
     from components.process_exit import exit_past_native_teardown
 

@@ -14,13 +14,15 @@ import tensorflow as tf
 
 import models.taxi as taxi
 from models import layers
-from components import contract, tasks
+from components.core import contract, tasks
 from components.model_export import tflite
-from components.feature_names import derived_name, internal_names
+from components.core.feature_names import derived_name, internal_names
+from components.core.records import ExportReport
 from components.model_export.executor import export_model, raw_features, render_markdown
-from components.contract import TFLITE_VARIANTS
+from components.core.contract import TFLITE_VARIANTS
 from components.model_export.variants import OUTPUT_TOLERANCE
-from components.trainer.export import export_serving_model, raw_signature_arguments
+from components.core.model_module import raw_signature_arguments
+from components.trainer.export import export_serving_model
 from components.trainer.train import TrainingJob, train
 from pipeline.config import load_config
 
@@ -39,7 +41,7 @@ def exported(taxi_span_root, tmp_path_factory):
     train(TrainingJob(settings=settings, train_files=[shards[0]], eval_files=[shards[1]], serving_model_dir=serving,
                       run_dir=str(root / "run"), checkpoint_dir=str(root / "checkpoints")))
     export = load_config(export={"latency_examples": 50}).export
-    report = export_model(serving, taxi, [shards[0]], [shards[1]], str(root / "export"), export)
+    report = export_model(serving, taxi, [shards[0]], [shards[1]], str(root / "export"), export).to_json()
     return report, str(root / "export"), serving, shards[1]
 
 
@@ -104,7 +106,7 @@ def test_the_ladder_is_scored_in_litert_against_serving_raw_on_the_whole_eval_sp
         assert 0 <= result["mean_abs_diff"] <= result["max_abs_diff"] <= 1
         assert result["median_latency_us"] > 0 and result["size_bytes"] == os.path.getsize(
             os.path.join(export_dir, result["file"]))
-    markdown = render_markdown(report)
+    markdown = render_markdown(ExportReport.from_json(report))
     assert "TFLite inputs: raw features" in markdown and "| company | company | string | '' |" in markdown
 
 
@@ -362,7 +364,7 @@ def awkward_export(tmp_path_factory):
     export_serving_model(Awkward, preprocessing, model, serving)
     settings = load_config(export={"latency_examples": 5, "representative_examples": 100,
                                    "tflite_variants": ["float32", "full_int8"]}).export
-    report = export_model(serving, Awkward, [files["train"]], [files["eval"]], str(root / "export"), settings)
+    report = export_model(serving, Awkward, [files["train"]], [files["eval"]], str(root / "export"), settings).to_json()
     return report, str(root / "export"), serving, _awkward_records(120, 1)
 
 
@@ -430,7 +432,7 @@ def test_export_report_pairs_each_column_with_its_device_input(awkward_export):
     assert report["variants"]["full_int8"]["mean_abs_diff"] <= OUTPUT_TOLERANCE["full_int8"]
     assert [(item["name"], item["device_name"]) for item in report["device_inputs"]] == list(AWKWARD_NAMES.items())
     assert [item["missing_value"] for item in report["device_inputs"]] == [0.0, -1, "", 0.0]
-    markdown = render_markdown(report)
+    markdown = render_markdown(ExportReport.from_json(report))
     assert "| column | device input | dtype | pass when the example lacks it |" in markdown
     assert f"| prix (€) | {AWKWARD_NAMES['prix (€)']} | float32 | 0.0 |" in markdown
     assert f"| Case | {AWKWARD_NAMES['Case']} | int64 | -1 |" in markdown
@@ -452,7 +454,7 @@ def test_input_notes_are_reported_and_rendered_as_what_to_pass():
     report = {"exported": True, "task": tasks.BINARY, "savedmodel": {"auc": 0.8}, "variants": {}, "eval_examples": 1,
               "inputs": "raw features", "device_output": "probabilities", "runtime": "LiteRT",
               "compared_with": contract.RAW_SIGNATURE, "device_inputs": conventions, "recommended": None}
-    markdown = render_markdown(report)
+    markdown = render_markdown(ExportReport.from_json(report))
     assert "| column | device input | dtype | what to pass | pass when the example lacks it |" in markdown
     assert f"| pickup date | {names['pickup date']} | int64 | {note} | -1 |" in markdown
     assert "| fare | fare | float32 |  | 0.0 |" in markdown

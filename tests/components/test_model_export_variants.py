@@ -1,6 +1,6 @@
 """Which TFLite variants are accepted, rejected and recommended (pure rules, no TensorFlow)."""
 from components.model_export.variants import OUTPUT_TOLERANCE, judge_variants, recommended_variant
-from components.tasks import BINARY, MULTICLASS, REGRESSION, task_named
+from components.core.tasks import BINARY, MULTICLASS, REGRESSION, task_named
 
 AUC_OF = {"auc": 0.95}
 

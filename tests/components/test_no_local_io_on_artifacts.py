@@ -70,7 +70,7 @@ def test_components_touch_files_only_through_tfx_fileio_outside_local_only_funct
                 shutil_call = call is not None and call.startswith("shutil.")
                 if (call in LOCAL_IO_CALLS or shutil_call) and (relative, function) not in LOCAL_ONLY:
                     offenders.append(f"{relative}:{line} {call}() in {function}")
-    assert not offenders, "use tfx.dsl.io.fileio / components.artifact_files instead:\n" + "\n".join(offenders)
+    assert not offenders, "use tfx.dsl.io.fileio / components.core.artifact_files instead:\n" + "\n".join(offenders)
 
 
 def test_the_lint_sees_a_local_call_on_an_artifact():

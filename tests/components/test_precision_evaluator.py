@@ -19,16 +19,17 @@ from tfx.proto import example_gen_pb2
 from tfx.components.util import examples_utils
 from tfx.types import artifact_utils, standard_artifacts
 
-from components import contract
+from components.core import contract
 from components.model_export import executor as export_executor
-from components.model_export.component import ExportedModel
+from components.core.artifacts import ExportedModel
+from components.core.records import ModelFacts, PredictionTarget
 from components.precision_evaluator import batched_metrics
 from components.precision_evaluator import executor as evaluator_executor
 from components.trainer.train import TrainingJob, train
 from pipeline.config import load_config
 
 
-TAXI_TARGET = evaluator_executor.Target("big_tipper", "binary", ("not_big_tipper", "big_tipper"))
+TAXI_TARGET = PredictionTarget("big_tipper", "binary", ("not_big_tipper", "big_tipper"))
 
 
 def _artifact(cls, uri, artifact_id=None):
@@ -130,8 +131,8 @@ def test_without_the_fallback_nothing_is_blessed(trained, tmp_path):
 
 def test_the_pipeline_config_takes_the_batched_metrics():
     """Every task's metrics, three models, overall and sliced: no fallback to the per-example evaluator."""
-    targets = [TAXI_TARGET, evaluator_executor.Target("species", "multiclass", ("a", "b", "c")),
-               evaluator_executor.Target("fare", "regression")]
+    targets = [TAXI_TARGET, PredictionTarget("species", "multiclass", ("a", "b", "c")),
+               PredictionTarget("fare", "regression")]
     for target in targets:
         config = evaluator_executor.make_eval_config(["candidate", "fp32_baseline", "production"], target,
                                                      "payment_type")
@@ -224,7 +225,7 @@ def _synthetic_batches(rows_per_batch=(1500, 700, 1)):
 
 
 def _synthetic_config():
-    config = evaluator_executor.make_eval_config(["a", "b"], evaluator_executor.Target("label", "binary", ("0", "1")),
+    config = evaluator_executor.make_eval_config(["a", "b"], PredictionTarget("label", "binary", ("0", "1")),
                                                  "payment_type")
     for spec in (tfma.SlicingSpec(feature_keys=["hour"]), tfma.SlicingSpec(feature_keys=["payment_type", "hour"]),
                  tfma.SlicingSpec(feature_values={"payment_type": "Cash"})):
@@ -336,7 +337,7 @@ def _task_batches(task, rows_per_batch=(1200, 500, 1)):
 
 def _task_config(task):
     classes = ("x", "y", "z") if task == "multiclass" else ()
-    config = evaluator_executor.make_eval_config(["a", "b"], evaluator_executor.Target("label", task, classes),
+    config = evaluator_executor.make_eval_config(["a", "b"], PredictionTarget("label", task, classes),
                                                  "payment_type")
     for spec in config.model_specs:
         spec.ClearField("signature_name")
@@ -411,13 +412,15 @@ def test_regression_twins_give_the_exact_means_per_slice(tmp_path):
 def test_a_production_model_of_another_task_label_or_classes_is_not_compared():
     """The production comparison is skipped, with the reason, for a model that predicts something else; a model
     from before model facts were written is a binary one."""
-    Target = evaluator_executor.Target
-    other_target = evaluator_executor.other_target
-    fares = Target("fare", "regression")
+    fares = PredictionTarget("fare", "regression")
+
+    def mismatch(facts: dict, target: PredictionTarget = fares) -> str:
+        return target.mismatch(ModelFacts.from_json(facts))
+
     facts = {"task": "regression", "label": "fare", "classes": []}
-    assert other_target(facts, fares) == ""
-    assert other_target({**facts, "label": "tips"}, fares) == "it predicts the label 'tips', the candidate 'fare'"
-    assert other_target({**facts, "task": "binary", "classes": ["no", "yes"]}, fares).startswith(
+    assert mismatch(facts) == ""
+    assert mismatch({**facts, "label": "tips"}) == "it predicts the label 'tips', the candidate 'fare'"
+    assert mismatch({**facts, "task": "binary", "classes": ["no", "yes"]}).startswith(
         "it predicts a binary task with classes ['no', 'yes'], the candidate a regression task")
-    assert other_target({}, Target("big_tipper", "binary", ("not_big_tipper", "big_tipper"))) == ""
-    assert other_target({}, fares) == "it predates model facts (a binary model); the candidate is regression"
+    assert mismatch({}, PredictionTarget("big_tipper", "binary", ("not_big_tipper", "big_tipper"))) == ""
+    assert mismatch({}) == "it predates model facts (a binary model); the candidate is regression"

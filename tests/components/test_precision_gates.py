@@ -5,10 +5,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from components import tasks
+from components.core import tasks
 from components.precision_evaluator import paired
-from components.precision_evaluator.gates import (CANDIDATE, FP32_BASELINE, PRODUCTION, TRIVIAL, EvalPredictions,
-                                                  decide, describe_check, render_markdown)
+from components.core.contract import CANDIDATE, FP32_BASELINE, PRODUCTION, TRIVIAL
+from components.precision_evaluator.gates import EvalPredictions, decide, render_markdown
 from pipeline.config import load_config
 
 BINARY, MULTICLASS, REGRESSION = (tasks.task_named(name) for name in tasks.TASK_NAMES)
@@ -89,7 +89,7 @@ def test_a_candidate_the_data_show_worse_than_production_is_refused_and_the_repo
     assert ("vs_production", CANDIDATE, "auc") in _failed(decision)
     check = next(c for c in decision.checks if c.gate == "vs_production")
     assert check.interval[1] < -check.tolerance
-    line = describe_check(check)
+    line = check.describe()
     assert line.startswith("vs_production: candidate auc ") and "worse by" in line and "interval [" in line
     assert "4,000 examples (FAIL)" in line
 
@@ -112,7 +112,7 @@ def test_a_candidate_trained_in_float32_is_its_own_baseline_and_parity_does_not_
     parity = [c for c in decision.checks if c.gate == "fp32_parity"]
     assert decision.blessed and len(parity) == 1 and parity[0].passed and parity[0].value is None
     assert parity[0].note == "n/a: candidate trained in float32 without XLA"
-    assert "n/a: candidate trained in float32" in describe_check(parity[0])
+    assert "n/a: candidate trained in float32" in parity[0].describe()
 
 
 def test_other_metrics_are_gated_only_when_the_config_names_them():
@@ -142,17 +142,17 @@ def test_a_model_that_predicts_a_constant_is_refused_by_the_trivial_predictor_ga
     rng = np.random.default_rng(3)
     if task is MULTICLASS:
         labels = rng.integers(0, 3, 900)
-        training = tasks.summarize_labels(task, labels, ("a", "b", "c"))
+        training = task.summarize_labels(labels, ("a", "b", "c"))
         constant = np.tile([0.2, 0.5, 0.3], (900, 1))
     elif task is BINARY:
         labels = (rng.random(900) < 0.3).astype(np.float32)
-        training = tasks.summarize_labels(task, labels, ("no", "yes"))
+        training = task.summarize_labels(labels, ("no", "yes"))
         constant = np.full(900, 0.42)
     else:
         labels = rng.gamma(2.0, 5.0, 900)
-        training = tasks.summarize_labels(task, labels, ())
+        training = task.summarize_labels(labels, ())
         constant = np.full(900, float(labels.mean()) + 0.3)  # any constant: the median is the best one under MAE
-    data = _data(labels, tasks.trivial_predictions(task, training, 900), **{CANDIDATE: constant})
+    data = _data(labels, task.trivial_predictions(training, 900), **{CANDIDATE: constant})
     decision = decide(task, data, _settings(), parity_not_applicable="candidate trained in float32 without XLA")
     assert not decision.blessed and ("beats_trivial", CANDIDATE, task.primary.name) in _failed(decision)
 

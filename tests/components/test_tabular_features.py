@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components import contract, tasks
-from components.feature_names import internal_names
+from components.core import contract, tasks
+from components.core.feature_names import internal_names
 from components.model_export import tflite
 from components.settings import TaskConfig
-from components.tasks import TaskError
+from components.core.tasks import TaskError
 from models import tabular
 from models.layers import CALENDAR_RANGE, MISSING_INT, CalendarFeatures, calendar_parts
 
@@ -202,7 +202,7 @@ AWKWARD = {"features": "FLOAT", "fare": "FLOAT", "fare_missing": "FLOAT", "fare.
 
 
 # Keras warns, when it loads a model whose input dict's keys (the columns) differ from its inputs' names (their
-# internal names), that they should match: they differ on purpose (components/feature_names.py).
+# internal names), that they should match: they differ on purpose (components/core/feature_names.py).
 @pytest.mark.filterwarnings("ignore:When providing `inputs` as a dict:UserWarning")
 def test_columns_of_any_name_build_train_and_survive_saving(tmp_path):
     model_module = _model(tmp_path, AWKWARD, dates=["sold at"])

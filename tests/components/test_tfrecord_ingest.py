@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 from tfx.types import artifact_utils, standard_artifacts
 
-from components import contract
+from components.core import contract
 from components.tfrecord_ingest import executor, records
 
 

@@ -9,7 +9,7 @@ import keras
 import pytest
 import tensorflow as tf
 
-from components import contract
+from components.core import contract
 from components.trainer.checkpoints import BACKUP_METADATA, BACKUP_WEIGHTS, checkpointed_interval, repair_checkpoint
 from components.trainer.distribution import is_chief, worker_task
 from components.trainer.plan import WarmupThenConstant, training_plan
@@ -195,7 +195,7 @@ def test_a_model_whose_output_or_labels_do_not_fit_its_task_stops_before_trainin
                                                                                   module_text, message):
     """What only TensorFlow can tell (the labels' dtype, the model's output width) is checked by the Trainer
     before it trains: a TaskError, which the command line turns into exit 2."""
-    from components.tasks import TaskError
+    from components.core.tasks import TaskError
 
     monkeypatch.syspath_prepend(str(tmp_path))
     name = f"misfit_{abs(hash(module_text)) % 10**8}"

@@ -13,7 +13,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from components import contract
+from components.core import contract
 from components.trainer.callbacks import TrainingDivergedError
 from components.trainer.checkpoints import BACKUP_METADATA
 from components.trainer.device import choose_precision, device_from_json, xla_candidates
@@ -170,8 +170,8 @@ SERVE_IN_FRESH_PROCESS = textwrap.dedent("""
     labels = loaded.signatures["transform_features"](examples=tf.constant(serialized))["big_tipper"].numpy()
     raw = loaded.signatures["serving_raw"]
     import os, keras, models.taxi
-    from components import contract
-    from components.trainer.export import model_ready_dir
+    from components.core import contract
+    from components.core.records import model_ready_dir
     model_ready = keras.saving.load_model(os.path.join(model_ready_dir(model_dir), contract.MODEL_READY_FILE))
     features = tf.io.parse_example(tf.constant(serialized), models.taxi.INPUTS)
     ready = model_ready(loaded.signatures["preprocess"](**features)).numpy().reshape(-1)

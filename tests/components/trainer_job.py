@@ -40,7 +40,7 @@ def main(path):
     extra = (KillAfterInterval(spec["kill_after_interval"]),) if spec.get("kill_after_interval") else ()
     report = train(TrainingJob(settings=settings, train_files=spec["train_files"], eval_files=spec["eval_files"],
                                serving_model_dir=os.path.join(output, "serving"), run_dir=os.path.join(output, "run"),
-                               checkpoint_dir=os.path.join(output, "checkpoints")), extra_callbacks=extra)
+                               checkpoint_dir=os.path.join(output, "checkpoints")), extra_callbacks=extra).to_json()
     with open(os.path.join(output, "returned_report.json"), "w") as handle:
         json.dump(report, handle)
 

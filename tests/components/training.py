@@ -13,4 +13,4 @@ def train_here(files, output, base_model=None, **overrides):
     """Trains in this process on {"train_files", "eval_files"}, writing under the folder `output`."""
     return train(TrainingJob(settings=settings(**overrides), serving_model_dir=str(output / "serving"),
                              run_dir=str(output / "run"), checkpoint_dir=str(output / "checkpoints"),
-                             base_model=base_model, **files))
+                             base_model=base_model, **files)).to_json()

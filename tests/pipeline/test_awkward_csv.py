@@ -197,9 +197,9 @@ def test_init_reads_a_label_pandas_wrote_as_floats_marks_dates_and_writes_a_conf
 
 def test_a_class_the_config_does_not_name_stops_training_naming_the_value(tmp_path):
     from components.settings import TaskConfig
-    from components.tasks import TaskError
+    from components.core.tasks import TaskError
     from components.trainer.labels import read_labels
-    from models.interface import load_model_module, task_of
+    from components.core.model_module import load_model_module, task_of
     from span_files import write_records
 
     schema = tmp_path / "schema.pbtxt"

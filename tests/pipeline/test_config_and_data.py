@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from components.settings import CHECK, PipelineConfig
-from models.interface import CONSTANTS, FUNCTIONS
+from components.core.model_module import CONSTANTS, FUNCTIONS
 from pipeline.config import ConfigError, load_config
 from pipeline.data import bundled_taxi_csv, row_to_example, write_taxi_span
 
@@ -249,7 +249,7 @@ def test_a_multiclass_or_regression_model_sets_its_own_absolute_bar(tmp_path):
 
 def test_the_settings_module_imports_no_component_package():
     """components/settings.py is the floor every component stands on: it imports the shared names
-    (components.contract, components.tasks) and nothing of a component's own, so no import runs back up."""
+    (components.core.contract, components.core.tasks) and nothing of a component's own, so no import runs back up."""
     import ast
 
     import components.settings as settings
@@ -258,4 +258,4 @@ def test_the_settings_module_imports_no_component_package():
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)} | {
         alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     project = {name for name in imported if name.split(".")[0] in ("components", "pipeline", "models")}
-    assert project == {"components.contract", "components.tasks"}, project
+    assert project == {"components.core.contract", "components.core.tasks"}, project

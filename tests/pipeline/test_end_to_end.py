@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components import contract, tasks
-from components.contract import TFLITE_VARIANTS
+from components.core import contract, tasks
+from components.core.contract import TFLITE_VARIANTS
 from components.model_export.variants import OUTPUT_TOLERANCE
 from components.trainer.device import (choose_precision, choose_strategy, describe_devices, device_from_json,
                                        xla_candidates)

@@ -18,7 +18,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from components import contract
+from components.core import contract
 from components.tfrecord_ingest.records import split_of
 from components.trainer.checkpoints import BACKUP_METADATA
 from pipeline.cli import main as cli_main

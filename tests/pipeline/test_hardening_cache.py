@@ -8,7 +8,7 @@ import shutil
 import pytest
 import tensorflow as tf
 
-from components import contract
+from components.core import contract
 from components.tfrecord_ingest.records import EDGE_BYTES, fingerprint_spans
 from pipeline.config import PROJECT_ROOT, load_config
 from pipeline.code_fingerprint import code_files, code_fingerprint
@@ -88,7 +88,7 @@ def test_a_code_digest_covers_the_modules_a_package_imports_and_nothing_unrelate
     assert set(code_files("hardening_pkg", "hardening_helpers.io").values()) >= {"hardening_helpers.io"}
     assert "json" not in {name.split(".")[0] for name in code_files("components.tfrecord_ingest").values()}
     before = code_fingerprint("components.model_export")
-    assert {"components.artifact_files", "components.trainer.export"} <= set(code_files("components.model_export").values())
+    assert {"components.core.artifact_files", "components.core.records"} <= set(code_files("components.model_export").values())
     assert code_fingerprint("components.model_export") == before  # stable
     digest = code_fingerprint("hardening_pkg", "hardening_helpers.io")
     (helpers / "unused.py").write_text("X = 2\n")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components import contract, tasks
+from components.core import contract, tasks
 from components.atomic_pusher.publish import COMPLETE_MARKER
 from pipeline.config import PROJECT_ROOT, load_config
 from pipeline.data import write_taxi_span

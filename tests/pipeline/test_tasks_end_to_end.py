@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components import contract, tasks
+from components.core import contract, tasks
 from components.tfrecord_ingest.records import split_of
 from pipeline.cli import main as cli_main
 from pipeline.config import PROJECT_ROOT, load_config

@@ -11,7 +11,8 @@ from __future__ import annotations
 import importlib
 import typing
 
-from components.tasks import BINARY, MULTICLASS, TASK_NAMES, TaskError, expected_output_width, task_named
+from components.core.feature_names import internal_names
+from components.core.tasks import TASK_NAMES, TaskError, task_named
 
 if typing.TYPE_CHECKING:
     import keras
@@ -22,7 +23,7 @@ if typing.TYPE_CHECKING:
 class ModelModule(typing.Protocol):
     """The interface of a model module."""
 
-    TASK: str  # binary | multiclass | regression (components/tasks.py)
+    TASK: str  # binary | multiclass | regression (components/core/tasks.py)
     CLASSES: tuple[str, ...]  # classification: the class names by label id (binary: negative, positive); regression: ()
     INPUTS: dict[str, tf.io.FixedLenFeature]  # raw serving inputs: name -> how to parse it from a tf.Example
     LABEL_INPUTS: dict[str, tf.io.FixedLenFeature]  # raw features the label is derived from (training data only)
@@ -131,14 +132,12 @@ def check_task(module: ModelModule, name: str) -> None:
         raise ModelModuleError(f"{name!r}: TASK {module.TASK!r} is not one of {', '.join(TASK_NAMES)}")
     task = task_named(module.TASK)
     classes = tuple(module.CLASSES)
-    if task.is_classification:
-        if len(set(classes)) != len(classes) or not all(isinstance(c, str) and c for c in classes):
-            raise ModelModuleError(f"{name!r}: CLASSES must be distinct, non-empty names, got {classes!r}")
-        if (task.name == BINARY and len(classes) != 2) or (task.name == MULTICLASS and len(classes) < 3):
-            wanted = "exactly 2 (negative, positive)" if task.name == BINARY else "3 or more"
-            raise ModelModuleError(f"{name!r}: a {task.name} task has {wanted} CLASSES, got {len(classes)}: {classes!r}")
-    elif classes:
-        raise ModelModuleError(f"{name!r}: a regression task has no CLASSES, got {classes!r}")
+    if task.is_classification and (len(set(classes)) != len(classes)
+                                   or not all(isinstance(c, str) and c for c in classes)):
+        raise ModelModuleError(f"{name!r}: CLASSES must be distinct, non-empty names, got {classes!r}")
+    problem = task.class_problem(classes)
+    if problem:
+        raise ModelModuleError(f"{name!r}: {problem}")
 
 
 def check_label_dtype(module: ModelModule, dtype) -> None:
@@ -152,14 +151,14 @@ def check_label_dtype(module: ModelModule, dtype) -> None:
         raise TaskError(f"label {module.LABEL_KEY!r}: make_label returns strings; a {task.name} task needs "
                         f"{task.label_dtype} labels" + (" (map the class names to their ids)"
                                                         if task.is_classification else ""))
-    if task.name == MULTICLASS and kind != "i":
-        raise TaskError(f"label {module.LABEL_KEY!r}: make_label returns {np.dtype(dtype).name}; a multiclass task "
+    if task.label_dtype == "int64" and kind != "i":
+        raise TaskError(f"label {module.LABEL_KEY!r}: make_label returns {np.dtype(dtype).name}; a {task.name} task "
                         "needs int64 class ids")
 
 
 def check_output_width(module: ModelModule, model) -> None:
     """Raises TaskError when the built model's output is not (batch, 1) or (batch, K) as the task needs."""
-    width = expected_output_width(task_named(module.TASK), tuple(module.CLASSES))
+    width = task_named(module.TASK).output_width(tuple(module.CLASSES))
     shape = tuple(model.output.shape)
     if len(shape) != 2 or shape[1] != width:
         raise TaskError(f"a {module.TASK} task needs a model output of shape (batch, {width}); build_model's "
@@ -167,8 +166,31 @@ def check_output_width(module: ModelModule, model) -> None:
 
 
 def task_of(module: ModelModule):
-    """The Task the module declares (components/tasks.py); TaskError for an unknown one."""
+    """The Task the module declares (components/core/tasks.py); TaskError for an unknown one."""
     try:
         return task_named(module.TASK)
     except TaskError as error:
         raise ModelModuleError(str(error)) from None
+
+
+def raw_signature_spec(inputs: dict, batch_size: int | None = None) -> dict:
+    """Input: a model module's INPUTS (column -> tf.io.FixedLenFeature) and the batch size (None: any).
+    Output: the input signature of a raw-feature signature (serving_raw, preprocess; the device model's
+    serving_default is built alike, components/model_export/tflite.py): a dict keyed by column name, as
+    the preprocessing model takes it, whose TensorSpecs are named by the columns' internal names
+    (components/core/feature_names.py), which the signature's arguments are called (a column's own name may not
+    be a valid argument name, and two that differ only in case collide). A column whose name already is
+    valid keeps it."""
+    import tensorflow as tf
+
+    names = internal_names(list(inputs))
+    return {column: tf.TensorSpec([batch_size], feature.dtype, name=names[column])
+            for column, feature in inputs.items()}
+
+
+def raw_signature_arguments(inputs: dict, features: dict) -> dict:
+    """Input: a model module's INPUTS and raw features keyed by column name (any subset of INPUTS). Output:
+    the same values keyed by the raw-feature signatures' argument names (the columns' internal names), to be
+    passed as `signature(**arguments)`."""
+    names = internal_names(list(inputs))
+    return {names[column]: value for column, value in features.items()}

@@ -15,7 +15,6 @@ STATISTICS = "statistics"  # ExampleStatistics: StatisticsGen's output
 ANOMALIES = "anomalies"  # ExampleAnomalies: ExampleValidator's output
 MODEL = "model"  # Model: a Trainer's output; the candidate in the evaluator and ModelExport; a resolver's
 MODEL_RUN = "model_run"  # ModelRun: a Trainer's logs and training_report.json
-BASE_MODEL = "base_model"  # Trainer input: the model to warm-start from
 CANDIDATE_RUN = "candidate_run"  # FP32 baseline Trainer input (and its custom_config key): the candidate's ModelRun
 BASELINE_MODEL = "baseline_model"  # the FP32 baseline trainer's model
 PRODUCTION_MODEL = "production_model"  # the latest blessed model (optional evaluator input)
@@ -64,6 +63,7 @@ VALIDATION_REPORT_FILE = "validation_report.json"  # ValidationReport
 STATISTICS_COPY_DIR = "statistics"  # ValidationReport: this span's statistics, the next run's drift reference
 TRAINING_REPORT_FILE = "training_report.json"  # ModelRun
 SKIPPED_BASELINE_FILE = "fp32_baseline_skipped.json"  # in a baseline Model's Format-Serving: why it was not trained
+MODEL_FACTS_FILE = "model_facts.json"  # beside the Keras files: what the evaluator and export need to know
 PRECISION_REPORT_FILE = "precision_report.json"  # ModelEvaluation: the decision, every check, the metrics
 PRECISION_REPORT_MARKDOWN = "precision_report.md"
 EXPORT_REPORT_FILE = "export_report.json"  # ExportedModel
@@ -74,13 +74,17 @@ PUSHED_TFLITE_FILE = "model.tflite"  # a pushed version: the recommended variant
 PUSH_INFO_FILE = "push_info.json"  # a pushed version: where it came from
 
 # ------------------------------------------------------------- the SavedModel's signatures and Keras files
-SERVING_SIGNATURE = "serving_default"  # serialized tf.Example -> the task's outputs (components/tasks.py)
+SERVING_SIGNATURE = "serving_default"  # serialized tf.Example -> the task's outputs (components/core/tasks.py)
 RAW_SIGNATURE = "serving_raw"  # one tensor per raw feature -> the task's outputs
 TRANSFORM_SIGNATURE = "transform_features"  # serialized tf.Example -> label (TFMA derives labels with it)
 PREPROCESS_SIGNATURE = "preprocess"  # one tensor per raw feature -> model-ready tensors (host side)
 MODEL_READY_DIR = "Format-Keras"  # beside the serving SavedModel: the model and its preprocessing as Keras files
 MODEL_READY_FILE = "model_ready.keras"
 PREPROCESSING_FILE = "preprocessing.keras"  # the fitted preprocessing (a later warm start reuses it)
+
+# ------------------------------------------------------------------ model roles in the evaluator's reports
+CANDIDATE, FP32_BASELINE, PRODUCTION, TRIVIAL = "candidate", "fp32_baseline", "production", "trivial"
+OVERALL = "overall"  # the metrics tables' whole-eval-split slice
 
 # ------------------------------------------------------------------------------- pipeline node ids
 TRAINER_NODE = "Trainer"  # the candidate's Trainer (TFX's default id for its Trainer)

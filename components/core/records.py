@@ -1,0 +1,330 @@
+"""Typed records that steps hand each other, with the JSON they are written as: what a trained model is
+(ModelFacts), what a training did (TrainingReport), what the models predict (PredictionTarget), each gate
+check and the evaluator's verdict (GateCheck, EvaluationReport), what ModelExport made (ExportReport), and
+reading a ModelBlessing. The writer builds the record and writes `to_json()`; every reader goes through
+`from_json`, where the default for a report written before a field existed is decided once (LEGACY_TASK).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+
+from components.core import artifact_files, contract
+from components.core.tasks import LabelSummary, Task, task_named
+
+LEGACY_TASK = "binary"  # a report or model from before reports named their task: the binary taxi model of its day
+
+
+# ------------------------------------------------------------------------------------------- trained model
+
+def model_ready_dir(serving_model_dir: str) -> str:
+    """Where the model-ready Keras files and the model facts sit beside a serving SavedModel."""
+    # Not os.path.normpath: it turns s3://bucket/x into s3:/bucket/x, a local relative path.
+    return os.path.join(os.path.dirname(serving_model_dir.rstrip("/")), contract.MODEL_READY_DIR)
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What later steps read about a trained model: its task, label and classes, the numerics it trained with,
+    and the label counts of each split (the training split's build the trivial predictor). `legacy`: a model
+    exported before facts were written (nothing else is known of it but that it is binary)."""
+    model: str
+    task_name: str
+    label: str
+    classes: tuple[str, ...]
+    precision: str
+    xla: bool | None
+    labels: dict[str, LabelSummary] = field(default_factory=dict)
+    legacy: bool = False
+
+    @property
+    def task(self) -> Task:
+        return task_named(self.task_name)
+
+    def to_json(self) -> dict:
+        return {"model": self.model, "task": self.task_name, "label": self.label, "classes": list(self.classes),
+                "precision": self.precision, "xla": self.xla,
+                "labels": {split: summary.to_json() for split, summary in self.labels.items()}}
+
+    @classmethod
+    def from_json(cls, value: dict | None) -> "ModelFacts":
+        if not value:
+            return cls("", LEGACY_TASK, "", (), "", None, {}, legacy=True)
+        return cls(value.get("model", ""), value.get("task", LEGACY_TASK), value.get("label", ""),
+                   tuple(value.get("classes", ())), value.get("precision", ""), value.get("xla"),
+                   {split: LabelSummary.from_json(summary) for split, summary in value.get("labels", {}).items()})
+
+
+def write_model_facts(serving_model_dir: str, facts: ModelFacts) -> None:
+    artifact_files.write_json(os.path.join(model_ready_dir(serving_model_dir), contract.MODEL_FACTS_FILE),
+                              facts.to_json())
+
+
+def read_model_facts(serving_model_dir: str) -> ModelFacts:
+    """The facts of a trained model (legacy ones for a model exported before they were written)."""
+    return ModelFacts.from_json(artifact_files.read_json_if_exists(
+        os.path.join(model_ready_dir(serving_model_dir), contract.MODEL_FACTS_FILE)))
+
+
+@dataclass(frozen=True)
+class PredictionTarget:
+    """What the models of a run predict: the label key, the task and the class names (from the model module)."""
+    label_key: str
+    task_name: str
+    classes: tuple[str, ...] = ()
+
+    @property
+    def task(self) -> Task:
+        return task_named(self.task_name)
+
+    def to_json(self) -> dict:
+        return {"label_key": self.label_key, "task": self.task_name, "classes": list(self.classes)}
+
+    @classmethod
+    def from_json(cls, value: dict) -> "PredictionTarget":
+        return cls(value["label_key"], value.get("task", LEGACY_TASK), tuple(value.get("classes", ())))
+
+    def mismatch(self, facts: ModelFacts) -> str:
+        """Why a model described by `facts` cannot be compared with this target's models ("" when it can)."""
+        if facts.legacy:
+            return "" if self.task_name == facts.task_name else (
+                f"it predates model facts (a {facts.task_name} model); the candidate is {self.task_name}")
+        if facts.task_name != self.task_name or tuple(facts.classes) != tuple(self.classes):
+            return (f"it predicts a {facts.task_name} task with classes {list(facts.classes)}, the candidate a "
+                    f"{self.task_name} task with classes {list(self.classes)}")
+        if facts.label and facts.label != self.label_key:
+            return f"it predicts the label {facts.label!r}, the candidate {self.label_key!r}"
+        return ""
+
+
+# ---------------------------------------------------------------------------------------------- training
+
+@dataclass
+class TrainingReport:
+    """training_report.json: what one Trainer did (or, `skipped`, why the FP32 baseline was not trained)."""
+    model: str = ""
+    task_name: str = LEGACY_TASK
+    label: str = ""
+    classes: list[str] = field(default_factory=list)
+    labels: dict[str, LabelSummary] = field(default_factory=dict)
+    device: dict = field(default_factory=dict)
+    strategy: str = ""
+    strategy_reason: str = ""
+    replicas: int = 1
+    worker: str = ""
+    precision: str = ""
+    precision_reason: str = ""
+    xla: bool = False
+    xla_reason: str = ""
+    train_examples: int = 0
+    cached_in_memory: bool = False
+    plan: dict = field(default_factory=dict)  # components/trainer/plan.py TrainingPlan's fields
+    steps_per_execution: int = 1
+    warm_start: dict = field(default_factory=dict)
+    resumed_from_step: int = 0
+    steps_run: int = 0
+    checkpoints_written: int = 0
+    examples_per_second: float = 0.0
+    step_seconds: float = 0.0
+    in_memory_examples_per_second: float = 0.0
+    input_wait_fraction: float | None = None
+    loss_scale_history: list[float] = field(default_factory=list)
+    fit_seconds: float = 0.0
+    total_seconds: float = 0.0
+    final_metrics: dict[str, float] = field(default_factory=dict)
+    history: dict[str, list[float]] = field(default_factory=dict)
+    skipped: bool = False  # the FP32 baseline, not trained: the candidate is its own baseline
+    skip_reason: str = ""
+    candidate_run: str = ""
+
+    @property
+    def task(self) -> Task:
+        return task_named(self.task_name)
+
+    @property
+    def validation_value(self) -> float | None:
+        """The last validation value of the task's per-epoch metric (None when not measured)."""
+        return self.final_metrics.get(f"val_{self.task.validation_metric}")
+
+    def facts(self) -> ModelFacts:
+        return ModelFacts(self.model, self.task_name, self.label, tuple(self.classes), self.precision, self.xla,
+                          dict(self.labels))
+
+    def to_json(self) -> dict:
+        if self.skipped:
+            return {"skipped": True, "reason": self.skip_reason, "candidate_run": self.candidate_run}
+        value = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                 if f.name not in ("task_name", "labels", "plan", "skipped", "skip_reason", "candidate_run")}
+        return {"task": self.task_name, **value, **self.plan,
+                "labels": {split: summary.to_json() for split, summary in self.labels.items()}}
+
+    @classmethod
+    def from_json(cls, value: dict | None) -> "TrainingReport | None":
+        """The report (None for {} or None: no report); unknown keys are kept out, missing ones default."""
+        if not value:
+            return None
+        if value.get("skipped"):
+            return cls(skipped=True, skip_reason=value.get("reason", ""), candidate_run=value.get("candidate_run", ""))
+        names = {f.name for f in dataclasses.fields(cls)}
+        known = {key: item for key, item in value.items() if key in names and key not in ("labels", "plan")}
+        return cls(**known, task_name=value.get("task", LEGACY_TASK),
+                   labels={split: LabelSummary.from_json(s) for split, s in value.get("labels", {}).items()},
+                   plan={key: item for key, item in value.items() if key not in names and key != "task"})
+
+
+# -------------------------------------------------------------------------------------------- evaluation
+
+@dataclass
+class GateCheck:
+    gate: str  # absolute_bar | beats_trivial | fp32_parity | vs_production
+    model: str
+    metric: str
+    value: float | None  # the model's metric (None: not measured, the gate does not apply)
+    reference: float | None  # the bar, or the reference model's metric
+    reference_model: str  # bar | trivial | fp32_baseline | production
+    improvement: float | None  # how much better than the reference, in the metric's units (negative: worse)
+    interval: list[float] | None  # the confidence interval of `improvement` (None for the bar)
+    tolerance: float  # how much worse than the reference the model may be, in the metric's units
+    examples: int  # eval examples compared
+    passed: bool
+    note: str = ""  # why a gate does not apply, or that the eval split is too small to resolve its tolerance
+
+    def describe(self) -> str:
+        """One line: the values, the difference with its interval, the tolerance, the result."""
+        result = "pass" if self.passed else "FAIL"
+        if self.value is None:
+            return f"{self.gate}: {self.model} {self.metric} {self.note} ({result})"
+        if self.interval is None:
+            return (f"{self.gate}: {self.model} {self.metric} {format_number(self.value)} vs bar "
+                    f"{format_number(self.reference)} ({result})")
+        low, high = self.interval
+        line = (f"{self.gate}: {self.model} {self.metric} {format_number(self.value)} vs {self.reference_model} "
+                f"{format_number(self.reference)}: {'better' if self.improvement >= 0 else 'worse'} by "
+                f"{abs(self.improvement):.4f}, interval [{low:+.4f}, {high:+.4f}], tolerance {self.tolerance:.4g}, "
+                f"{self.examples:,} examples ({result})")
+        return line + (f"; {self.note}" if self.note else "")
+
+
+def format_number(value: float | None) -> str:
+    """4 decimals, counts as integers, undefined metrics (None) as n/a."""
+    if value is None:
+        return "n/a"
+    return f"{int(value):,}" if float(value).is_integer() and abs(value) > 1 else f"{value:.4f}"
+
+
+@dataclass
+class EvaluationReport:
+    """precision_report.json: the evaluator's verdict, every gate check, and the metrics of each model per
+    slice ({slice: {model role: {metric: value}}})."""
+    blessed: bool
+    chosen_model: str | None  # candidate, fp32_baseline, or None (nothing blessed)
+    summary: str
+    checks: list[GateCheck] = field(default_factory=list)
+    task_name: str = LEGACY_TASK
+    primary_metric: str = ""
+    classes: list[str] = field(default_factory=list)
+    eval_examples: int = 0
+    trivial_predictor: str = ""
+    fp32_parity: str = ""
+    notes: list[str] = field(default_factory=list)
+    settings: dict = field(default_factory=dict)
+    models: dict[str, dict] = field(default_factory=dict)
+    metrics: dict[str, dict[str, dict[str, float | None]]] = field(default_factory=dict)
+    confusion_matrix: dict[str, list[list[int]]] = field(default_factory=dict)
+
+    @property
+    def task(self) -> Task:
+        return task_named(self.task_name)
+
+    @property
+    def primary(self):
+        """The Metric the gates decided on."""
+        return self.task.metric(self.primary_metric or self.task.primary.name)
+
+    def overall(self, model: str) -> dict[str, float | None]:
+        return dict(self.metrics.get(contract.OVERALL, {}).get(model, {}))
+
+    def to_json(self) -> dict:
+        value = dataclasses.asdict(self)
+        value["task"] = value.pop("task_name")
+        if not self.confusion_matrix:
+            value.pop("confusion_matrix")
+        return value
+
+    @classmethod
+    def from_json(cls, value: dict | None) -> "EvaluationReport | None":
+        if not value:
+            return None
+        names = {f.name for f in dataclasses.fields(cls)}
+        known = {key: item for key, item in value.items() if key in names and key != "checks"}
+        return cls(**known, task_name=value.get("task", LEGACY_TASK),
+                   checks=[GateCheck(**check) for check in value.get("checks", [])])
+
+
+# ------------------------------------------------------------------------------------------------- export
+
+@dataclass
+class ExportReport:
+    """export_report.json: the SavedModel's scores and one entry per TFLite variant (its metrics, size,
+    latency, output differences, verdict), or why nothing was exported."""
+    exported: bool
+    reason: str = ""
+    task_name: str = LEGACY_TASK
+    primary_metric: str = ""
+    classes: list[str] = field(default_factory=list)
+    eval_examples: int = 0
+    savedmodel: dict[str, float] = field(default_factory=dict)
+    inputs: str = ""
+    device_inputs: list[dict] = field(default_factory=list)
+    device_output: str = ""
+    compared_with: str = ""
+    runtime: str = ""
+    max_tflite_drop: float = 0.0
+    variants: dict[str, dict] = field(default_factory=dict)
+    failed_variants: dict[str, str] = field(default_factory=dict)
+    recommended: str | None = None
+    source_model: dict = field(default_factory=dict)
+
+    @property
+    def task(self) -> Task:
+        return task_named(self.task_name)
+
+    def to_json(self) -> dict:
+        if not self.exported:
+            return {"exported": False, "reason": self.reason}
+        value = dataclasses.asdict(self)
+        value["task"] = value.pop("task_name")
+        value.pop("reason")
+        return value
+
+    @classmethod
+    def from_json(cls, value: dict | None) -> "ExportReport | None":
+        if not value:
+            return None
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{key: item for key, item in value.items() if key in names},
+                   task_name=value.get("task", LEGACY_TASK))
+
+
+# ----------------------------------------------------------------------------------------------- blessing
+
+def is_blessed(blessing) -> bool:
+    """Whether a ModelBlessing artifact says blessed (TFX's property, as TFX's Evaluator writes it)."""
+    from tfx.components.evaluator import constants
+
+    return blessing.get_int_custom_property(constants.ARTIFACT_PROPERTY_BLESSED_KEY) == constants.BLESSED_VALUE
+
+
+def blessed_model(blessing, models: list):
+    """The Model artifact among `models` that the blessing blesses, matched by URI: unique on every
+    orchestrator, where the id is MLMD's integer locally but a resource name on Kubeflow (TFX's entrypoint
+    rewrites it). ValueError when none is."""
+    from tfx.components.evaluator import constants
+
+    model_uri = blessing.get_string_custom_property(constants.ARTIFACT_PROPERTY_CURRENT_MODEL_URI_KEY)
+    for model in models:
+        if model.uri == model_uri:
+            return model
+    raise ValueError(f"the blessing at {blessing.uri} refers to the model at {model_uri}, which is not among the "
+                     f"inputs ({', '.join(model.uri for model in models)})")
