@@ -50,6 +50,26 @@ def described_gpus():
         yield tuple(details for _, details in gpus.values())
 
 
+TF_CONFIG_VARIABLE = "TF_CONFIG"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_tf_config_in_session():
+    """No TF_CONFIG the caller exported reaches the session's and modules' fixtures (a production run, the
+    e2e stages): they run before any function-scoped fixture, and a multi-worker cluster in TF_CONFIG would
+    make their Trainer wait for workers that do not exist. Restored at the end of the session."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv(TF_CONFIG_VARIABLE, raising=False)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def no_tf_config(monkeypatch):
+    """Every test starts without TF_CONFIG (whatever the caller exported, or an earlier test left behind): a
+    test that needs one sets it itself, with monkeypatch.setenv or in a subprocess's environment."""
+    monkeypatch.delenv(TF_CONFIG_VARIABLE, raising=False)
+
+
 @pytest.fixture(scope="session")
 def taxi_span_root(tmp_path_factory):
     """A data root with span-1 holding the first 3,000 taxi rows as gzip TFRecord shards."""

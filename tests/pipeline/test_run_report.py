@@ -12,7 +12,8 @@ import subprocess
 
 import pytest
 
-from components import contract
+from components.core import contract
+from components.core.records import EvaluationReport, ExportReport, TrainingReport
 from pipeline.local_runner import RunSummary
 from pipeline.run_facts import RunFacts, Step, render_runs
 from pipeline.run_report import render_html
@@ -56,18 +57,37 @@ def test_report_renders_in_chromium_with_the_key_numbers_and_every_plot(producti
     first_evaluation = min(evaluation_dirs, key=lambda folder: int(os.path.basename(folder)))
     precision = json.load(open(os.path.join(first_evaluation, contract.PRECISION_REPORT_FILE)))
     export = json.load(open(os.path.join(production.pushed_dir, contract.EXPORT_REPORT_FILE)))
+    # The numerics the first run's Trainer measured fastest on this machine (plain float32 on a CPU without
+    # bfloat16 gains; mixed_float16 on a GPU with Tensor Cores), and what its FP32 baseline did about them.
+    training = {node: json.load(open(os.path.join(_first_output(production.config, node, contract.MODEL_RUN),
+                                                  contract.TRAINING_REPORT_FILE)))
+                for node in (contract.TRAINER_NODE, contract.FP32_BASELINE_NODE)}
+    candidate, baseline = training[contract.TRAINER_NODE], training[contract.FP32_BASELINE_NODE]
+    plain_float32 = (candidate["precision"], candidate["xla"]) == ("float32", False)
 
     assert "Run report: taxi-accel" in text and "completed" in text
     assert f"Pushed to {production.pushed_dir}" in text
     assert f"Blessing: {precision['summary']}" in text
-    overall = precision["metrics"]["overall"]["candidate"]
-    # The per-slice table's first row. On this CPU the candidate trains in plain float32: the baseline is not
-    # trained again, so the table has no baseline column and the parity gate says why it does not apply.
-    assert f"overall {overall['example_count']:,.0f} {overall['auc']:.4f} {overall['binary_accuracy']:.4f} " \
-           f"{overall['binary_crossentropy']:.4f} payment_type=" in text
-    assert "fp32_baseline" not in precision["metrics"]["overall"]
+    assert f"{contract.TRAINER_NODE} {candidate['strategy']} x{candidate['replicas']} {candidate['precision']} " \
+           f"{'on' if candidate['xla'] else 'off'} " in text
+    overall = precision["metrics"]["overall"]
+    if plain_float32:  # the candidate is its own FP32 baseline: not trained again, no baseline column
+        assert baseline["skipped"] is True and "fp32_baseline" not in overall
+        assert f"{contract.FP32_BASELINE_NODE} not trained: {baseline['reason']}" in text
+        roles = ["candidate"]
+    else:  # mixed precision or XLA: the baseline trained in float32 without XLA, and has its column
+        assert "skipped" not in baseline and (baseline["precision"], baseline["xla"]) == ("float32", False)
+        assert f"{contract.FP32_BASELINE_NODE} {baseline['strategy']} x{baseline['replicas']} float32 off " in text
+        roles = ["candidate", "fp32_baseline"]
+    assert set(overall) == set(roles)  # no production model in a first run
+    # The per-slice table's first row: the example count, then each metric for each model evaluated.
+    values = " ".join(f"{overall[role][metric]:.4f}" for metric in ("auc", "binary_accuracy", "binary_crossentropy")
+                      for role in roles)
+    assert f"overall {overall['candidate']['example_count']:,.0f} {values} payment_type=" in text
+    parity = [check for check in precision["checks"] if check["gate"] == "fp32_parity"]
+    assert parity and all((check["value"] is None) == plain_float32 for check in parity)
     for check in precision["checks"]:
-        if check["value"] is None:
+        if check["value"] is None:  # the parity gate says why it does not apply
             assert check["gate"] == "fp32_parity" and check["note"].startswith("n/a: candidate trained in float32")
             assert f"{check['gate']} {check['model']} {check['metric']} - fp32_baseline - " \
                    f"{check['tolerance']} {check['examples']:,} pass {check['note']}" in text
@@ -81,6 +101,12 @@ def test_report_renders_in_chromium_with_the_key_numbers_and_every_plot(producti
     assert "Split train:" in text and "Split eval:" in text
     # Statistics plots, string top values, training curves, TFLite ladder: each a decoded image.
     assert images == ["ok"] * 4, images
+
+
+def _first_output(config, node, key):
+    """The output folder `node` wrote under `key` in the first run on `config`'s pipeline root."""
+    folders = glob.glob(os.path.join(config.pipeline_root, node, key, "*"))
+    return min(folders, key=lambda folder: int(os.path.basename(folder)))
 
 
 STARTED = datetime.datetime(2026, 11, 22, tzinfo=datetime.timezone.utc)
@@ -125,7 +151,21 @@ def _blessed_run(**changes) -> RunFacts:
         evaluation={"summary": "candidate blessed: every gate passed", "blessed": True, "chosen_model": "candidate",
                     "task": "binary", "primary_metric": "auc", "checks": [CHECK], "metrics": {"overall": metrics}},
         blessed=True, pushed_to="/serving/1795334123")
-    return dataclasses.replace(facts, **changes)
+    return dataclasses.replace(_typed(facts), **{key: _typed_value(key, value) for key, value in changes.items()})
+
+
+def _typed(facts: RunFacts) -> RunFacts:
+    """RunFacts with its reports, written here as the JSON the steps write, read into their records."""
+    return dataclasses.replace(facts, **{key: _typed_value(key, getattr(facts, key))
+                                         for key in ("training", "evaluation", "export")})
+
+
+def _typed_value(key: str, value):
+    if key == "training":
+        return {node: report if not isinstance(report, dict) else TrainingReport.from_json(report)
+                for node, report in value.items()}
+    readers = {"evaluation": EvaluationReport.from_json, "export": ExportReport.from_json}
+    return readers[key](value) if key in readers and isinstance(value, dict) else value
 
 
 def test_the_summary_the_report_and_the_status_table_render_the_same_facts():
@@ -139,7 +179,7 @@ def test_the_summary_the_report_and_the_status_table_render_the_same_facts():
             "  blessed: yes\n") in summary
     assert summary.endswith("  pushed to: /serving/1795334123\n  total wall time: 0.0 s")
     not_compared = "the production model was not compared: it predicts the label 'tips', the candidate 'fare'"
-    with_note = RunSummary(_blessed_run(evaluation={**facts.evaluation, "notes": [not_compared]})).render()
+    with_note = RunSummary(_blessed_run(evaluation=dataclasses.replace(facts.evaluation, notes=[not_compared]))).render()
     assert f"(pass)\n    note: {not_compared}\n  blessed: yes" in with_note
     page = render_html(facts)
     assert "<td>r2</td><td>2026-11-22 00:00:00 UTC</td><td>32.4 s</td><td>1</td>" in page
@@ -175,7 +215,7 @@ def test_every_view_speaks_the_task_of_the_run():
                     "confusion_matrix": {"candidate": [[50, 1, 0], [0, 20, 0], [0, 0, 40]]},
                     "metrics": {"overall": {"candidate": {"sparse_categorical_accuracy": 0.991, "example_count": 111.0,
                                                           "recall/class_1": 1.0}}}},
-        training={"Trainer": {**_blessed_run().training["Trainer"], "task": "multiclass",
+        training={"Trainer": {**_blessed_run().training["Trainer"].to_json(), "task": "multiclass",
                               "final_metrics": {"val_accuracy": 0.98}}})
     page, summary = render_html(multiclass), RunSummary(multiclass).render()
     assert "accuracy candidate" in page and "Confusion matrix" in page and "<td>Chinstrap</td><td>0</td><td>20</td>" in page
@@ -189,7 +229,7 @@ def test_every_view_speaks_the_task_of_the_run():
                     "task": "regression", "primary_metric": "mean_absolute_error", "checks": [check],
                     "metrics": {"overall": {"candidate": {"mean_absolute_error": 1.52, "root_mean_squared_error": 3.4,
                                                           "example_count": 5032.0}}}},
-        training={"Trainer": {**_blessed_run().training["Trainer"], "task": "regression",
+        training={"Trainer": {**_blessed_run().training["Trainer"].to_json(), "task": "regression",
                               "final_metrics": {"val_mae": 1.5}}})
     page = render_html(regression)
     assert "MAE candidate" in page and "RMSE candidate" in page and "AUC" not in page
