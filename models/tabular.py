@@ -1,7 +1,7 @@
 """A model built from the schema and the label alone: what `python -m pipeline init` configures, so that a
 user's own table trains with no code.
 
-`configure(schema_path, task)` reads the curated schema and the config's `task` section (type, label,
+`configure(schema_path, task_config)` reads the curated schema and the config's `task` section (type, label,
 classes, excluded features, dates) and returns the model module: every schema feature but the label and the
 excluded ones is an input, preprocessed by its kind, the kind decided on the training sample:
 - dates (`task.dates`: int64 seconds since 1970-01-01 UTC): their calendar, models.layers.CalendarFeatures
@@ -51,19 +51,19 @@ HIDDEN_UNITS = (64, 32)
 _LAYER = "tabular.{}"  # the name of a layer derived from no column: a '.' keeps it apart from every column's
 
 
-def configure(schema_path: str, task) -> "SchemaModel":
+def configure(schema_path: str, task_config) -> "SchemaModel":
     """Input: the curated schema's path and the config's `task` section (components.settings.TaskConfig).
     Output: the model module (components.core.model_module.ModelModule) for that schema and label. TaskError names what
     is missing or wrong: the task type, the label, (classification) the classes, or a date that is not an int64
     feature of the schema."""
-    if not task.type:
+    if not task_config.type:
         raise TaskError("models.tabular needs task.type in the config (binary, multiclass or regression)")
-    if not task.label:
+    if not task_config.label:
         raise TaskError("models.tabular needs task.label in the config: the label column")
-    if task_named(task.type).is_classification and not task.classes:
-        raise TaskError(f"models.tabular needs task.classes for a {task.type} task: the class names in label order")
-    model = SchemaModel(schema_path, task.type, task.label, tuple(task.classes), tuple(task.exclude),
-                        tuple(task.dates))
+    if task_named(task_config.type).is_classification and not task_config.classes:
+        raise TaskError(f"models.tabular needs task.classes for a {task_config.type} task: the class names in label order")
+    model = SchemaModel(schema_path, task_config.type, task_config.label, tuple(task_config.classes),
+                        tuple(task_config.exclude), tuple(task_config.dates))
     if model.dates:
         model._schema_features()  # task.dates checked against the schema now, not when training starts
     return model
@@ -72,10 +72,10 @@ def configure(schema_path: str, task) -> "SchemaModel":
 class SchemaModel:
     """The ModelModule of one schema and label (see the module docstring)."""
 
-    def __init__(self, schema_path: str, task: str, label: str, classes: tuple[str, ...], exclude: tuple[str, ...],
-                 dates: tuple[str, ...] = ()):
-        self.TASK, self.LABEL_KEY = task, label
-        self.task = task_named(task)
+    def __init__(self, schema_path: str, task_name: str, label: str, classes: tuple[str, ...],
+                 exclude: tuple[str, ...], dates: tuple[str, ...] = ()):
+        self.TASK, self.LABEL_KEY = task_name, label
+        self.task = task_named(task_name)
         self.CLASSES = classes if self.task.is_classification else ()
         self._schema_path, self._exclude = schema_path, set(exclude)
         self.dates = tuple(dates)  # int64 features holding seconds since 1970-01-01 UTC

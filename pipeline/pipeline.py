@@ -169,7 +169,8 @@ def release_nodes(config: PipelineConfig, data: DataNodes, training: TrainingNod
         target=PredictionTarget(model_module.LABEL_KEY, model_module.TASK, tuple(model_module.CLASSES)))
     blessing = evaluator.outputs[contract.BLESSING]
     export = ModelExport(examples=data.examples, schema=data.schema, model=model, baseline_model=baseline_model,
-                         blessing=blessing, model_module=config.train.model, task=config.task, settings=config.export)
+                         blessing=blessing, model_module=config.train.model, task_config=config.task,
+                         settings=config.export)
     pusher = AtomicPusher(exported_model=export.outputs[contract.EXPORTED_MODEL], blessing=blessing,
                           push_dir=_absolute(config.push_dir))
     for node in (evaluator, pusher):
@@ -228,7 +229,7 @@ def trainer_custom_config(config: PipelineConfig, checkpoint_dir: str, **train_o
     and a digest of the trainer package, the model module (wherever it lives) and the project code they
     import, so that code changes bust the cache."""
     return {**dataclasses.asdict(config.train), **train_overrides,
-            contract.TASK_SETTINGS: dataclasses.asdict(config.task),
+            contract.TASK_CONFIG: dataclasses.asdict(config.task),
             contract.CODE_FINGERPRINT: code_fingerprint(TRAINER_PACKAGE, config.train.model),
             contract.CHECKPOINT_ROOT: checkpoint_dir}
 

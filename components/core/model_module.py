@@ -51,7 +51,7 @@ class ModelModule(typing.Protocol):
 CONSTANTS = ("TASK", "CLASSES", "INPUTS", "LABEL_INPUTS", "LABEL_KEY")
 FUNCTIONS = ("make_label", "build_preprocessing", "build_model")
 OPTIONAL_FUNCTIONS = ("make_loss",)
-CONFIGURE = "configure"  # a schema-driven module's factory: configure(schema_path, task) -> ModelModule
+CONFIGURE = "configure"  # a schema-driven module's factory: configure(schema_path, task_config) -> ModelModule
 
 
 class ModelModuleError(ValueError):
@@ -69,10 +69,10 @@ def _names_the_module(missing: str, name: str) -> bool:
     return name == missing or name.startswith(missing + ".")
 
 
-def load_model_module(name: str, task=None, schema_path: str | None = None) -> ModelModule:
+def load_model_module(name: str, task_config=None, schema_path: str | None = None) -> ModelModule:
     """Input: a module path (models.taxi), the config's `task` section (components.settings.TaskConfig; None:
     not given) and the curated schema's path. Output: the model module, checked against ModelModule: the
-    imported module, or for a schema-driven module (one that defines configure(schema_path, task), such as
+    imported module, or for a schema-driven module (one that defines configure(schema_path, task_config), such as
     models.tabular) what configure returns. Raises ModelModuleError naming the module and what it lacks, or
     the `task` field that disagrees with what the module declares."""
     try:
@@ -84,15 +84,15 @@ def load_model_module(name: str, task=None, schema_path: str | None = None) -> M
     except Exception as error:  # noqa: BLE001 - whatever the module raised while importing
         raise ModelModuleError(f"importing {name!r} failed: {type(error).__name__}: {error}") from None
     if hasattr(module, CONFIGURE):
-        if task is None or not schema_path:
+        if task_config is None or not schema_path:
             raise ModelModuleError(f"{name!r} is built from the schema and the config's task section, and was "
                                    "given neither")
         try:
-            module = module.configure(schema_path, task)
+            module = module.configure(schema_path, task_config)
         except (TaskError, OSError) as error:
             raise ModelModuleError(f"{name!r}: {error}") from None
-    elif task is not None:
-        _check_agreement(module, name, task)
+    elif task_config is not None:
+        _check_agreement(module, name, task_config)
     missing = [attribute for attribute in CONSTANTS + FUNCTIONS if not _has(module, attribute)]
     not_callable = [attribute for attribute in FUNCTIONS + OPTIONAL_FUNCTIONS
                     if _has(module, attribute) and not callable(getattr(module, attribute))]
@@ -109,16 +109,16 @@ def _has(module, attribute: str) -> bool:
     return hasattr(type(module), attribute) or hasattr(module, attribute)
 
 
-def _check_agreement(module, name: str, task) -> None:
+def _check_agreement(module, name: str, task_config) -> None:
     """Raises ModelModuleError naming the `task` field that disagrees with what a hand-written module declares."""
     declared = {"type": getattr(module, "TASK", None), "label": getattr(module, "LABEL_KEY", None),
                 "classes": list(getattr(module, "CLASSES", ()))}
     for field, value in declared.items():
-        given = getattr(task, field)
+        given = getattr(task_config, field)
         if given and given != value:
             raise ModelModuleError(f"task.{field} is {given!r}, but {name!r} declares {value!r}; leave task.{field} "
                                    "out of the config, or make them agree")
-    if task.exclude:
+    if task_config.exclude:
         raise ModelModuleError(f"task.exclude applies to schema-driven models; {name!r} chooses its own inputs "
                                "(leave task.exclude out)")
 

@@ -28,7 +28,7 @@ from components.settings import ExportConfig, TaskConfig
 
 class ModelExportSpec(ComponentSpec):
     PARAMETERS = {contract.MODEL_MODULE: ExecutionParameter(type=str),
-                  contract.TASK_SETTINGS: ExecutionParameter(type=str),
+                  contract.TASK_CONFIG: ExecutionParameter(type=str),
                   contract.SETTINGS: ExecutionParameter(type=str)}
     INPUTS = {
         contract.EXAMPLES: ChannelParameter(type=standard_artifacts.Examples),
@@ -46,9 +46,9 @@ class ModelExport(base_component.BaseComponent):
 
     def __init__(self, examples: types.BaseChannel, schema: types.BaseChannel, model: types.BaseChannel,
                  baseline_model: types.BaseChannel, blessing: types.BaseChannel, model_module: str,
-                 task: TaskConfig, settings: ExportConfig):
+                 task_config: TaskConfig, settings: ExportConfig):
         super().__init__(spec=ModelExportSpec(
             examples=examples, schema=schema, model=model, baseline_model=baseline_model, blessing=blessing,
-            model_module=model_module, task=json.dumps(dataclasses.asdict(task)),
+            model_module=model_module, task=json.dumps(dataclasses.asdict(task_config)),
             settings=executor.settings_json(settings),
             exported_model=types.Channel(type=ExportedModel)))

@@ -45,12 +45,12 @@ class Executor(base_executor.BaseExecutor):
             return
         model = blessed_model(blessing, input_dict[contract.MODEL] + input_dict[contract.BASELINE_MODEL])
         examples = artifact_utils.get_single_instance(input_dict[contract.EXAMPLES])
-        task = section_from_dict(TaskConfig, json.loads(exec_properties.get(contract.TASK_SETTINGS) or "{}"),
+        task_config = section_from_dict(TaskConfig, json.loads(exec_properties.get(contract.TASK_CONFIG) or "{}"),
                                  "ModelExport task", "task")
         schema_path = io_utils.get_only_uri_in_dir(artifact_utils.get_single_uri(input_dict[contract.SCHEMA]))
         report = export_model(
             serving_model_dir=path_utils.serving_model_path(model.uri),
-            model_module=load_model_module(exec_properties[contract.MODEL_MODULE], task, schema_path),
+            model_module=load_model_module(exec_properties[contract.MODEL_MODULE], task_config, schema_path),
             train_files=_split_files(examples, "train"), eval_files=_split_files(examples, "eval"),
             output_dir=exported.uri, settings=settings)
         report.source_model = {"uri": model.uri, "id": model.id}

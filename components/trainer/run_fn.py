@@ -29,15 +29,15 @@ def train_config_from(custom_config: dict) -> tuple[TrainConfig, str, str | None
     settings = {key: value for key, value in custom_config.items() if not key.startswith(VERTEX_KEY_PREFIX)}
     checkpoint_root = settings.pop(contract.CHECKPOINT_ROOT)
     code_fingerprint = settings.pop(contract.CODE_FINGERPRINT, None)
-    for key in (contract.CANDIDATE_RUN, contract.TASK_SETTINGS):
+    for key in (contract.CANDIDATE_RUN, contract.TASK_CONFIG):
         settings.pop(key, None)
     return (section_from_dict(TrainConfig, settings, "Trainer custom_config", "training"), checkpoint_root,
             code_fingerprint)
 
 
-def task_settings_from(custom_config: dict) -> TaskConfig:
+def task_config_from(custom_config: dict) -> TaskConfig:
     """The config's `task` section the Trainer's custom_config carries (empty fields when it carries none)."""
-    return section_from_dict(TaskConfig, custom_config.get(contract.TASK_SETTINGS) or {}, "Trainer custom_config",
+    return section_from_dict(TaskConfig, custom_config.get(contract.TASK_CONFIG) or {}, "Trainer custom_config",
                              "task")
 
 
@@ -72,6 +72,6 @@ def run_fn(fn_args) -> None:
     train_files = list(fn_args.train_files)
     train(TrainingJob(settings=settings, train_files=train_files, eval_files=list(fn_args.eval_files),
                       serving_model_dir=fn_args.serving_model_dir, run_dir=fn_args.model_run_dir,
-                      base_model=fn_args.base_model, task=task_settings_from(fn_args.custom_config),
+                      base_model=fn_args.base_model, task_config=task_config_from(fn_args.custom_config),
                       schema_path=fn_args.schema_path,
                       checkpoint_dir=checkpoint_dir_for(checkpoint_root, train_files, settings, code_fingerprint)))

@@ -46,7 +46,7 @@ class TrainingJob:
     run_dir: str  # TensorBoard logs and the training report
     checkpoint_dir: str  # stable across restarts of the same job: a killed job resumes from it
     base_model: str | None = None  # serving directory of the model to warm-start from (settings.warm_start)
-    task: TaskConfig | None = None  # the config's `task` section (schema-driven model modules need it)
+    task_config: TaskConfig | None = None  # the config's `task` section (schema-driven model modules need it)
     schema_path: str | None = None  # the curated schema (schema-driven model modules read it)
 
 
@@ -110,7 +110,7 @@ def set_up(job: TrainingJob) -> TrainingSetup:
     replicas = strategy.num_replicas_in_sync
     logging.info("Training on %s: strategy %s (%s), %d replica(s)", device, strategy_choice.value,
                  strategy_choice.reason, replicas)
-    model_module = load_model_module(settings.model, job.task, job.schema_path)
+    model_module = load_model_module(settings.model, job.task_config, job.schema_path)
     keras.utils.set_random_seed(settings.seed)
     keras.config.set_dtype_policy("float32")
     warm = load_warm_start(model_module, job.base_model, settings.warm_start)

@@ -109,7 +109,7 @@ def test_candidate_failing_fp32_parity_falls_back_to_the_baseline_which_is_expor
         {contract.EXAMPLES: [examples], contract.SCHEMA: [schema], contract.MODEL: [models["candidate"]],
          contract.BASELINE_MODEL: [models["fp32_baseline"]], contract.BLESSING: [blessing]},
         {contract.EXPORTED_MODEL: [exported]},
-        {contract.MODEL_MODULE: "models.taxi", contract.TASK_SETTINGS: "{}",
+        {contract.MODEL_MODULE: "models.taxi", contract.TASK_CONFIG: "{}",
          contract.SETTINGS: export_executor.settings_json(settings)})
     with open(tmp_path / "export" / contract.EXPORT_REPORT_FILE) as handle:
         export_report = json.load(handle)

@@ -14,7 +14,7 @@ class ConstantModel(tabular.SchemaModel):
         return super().head(zeros)
 
 
-def configure(schema_path: str, task) -> ConstantModel:
-    tabular.configure(schema_path, task)  # the same checks of the task section
-    return ConstantModel(schema_path, task.type, task.label, tuple(task.classes), tuple(task.exclude),
-                         tuple(task.dates))
+def configure(schema_path: str, task_config) -> ConstantModel:
+    tabular.configure(schema_path, task_config)  # the same checks of the task section
+    return ConstantModel(schema_path, task_config.type, task_config.label, tuple(task_config.classes),
+                         tuple(task_config.exclude), tuple(task_config.dates))
