@@ -44,19 +44,26 @@ def write_rows(path: str, rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
+def as_date(day: str) -> datetime.date:
+    """The file's dates are written YYYY/MM/DD."""
+    return datetime.date.fromisoformat(day.replace("/", "-"))
+
+
 def seconds(day: str) -> int:
-    return int(datetime.datetime.fromisoformat(day).replace(tzinfo=datetime.timezone.utc).timestamp())
+    value = as_date(day)
+    return int(datetime.datetime(value.year, value.month, value.day, tzinfo=datetime.timezone.utc).timestamp())
 
 
 def date_parts(day: str) -> list[float]:
-    value = datetime.date.fromisoformat(day)
+    value = as_date(day)
     return [value.year, value.month, value.day, value.weekday(), value.timetuple().tm_yday]
 
 
-def pipeline_accuracy(folder: str, train_csv: str, holdout: list[dict]) -> tuple[float, float]:
-    """The three commands in `folder`; output: (holdout accuracy of the pushed model, run seconds)."""
+def pipeline_accuracy(folder: str, train_csv: str, holdout: list[dict], code: str | None = None) -> tuple[float, float]:
+    """The three commands in `folder` (with another checkout's code: `code`); output: (holdout accuracy of the
+    pushed model, run seconds)."""
     python = [sys.executable, "-m", "pipeline"]
-    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **({"PYTHONPATH": code} if code else {}))
     for command in (["prepare-data", "--csv", train_csv, "--data", "data/weather"],
                     ["init", "--data", "data/weather", "--label", "weather"]):
         subprocess.run(python + command, cwd=folder, check=True, env=environment, capture_output=True)
@@ -98,6 +105,7 @@ def lightgbm_accuracy(train: list[dict], holdout: list[dict], with_dates: bool) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2, help="pipeline runs (each from scratch)")
+    parser.add_argument("--code", help="run another checkout's code (PYTHONPATH=DIR), e.g. to measure before a change")
     args = parser.parse_args()
     rows = read_rows(weather_csv())
     holdout = rows[4::5]
@@ -108,7 +116,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="date-table-") as folder:
             train_csv = os.path.join(folder, "weather.csv")
             write_rows(train_csv, train)
-            accuracy, seconds_taken = pipeline_accuracy(folder, train_csv, holdout)
+            accuracy, seconds_taken = pipeline_accuracy(folder, train_csv, holdout, args.code)
         ours.append(accuracy)
         print(f"run {run + 1}: pushed model accuracy {accuracy:.4f} (run {seconds_taken:.0f} s)")
     majority = max(set(r["weather"] for r in train), key=[r["weather"] for r in train].count)

@@ -51,7 +51,7 @@ MISSING_TOKENS = ("na", "n/a", "#n/a", "nan", "null", "none", "-", "?", "inf", "
                   "+infinity", "-infinity")
 SHARDS = 4
 SNIFF_BYTES = 64 * 1024
-BLOCK_BYTES = 4 << 20  # pyarrow reads the CSV in blocks of this many bytes
+BLOCK_BYTES = 1 << 20  # pyarrow reads the CSV in blocks of this many bytes (and reads ahead about 35 of them)
 COLUMNS_FILE = ".csv_columns.json"  # in the data root: the types the first span fixed (hidden: never read as data)
 KINDS = ("int", "float", "string", "date")
 
@@ -169,7 +169,7 @@ def _blocks(path: str, delimiter: str, header: list[str]):
 
     try:
         reader = pa_csv.open_csv(
-            path,
+            pa.OSFile(path),  # read, not memory-mapped: a mapped file's pages would count in the process's memory
             read_options=pa_csv.ReadOptions(block_size=BLOCK_BYTES, encoding="utf8"),
             parse_options=pa_csv.ParseOptions(delimiter=delimiter, newlines_in_values=True, ignore_empty_lines=True,
                                               invalid_row_handler=on_invalid_row),

@@ -2,8 +2,9 @@
 curated schema and a config that trains the schema-driven model (models/tabular.py), with no code.
 
 It reads the latest span under the data root as ingestion does (every record must be a tf.Example), in
-batches and in bounded memory (per column: counters and at most EXACT_DISTINCT distinct values), computes TFDV
-statistics over the span's files as they are, infers a schema and curates it: presence as seen, string
+batches and in bounded memory (per column: counters, at most EXACT_DISTINCT distinct values and a sketch;
+a uniform sample of STATISTICS_ROWS records), computes TFDV statistics of the sample, infers a schema and
+curates it: presence as seen, string
 features open to new values (a new category is measured as drift, not refused), dates marked as times, a
 drift comparator on the label and every other feature the model uses, the label in the TRAINING environment
 only (its classes are the config's, checked by the Trainer), and a feature the model leaves out checked for
@@ -34,6 +35,7 @@ EXACT_DISTINCT = 10_000  # distinct values kept per column; beyond, their number
 SKETCH_SIZE = 4096  # hashes kept per column for that estimate (about 2% error)
 ID_SHARE = 0.98  # estimated distinct values in at least this share of the records: an id
 DECODE_BATCH = 4096  # records decoded at once
+STATISTICS_ROWS = 25_000  # the schema is inferred from TFDV statistics of a uniform sample of this many records
 
 
 class InitError(ValueError):
@@ -183,10 +185,12 @@ def _comment(text: str) -> str:
 KINDS = {"int64": "int", "float": "float", "large_binary": "string", "binary": "string"}  # decoded value types
 
 
-def read_columns(data_root: str) -> tuple[dict[str, Column], int, list[str]]:
+def read_columns(data_root: str) -> tuple[dict[str, Column], int, list[bytes]]:
     """The latest span under `data_root`, read as ingestion reads it, a batch of records at a time. Output:
-    (column name -> Column, records, the span's files). InitError naming the folder, or the file and record
-    that is no tf.Example with features."""
+    (column name -> Column, records, a uniform sample of at most STATISTICS_ROWS serialized records, the same
+    for the same data). InitError naming the folder, or the file and record that is no tf.Example with
+    features."""
+    import random
     from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
 
     from components.tfrecord_ingest.records import IngestionError, iter_records, list_record_files, resolve_spans
@@ -196,6 +200,8 @@ def read_columns(data_root: str) -> tuple[dict[str, Column], int, list[str]]:
         decoder = ExamplesToRecordBatchDecoder()
         columns: dict[str, Column] = {}
         records = 0
+        sample: list[bytes] = []
+        chooser = random.Random(0)
         for path in files:
             batch: list[bytes] = []
             first = 0
@@ -204,6 +210,10 @@ def read_columns(data_root: str) -> tuple[dict[str, Column], int, list[str]]:
                     first = index
                 batch.append(record)
                 records += 1
+                if len(sample) < STATISTICS_ROWS:  # a reservoir: every record kept with the same chance
+                    sample.append(record)
+                elif (slot := chooser.randrange(records)) < STATISTICS_ROWS:
+                    sample[slot] = record
                 if len(batch) == DECODE_BATCH:
                     _note_batch(columns, decoder, batch, path, first)
                     batch = []
@@ -216,7 +226,7 @@ def read_columns(data_root: str) -> tuple[dict[str, Column], int, list[str]]:
     for name, kind in _date_columns(data_root).items():
         if name in columns and columns[name].kind == "int":
             columns[name].is_date = kind == "date"
-    return columns, records, files
+    return columns, records, sample
 
 
 def _note_batch(columns: dict[str, Column], decoder, batch: list[bytes], path: str, first_index: int) -> None:
@@ -334,13 +344,16 @@ def exclusions(columns: dict[str, Column], label: str, records: int, asked: list
     return excluded
 
 
-def curated_schema(statistics, label: str, excluded: set[str], dates: set[str]) -> str:
+def curated_schema(statistics, label: str, excluded: set[str], dates: set[str],
+                   sometimes_missing: set[str] = frozenset()) -> str:
     """TFDV's inferred schema, curated: environments with the label in TRAINING only and unconstrained (its
     classes and presence are the config's, checked by the Trainer); string features open to new values (no
     domain: a new category is measured as drift and reported; list the values in a string_domain to refuse
     others); dates marked as times (UNIX seconds); a drift comparator on the label and every feature the model
     uses, but dates (a date moves on by nature); a feature the model leaves out keeps its type and nothing else
-    (a rare one may be absent from a whole split, and its values may change freely)."""
+    (a rare one may be absent from a whole split, and its values may change freely). `sometimes_missing`: the
+    features absent from some record (the statistics may have seen a sample in which they never were): no
+    feature of them is required in every record."""
     import tensorflow_data_validation as tfdv
     from google.protobuf import text_format
     from tensorflow_metadata.proto.v0 import schema_pb2
@@ -353,8 +366,13 @@ def curated_schema(statistics, label: str, excluded: set[str], dates: set[str]) 
             feature.not_in_environment.append("SERVING")
             feature.ClearField("presence")
         if feature.name in excluded:  # no input of the model: only its type is checked
-            feature.ClearField("presence")
+            for constraint in ("presence", "value_count", "shape"):
+                feature.ClearField(constraint)
             continue
+        if feature.name in sometimes_missing:
+            feature.ClearField("shape")  # a fixed shape requires the feature in every record
+            feature.presence.ClearField("min_fraction")
+            feature.value_count.min, feature.value_count.max = 1, 1
         if feature.name in dates:
             feature.time_domain.integer_format = schema_pb2.TimeDomain.UNIX_SECONDS
         elif feature.type == schema_pb2.BYTES:
@@ -373,34 +391,16 @@ def curated_schema(statistics, label: str, excluded: set[str], dates: set[str]) 
     return header + text_format.MessageToString(schema, as_utf8=True)
 
 
-def span_statistics(files: list[str]):
-    """TFDV statistics of the span's TFRecord files as they are (gzip or plain), with Beam's in-memory runner
-    and TFDV's sketches for top values and unique counts (bounded memory)."""
-    import tempfile
-
-    import apache_beam as beam
+def sample_statistics(sample: list[bytes]):
+    """TFDV statistics of a sample of serialized tf.Examples, computed in memory (no Beam pipeline): what the
+    schema is inferred from. What a sample cannot know (which columns are ever missing, or multi-valued) comes
+    from read_columns' full pass: see curated_schema."""
     import tensorflow_data_validation as tfdv
-    from apache_beam.io.filesystem import CompressionTypes
-    from apache_beam.io.tfrecordio import ReadAllFromTFRecord
-    from apache_beam.options.pipeline_options import PipelineOptions
-    from tfx_bsl.public import tfxio
+    from tensorflow_data_validation.statistics.stats_impl import generate_statistics_in_memory
+    from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
 
-    from components.tfrecord_ingest.records import detect_compression
-
-    by_compression: dict[str, list[str]] = {}
-    for path in files:
-        by_compression.setdefault(detect_compression(path), []).append(path)
-    options = tfdv.StatsOptions(use_sketch_based_topk_uniques=True)
-    with tempfile.TemporaryDirectory(prefix="init-statistics-") as folder:
-        output = os.path.join(folder, "statistics.pb")
-        with beam.Pipeline(options=PipelineOptions(["--direct_running_mode=in_memory"])) as pipeline:
-            reads = [pipeline | f"Files{i}" >> beam.Create(paths) | f"Read{i}" >> ReadAllFromTFRecord(
-                compression_type=CompressionTypes.GZIP if compression else CompressionTypes.UNCOMPRESSED)
-                     for i, (compression, paths) in enumerate(sorted(by_compression.items()))]
-            _ = (reads | beam.Flatten()
-                 | tfxio.TFExampleBeamRecord(physical_format="tfrecord", telemetry_descriptors=["init"]).BeamSource()
-                 | tfdv.GenerateStatistics(options) | tfdv.WriteStatisticsToBinaryFile(output))
-        return tfdv.load_stats_binary(output)
+    record_batch = ExamplesToRecordBatchDecoder().DecodeBatch(sample)
+    return generate_statistics_in_memory(record_batch, tfdv.StatsOptions(use_sketch_based_topk_uniques=True))
 
 
 def training_size(records: int, eval_fraction: float = IngestConfig.eval_fraction) -> tuple[int, int]:
@@ -417,7 +417,7 @@ def plan_project(folder: str, data_root: str, label: str, task: str | None = Non
     name = name or os.path.basename(os.path.abspath(data_root).rstrip("/")) or "project"
     if not name.replace("-", "").replace("_", "").isalnum() or not name.isascii():
         raise InitError(f"--name {name!r}: letters, digits, '-' and '_' only (it names files and the pipeline)")
-    columns, records, files = read_columns(data_root)
+    columns, records, sample = read_columns(data_root)
     label_column = check_label(columns, label, records)
     task, classes, task_reason = choose_task(label_column, task)
     excluded = exclusions(columns, label, records, list(exclude))
@@ -428,7 +428,9 @@ def plan_project(folder: str, data_root: str, label: str, task: str | None = Non
         reasons = ("; ".join(f"{column}: {why}" for column, why in excluded.items())
                    or "the label is the only column")
         raise InitError(f"no column is left for the model to learn from ({reasons})")
-    schema_text = curated_schema(span_statistics(files), label, set(excluded), set(inputs["date"]))
+    sometimes_missing = {name for name, column in columns.items() if column.present < records}
+    schema_text = curated_schema(sample_statistics(sample), label, set(excluded), set(inputs["date"]),
+                                 sometimes_missing)
     batch, epochs = training_size(records)
     return Project(name, folder, data_root, records, task, label, classes, inputs, excluded, task_reason,
                    schema_text, batch, epochs)

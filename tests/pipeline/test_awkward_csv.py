@@ -238,7 +238,7 @@ def _table(start: datetime.date, days: int, seed: int, categories: str, whole_pr
         ratio = generator.choice(["inf", "", "-", f"{generator.uniform(0, 3):.3f}", f"{generator.uniform(0, 3):.3f}"])
         summer = 5 <= day.month <= 8
         busy = generator.random() < (0.85 if summer else 0.15) * (1.2 if price < 50 else 0.8)
-        lines.append(f"{day.isoformat()},{price_cell},{generator.choice(categories)},{ratio},{offset % 4},"
+        lines.append(f"{day.isoformat()},{price_cell},{categories[offset % len(categories)]},{ratio},{offset % 4},"
                      f"{'xy'[offset % 2]},{1.0 if busy else 0.0}")
     return "\n".join(lines) + "\n"
 
@@ -254,8 +254,10 @@ def test_an_awkward_table_is_pushed_and_a_later_span_with_a_new_month_category_a
     import json
 
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "shop-1.csv").write_text(_table(datetime.date(2022, 1, 1), 540, 1, "ABC", False), encoding="utf-8")
-    (tmp_path / "shop-2.csv").write_text(_table(datetime.date(2023, 6, 24), 300, 2, "ABC" * 6 + "D", True),
+    # Enough days, categories dealt in turn, that the eval splits' category shares differ by sampling noise well
+    # under the drift threshold (0.15): the new category's 5% is what moves the drift measure.
+    (tmp_path / "shop-1.csv").write_text(_table(datetime.date(2018, 1, 1), 1500, 1, "ABC", False), encoding="utf-8")
+    (tmp_path / "shop-2.csv").write_text(_table(datetime.date(2022, 2, 9), 900, 2, "ABC" * 6 + "D", True),
                                          encoding="utf-8")
     assert cli_main(["prepare-data", "--csv", "shop-1.csv", "--data", "data/shop"]) == 0
     assert cli_main(["init", "--data", "data/shop", "--label", "busy day"]) == 0
@@ -291,3 +293,22 @@ def test_an_awkward_table_is_pushed_and_a_later_span_with_a_new_month_category_a
         examples=tf.constant([example.SerializeToString()]))
     probability = float(outputs["probabilities"].numpy().reshape(-1)[0])
     assert 0.0 <= probability <= 1.0
+
+
+def test_init_infers_the_schema_from_a_sample_but_requires_no_column_some_record_lacks(tmp_path, capsys,
+                                                                                        monkeypatch):
+    """The statistics the schema comes from see a bounded sample; presence comes from every record: a column
+    absent from one record only (which the sample may never see) is not required in every record."""
+    from pipeline import onboarding
+
+    monkeypatch.setattr(onboarding, "STATISTICS_ROWS", 10)
+    rows = ["z,late,y"] + [f"{i % 4},{i % 3 if i < 59 else ''},{i % 2}" for i in range(60)]
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    assert cli_main(["prepare-data", "--csv", str(tmp_path / "t.csv"), "--data", str(tmp_path / "data")]) == 0
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _cli(capsys, "init", "--data", "data", "--label", "y")
+    assert code == 0, err
+    import tensorflow_data_validation as tfdv
+    features = {f.name: f for f in tfdv.load_schema_text(str(tmp_path / "schemas/data/schema.pbtxt")).feature}
+    assert not features["late"].HasField("shape") and features["late"].presence.min_fraction < 1.0
+    assert features["z"].presence.min_fraction == 1.0 or features["z"].HasField("shape")  # always present: required
