@@ -1,6 +1,7 @@
-"""Training throughput on this machine: a plain Keras float32 loop vs the Trainer's automatic configuration.
+"""Training throughput on this machine: a plain Keras float32 loop vs the Trainer's automatic configuration,
+and how much faster a device could be before this host starves it.
 
-    .venv/bin/python bench/trainer_throughput.py [--models models.taxi models.taxi_wide] [--epochs 40]
+    .venv/bin/python bench/trainer_throughput.py [--models models.taxi models.taxi_wide] [--epochs 40] [--copies 1,10]
 
 For each model, on the bundled taxi data as gzip TFRecords (shards 0-2 train, shard 3 eval):
 - plain: per-example `parse_single_example`, preprocessing inside the model, float32, no XLA, one step per
@@ -8,7 +9,10 @@ For each model, on the bundled taxi data as gzip TFRecords (shards 0-2 train, sh
 - trainer, float32: the Trainer (`components.trainer.train.train`) with precision float32 and XLA off;
 - trainer, auto: the Trainer with every choice automatic (here: mixed_bfloat16 + XLA on a bf16 CPU).
 Prints examples/s of each, the auto/plain ratio, and the auto run's input-wait fraction: 1 - (throughput on
-the real TFRecord input / throughput on the same batches served from memory).
+the real TFRecord input / throughput on the same batches served from memory); then, per model and scale
+(the taxi data written --copies times over, as bench/scale.py writes it), the host ceiling (examples/s the
+Trainer's input pipeline alone delivers, no model), the model's examples/s on batches already in memory, and
+their ratio: how many times faster an accelerator could be before it would wait for input.
 """
 from __future__ import annotations
 
@@ -63,6 +67,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=40, help="passes over the 11k training rows per trainer run")
     parser.add_argument("--plain-steps", type=int, default=300)
     parser.add_argument("--probe-steps", type=int, default=400, help="in-memory steps for the input-wait figure")
+    parser.add_argument("--copies", default="1", help="scales of the taxi data for the host-ceiling table, e.g. 1,10")
     args = parser.parse_args()
 
     work = tempfile.mkdtemp(prefix="bench-trainer-")
@@ -93,7 +98,32 @@ def main() -> None:
               f"{100 * auto['input_wait_fraction']:9.1f}%  {auto['in_memory_examples_per_second']:14,.0f}")
     for model_name, _, _, auto in rows_out:
         print(f"{model_name} auto: {auto['strategy']}, {auto['precision']}, XLA {auto['xla']} ({auto['xla_reason']}), "
-              f"steps per execution {auto['steps_per_execution']}, records cached {auto['cached_in_memory']}")
+              f"steps per execution {auto['steps_per_execution']}, preprocessed tensors cached in "
+              f"{auto.get('input_cache') or 'none'}")
+    host_ceiling_table(args, work)
+
+
+def host_ceiling_table(args, work: str) -> None:
+    """Per model and scale: the input pipeline alone, the model on in-memory batches, their ratio, the input
+    wait and the Trainer's seconds (each scale's data written as bench/scale.py writes it)."""
+    from scale import write_copies
+
+    print("\n| model | rows | host ceiling (ex/s) | model in memory (ex/s) | ratio | input wait | Trainer s |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for copies in (int(c) for c in args.copies.split(",")):
+        root = os.path.join(work, f"x{copies}")
+        rows = write_copies(root, copies)
+        shards = sorted(glob.glob(os.path.join(root, "span-1", "*.gz")))
+        files = {"train_files": shards[:-1] or shards, "eval_files": shards[-1:]}
+        epochs = max(2, args.epochs // copies)
+        for model_name in args.models:
+            started = time.perf_counter()
+            auto = trainer_report(model_name, files, os.path.join(root, model_name), epochs=epochs,
+                                  input_probe_steps=args.probe_steps)
+            seconds = time.perf_counter() - started
+            host, model = auto["host_examples_per_second"], auto["in_memory_examples_per_second"]
+            print(f"| {model_name} | {rows:,} | {host:,.0f} | {model:,.0f} | {host / model:.1f}x | "
+                  f"{100 * auto['input_wait_fraction']:.1f}% | {seconds:.0f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,10 @@
 """`python -m pipeline run|demo|prepare-data|init|status|doctor|compile`: the pipeline's command line. Quiet unless
 --verbose.
 
+`run` and `demo` exit 0 at once, printing one line and touching nothing, when nothing is new since the last
+successful run on the output directory (same data, config, schema and code; pipeline/nothing_new.py);
+--force runs anyway.
+
 Exit status: 0 success, 1 a failed step or an unexpected error (--verbose adds its traceback), 2 a bad config
 (malformed YAML, unknown key, wrong type or value, a `train.model` or `schema_path` that cannot be used, a
 model whose task, labels and output do not fit, a credential in a Beam flag, an artifact root that belongs to
@@ -47,6 +51,9 @@ def _add_run_commands(commands) -> None:
         command.add_argument("--serving-dir", help="where blessed models are pushed, a path or URI "
                                                    "(overrides serving_dir)")
         command.add_argument("--verbose", action="store_true", help="show TensorFlow, TFX and Beam logs")
+        command.add_argument("--force", action="store_true",
+                             help="run even when nothing is new since the last successful run (same data, "
+                                  "config, schema and code), which otherwise exits 0 at once doing nothing")
 
 
 def _add_data_commands(commands) -> None:
@@ -271,8 +278,12 @@ def run_status(args) -> int:
 
 
 def run_pipeline(args, write_demo_data: bool = False) -> int:
-    config = load_checked_config(args, data_root=args.data, output_dir=args.output, artifact_root=args.pipeline_root,
-                                 serving_dir=args.serving_dir)
+    overrides = dict(data_root=args.data, output_dir=args.output, artifact_root=args.pipeline_root,
+                     serving_dir=args.serving_dir)
+    if not args.force and (line := _nothing_new(args.config, overrides)):
+        print(line)  # decided before TensorFlow, TFX or Beam load; nothing touched, the last report stays
+        return 0
+    config = load_checked_config(args, **overrides)
     if config is None:
         return 2
     from components.core.artifact_files import register_filesystems_for
@@ -286,15 +297,43 @@ def run_pipeline(args, write_demo_data: bool = False) -> int:
     from pipeline.local_runner import locked_run
     from pipeline.run_guard import LOCKED_EXIT_CODE, PipelineRootTakenError, RunLockedError
     from pipeline.mlmd import recorded_run_ids
+    from pipeline import nothing_new
     try:
-        with locked_run(config):  # the report is written under the same lock as its run
-            return _run_and_report(config, args.verbose, known_runs=recorded_run_ids(config))
+        with locked_run(config):  # the report and the nothing-new record are written under the same lock as the run
+            light = nothing_new.light_config(args.config, **overrides)
+            fingerprint = light and nothing_new.run_fingerprint(light)  # what this run reads, taken before it
+            nothing_new.forget_last_run(config)  # a run that fails or is killed leaves no record
+            known_runs = recorded_run_ids(config)
+            code = _run_and_report(config, args.verbose, known_runs=known_runs)
+            if code == 0 and fingerprint and len(new_runs := recorded_run_ids(config) - known_runs) == 1:
+                _record_run(config, fingerprint, next(iter(new_runs)))
+            return code
     except RunLockedError as error:  # another run owns the directory: touch nothing, not even the report
         print(f"run refused: {error}", file=sys.stderr)
         return LOCKED_EXIT_CODE
     except PipelineRootTakenError as error:  # the artifacts belong to another output directory: a config fault
         print(f"config error: {error}", file=sys.stderr)
         return 2
+
+
+def _record_run(config, fingerprint: dict, run_id: str) -> None:
+    """Records a successful run's fingerprint for the next run's nothing-new check; a record that cannot be
+    written only costs the next run its shortcut, never this run its exit code."""
+    from pipeline.nothing_new import record_run
+    try:
+        record_run(config, fingerprint, run_id)
+    except OSError as error:
+        print(f"nothing-new record not written: {error}", file=sys.stderr)
+
+
+def _nothing_new(config_path: str | None, overrides: dict) -> str | None:
+    """The nothing-new line (pipeline/nothing_new.py) when the last successful run read the same data,
+    config, schema and code, else None; None too when the check itself fails: then the pipeline runs."""
+    try:
+        from pipeline.nothing_new import check
+        return check(config_path, **overrides)
+    except Exception:  # noqa: BLE001 - a check that cannot decide must never stop a run
+        return None
 
 
 def _run_and_report(config, verbose: bool, known_runs: frozenset[str]) -> int:

@@ -41,10 +41,9 @@ class RunSummary:
         for step in self.steps:
             lines.append(f"  {step.name:<32} {step.status:<7} {step.seconds:6.1f} s")
         if (t := facts.training.get(contract.TRAINER_NODE)) and not t.skipped:
-            wait = "n/a" if t.input_wait_fraction is None else f"{100 * t.input_wait_fraction:.1f}%"
             lines.append(f"  training: {t.task_name}, {t.strategy} x{t.replicas}, {t.precision}, "
                          f"XLA {'on' if t.xla else 'off'}, {t.examples_per_second:,.0f} examples/s, "
-                         f"input wait {wait}")
+                         f"{t.input_line()}")
         if metrics := facts.candidate_metrics:
             lines.append("  eval metrics: " + ", ".join(f"{k} {format_number(v)}" for k, v in sorted(metrics.items())))
         if facts.evaluation:

@@ -148,13 +148,12 @@ def _training_section(training: dict[str, TrainingReport | None]) -> str:
         if report.skipped:
             rows.append([node, "not trained: " + report.skip_reason, "", "", "", "", "", "", ""])
             continue
-        wait = report.input_wait_fraction
         rows.append([node, f"{report.strategy} x{report.replicas}", report.precision,
                      "on" if report.xla else "off", f"{report.examples_per_second:,.0f}",
-                     "n/a" if wait is None else f"{100 * wait:.1f}%", str(report.resumed_from_step),
+                     report.input_line(), str(report.resumed_from_step),
                      "yes" if report.warm_start.get("applied") else "no",
                      f"{report.task.validation_metric} {_n(report.validation_value)}"])
-    parts.append(_table(["trainer", "strategy", "precision", "XLA", "examples/s", "input wait", "resumed from step",
+    parts.append(_table(["trainer", "strategy", "precision", "XLA", "examples/s", "input", "resumed from step",
                          "warm start", "validation"], rows))
     trained = {node: report for node, report in reports.items() if not report.skipped}
     parts.append(_image(_training_figure(trained), "training curves per checkpoint interval"))

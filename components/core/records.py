@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from components.core import artifact_files, contract
 from components.core.tasks import LabelSummary, Task, task_named
 
+INPUT_BOUND = 0.05  # a training whose device waits for input longer than this share of its time is input-bound
 LEGACY_TASK = "binary"  # a report or model from before reports named their task: the binary taxi model of its day
 
 
@@ -129,6 +130,9 @@ class TrainingReport:
     step_seconds: float = 0.0
     in_memory_examples_per_second: float = 0.0
     input_wait_fraction: float | None = None
+    # the input pipeline alone (no model): how many examples/s the host can deliver (0.0: not measured)
+    host_examples_per_second: float = 0.0
+    input_cache: str = ""  # where the model-ready tensors were kept between epochs: memory | disk | "" (none)
     loss_scale_history: list[float] = field(default_factory=list)
     fit_seconds: float = 0.0
     total_seconds: float = 0.0
@@ -141,6 +145,27 @@ class TrainingReport:
     @property
     def task(self) -> Task:
         return task_named(self.task_name)
+
+    @property
+    def headroom(self) -> float | None:
+        """How many times faster than this model's step rate (on in-memory batches) the host can deliver
+        input: an accelerator that much faster would still be fed (None: not measured)."""
+        if not self.host_examples_per_second or not self.in_memory_examples_per_second:
+            return None
+        return self.host_examples_per_second / self.in_memory_examples_per_second
+
+    @property
+    def input_bound(self) -> bool:
+        """The device waited for input for more than INPUT_BOUND of its time."""
+        return (self.input_wait_fraction or 0.0) > INPUT_BOUND
+
+    def input_line(self) -> str:
+        """The input wait, and "input-bound" with the host's headroom when the host is the bottleneck."""
+        wait = "n/a" if self.input_wait_fraction is None else f"{100 * self.input_wait_fraction:.1f}%"
+        headroom = "" if self.headroom is None else f", host feeds {self.headroom:.1f}x the model's rate"
+        if self.input_bound:
+            return f"input-bound: input wait {wait}{headroom}"
+        return f"input wait {wait}{headroom}"
 
     @property
     def validation_value(self) -> float | None:
@@ -267,13 +292,18 @@ class EvaluationReport:
 @dataclass
 class ExportReport:
     """export_report.json: the SavedModel's scores and one entry per TFLite variant (its metrics, size,
-    latency, output differences, verdict), or why nothing was exported."""
+    latency, output differences with their paired intervals, verdict), or why nothing was exported. The
+    SavedModel and every variant are scored on the same `scored_examples` of the eval split's `eval_examples`
+    records (0: a report from before sampling, scored on all of them)."""
     exported: bool
     reason: str = ""
     task_name: str = LEGACY_TASK
     primary_metric: str = ""
     classes: list[str] = field(default_factory=list)
-    eval_examples: int = 0
+    eval_examples: int = 0  # records in the eval split
+    scored_examples: int = 0  # of them, the records scored (0: every one, a report written before sampling)
+    scoring_sample: str = ""  # how they were chosen
+    confidence: float = 0.0  # of each variant's "drop_interval" and "mean_abs_diff_interval" (0.0: none given)
     savedmodel: dict[str, float] = field(default_factory=dict)
     inputs: str = ""
     device_inputs: list[dict] = field(default_factory=list)
@@ -289,6 +319,11 @@ class ExportReport:
     @property
     def task(self) -> Task:
         return task_named(self.task_name)
+
+    @property
+    def scored(self) -> int:
+        """How many eval records the SavedModel and the variants were scored on."""
+        return self.scored_examples or self.eval_examples
 
     def to_json(self) -> dict:
         if not self.exported:

@@ -1,6 +1,7 @@
 """ModelExport: the blessed model -> ExportedModel (SavedModel + TFLite ladder, each variant re-evaluated).
 
-Consumes: `examples` (train split calibrates full int8; eval split scores every variant), `schema` (the
+Consumes: `examples` (train split calibrates full int8; a bounded, evenly spread sample of the eval split,
+`export.scoring_examples`, scores every variant and the SavedModel), `schema` (the
 curated schema: a schema-driven model module reads it), `model` and `baseline_model` (the two Trainers'
 outputs: the blessing says which one is blessed), `blessing`.
 Produces: `exported_model` holding saved_model/, tflite/<variant>.tflite (device models: raw features in,

@@ -1,5 +1,6 @@
 """ModelExport executor: the blessed model's SavedModel plus the TFLite ladder of device models (raw features
-in, preprocessing inside, builtin ops only), each variant re-evaluated in LiteRT against serving_raw."""
+in, preprocessing inside, builtin ops only), each variant re-evaluated in LiteRT against serving_raw on a
+bounded, evenly spread sample of the eval split (components/model_export/scoring.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,7 +20,7 @@ from tfx.types import artifact_utils
 from tfx.utils import io_utils, path_utils
 
 from components.core import artifact_files, contract, tasks
-from components.model_export import tflite
+from components.model_export import scoring, tflite
 from components.model_export.variants import judge_variants, recommended_variant
 from components.settings import ExportConfig, TaskConfig, section_from_dict
 from components.core.model_module import ModelModule, load_model_module, raw_signature_arguments, task_of
@@ -52,7 +53,9 @@ class Executor(base_executor.BaseExecutor):
             serving_model_dir=path_utils.serving_model_path(model.uri),
             model_module=load_model_module(exec_properties[contract.MODEL_MODULE], task_config, schema_path),
             train_files=_split_files(examples, "train"), eval_files=_split_files(examples, "eval"),
-            output_dir=exported.uri, settings=settings)
+            output_dir=exported.uri, settings=settings,
+            eval_records=examples.get_int_custom_property(contract.SPLIT_EXAMPLES_PROPERTY.format(split="eval"))
+            or None)
         report.source_model = {"uri": model.uri, "id": model.id}
         exported.set_int_custom_property(contract.EXPORTED_PROPERTY, 1)
         exported.set_string_custom_property(contract.SOURCE_MODEL_URI_PROPERTY, model.uri)
@@ -71,23 +74,49 @@ def read_settings(settings_text: str) -> ExportConfig:
 
 
 def export_model(serving_model_dir: str, model_module: ModelModule, train_files: list[str], eval_files: list[str],
-                 output_dir: str, settings: ExportConfig) -> ExportReport:
+                 output_dir: str, settings: ExportConfig, eval_records: int | None = None) -> ExportReport:
     """Input: a trained model's serving SavedModel (with the preprocessing and model-ready Keras files beside
-    it), the model module, gzip TFRecord files (train: full-int8 calibration; eval: scoring), an output folder
-    and the `export` config section.
+    it), the model module, gzip TFRecord files (train: full-int8 calibration; eval: scoring), an output folder,
+    the `export` config section and, when known, the eval split's record count (the Examples artifact's
+    `eval_examples`: it saves a counting pass over the split; a count that does not match the files is found
+    out and the split counted).
 
     Output: the export report; writes <output_dir>/saved_model and <output_dir>/tflite/<variant>.tflite.
     Every variant takes raw features (model_module.INPUTS, batch size 1, each input named by its column's
-    internal name: the report's "device_inputs" pairs the two) and is scored in LiteRT on every
-    eval record against the SavedModel's serving_raw signature on the same raw features. A variant that
-    cannot be converted with builtin ops only is left out of the ladder and named in "failed_variants".
+    internal name: the report's "device_inputs" pairs the two) and is scored in LiteRT against the
+    SavedModel's serving_raw signature on the same raw features: both on the scoring sample, at most
+    `settings.scoring_examples` eval records evenly spread over the split (all of them when 0;
+    scoring.sample_positions), each variant's drop and output difference with its paired interval at
+    `settings.confidence`. A variant that cannot be converted with builtin ops only is left out of the ladder
+    and named in "failed_variants".
     """
     artifact_files.copy_tree(serving_model_dir, os.path.join(output_dir, contract.SAVED_MODEL_DIR))
     task, classes = task_of(model_module), tuple(model_module.CLASSES)
     saved_model = tf.saved_model.load(serving_model_dir)
-    eval_split = _score_savedmodel(saved_model, model_module, task, eval_files)
+    eval_split = scoring_sample(saved_model, model_module, task, eval_files, settings.scoring_examples, eval_records)
     reference = task.score(eval_split["labels"], eval_split["predictions"])
     representative = calibration_features(saved_model, model_module, task, train_files, settings.representative_examples)
+    results, failed = convert_and_score(serving_model_dir, model_module, eval_split, representative, output_dir,
+                                        settings)
+    scored = len(eval_split["labels"])
+    judged = judge_variants(results, task, reference, settings.max_tflite_drop,
+                            sampled=scored < eval_split["total"])
+    return ExportReport(
+        True, task_name=task.name, primary_metric=task.primary.name, classes=list(classes),
+        eval_examples=eval_split["total"], scored_examples=scored, scoring_sample=scoring.SAMPLE_DESCRIPTION,
+        confidence=settings.confidence, savedmodel=reference, inputs=INPUTS_DESCRIPTION,
+        device_inputs=tflite.input_conventions(model_module.INPUTS, getattr(model_module, "INPUT_NOTES", None)),
+        device_output=task.output_description(classes), compared_with=contract.RAW_SIGNATURE,
+        runtime=tflite.runtime_name(), max_tflite_drop=settings.max_tflite_drop, variants=judged,
+        failed_variants=failed, recommended=recommended_variant(judged))
+
+
+def convert_and_score(serving_model_dir: str, model_module: ModelModule, eval_split: dict, representative: dict,
+                      output_dir: str, settings: ExportConfig) -> tuple[dict[str, dict], dict[str, str]]:
+    """Converts each configured TFLite variant of the device model (the Keras files beside the SavedModel),
+    writes it to <output_dir>/tflite/ and scores it on the scoring sample. Output: (variant -> its result,
+    variant -> why it could not be converted with builtin ops only)."""
+    task = task_of(model_module)
     keras_dir = model_ready_dir(serving_model_dir)
     preprocessing = keras.saving.load_model(os.path.join(keras_dir, contract.PREPROCESSING_FILE))
     model = keras.saving.load_model(os.path.join(keras_dir, contract.MODEL_READY_FILE))
@@ -106,39 +135,44 @@ def export_model(serving_model_dir: str, model_module: ModelModule, train_files:
                 continue
             relative_path = f"{contract.TFLITE_DIR}/{variant}.tflite"
             artifact_files.write_bytes(os.path.join(output_dir, relative_path), flatbuffer)
-            interpreter = tflite.DeviceInterpreter(flatbuffer, task.prediction_key, model_module.INPUTS)
-            predictions = interpreter.predict(eval_split["raw"])
-            results[variant] = {
-                **task.score(eval_split["labels"], predictions),
-                "size_bytes": len(flatbuffer),
-                **tflite.weight_bytes(flatbuffer),
-                "median_latency_us": 1e6 * interpreter.median_latency_seconds(eval_split["raw"],
-                                                                              settings.latency_examples),
-                **output_differences(task, predictions, eval_split["predictions"]),
-                "ops": tflite.operators(flatbuffer),
-                "non_builtin_ops": tflite.non_builtin_ops(flatbuffer),
-                "quantized_preprocessing_ops": tflite.quantized_preprocessing_ops(flatbuffer),
-                "file": relative_path,
-            }
-    judged = judge_variants(results, task, reference, settings.max_tflite_drop)
-    return ExportReport(
-        True, task_name=task.name, primary_metric=task.primary.name, classes=list(classes),
-        eval_examples=len(eval_split["labels"]), savedmodel=reference, inputs=INPUTS_DESCRIPTION,
-        device_inputs=tflite.input_conventions(model_module.INPUTS, getattr(model_module, "INPUT_NOTES", None)),
-        device_output=task.output_description(classes), compared_with=contract.RAW_SIGNATURE,
-        runtime=tflite.runtime_name(), max_tflite_drop=settings.max_tflite_drop, variants=judged,
-        failed_variants=failed, recommended=recommended_variant(judged))
+            results[variant] = {**variant_result(flatbuffer, model_module, eval_split, settings), "file": relative_path}
+    return results, failed
 
 
-def output_differences(task: tasks.Task, predictions: np.ndarray, reference: np.ndarray) -> dict[str, float]:
+def variant_result(flatbuffer: bytes, model_module: ModelModule, eval_split: dict, settings: ExportConfig) -> dict:
+    """One converted variant scored in LiteRT on the scoring sample against the SavedModel's predictions: the
+    task's metrics, the drop's paired interval, size and weights, median latency, output differences, ops."""
+    task = task_of(model_module)
+    interpreter = tflite.DeviceInterpreter(flatbuffer, task.prediction_key, model_module.INPUTS)
+    predictions = interpreter.predict(eval_split["raw"])
+    return {
+        **task.score(eval_split["labels"], predictions),
+        "drop_interval": scoring.drop_interval(task, eval_split["labels"], predictions, eval_split["predictions"],
+                                               settings.confidence),
+        "size_bytes": len(flatbuffer),
+        **tflite.weight_bytes(flatbuffer),
+        "median_latency_us": 1e6 * interpreter.median_latency_seconds(eval_split["raw"], settings.latency_examples),
+        **output_differences(task, predictions, eval_split["predictions"], settings.confidence),
+        "ops": tflite.operators(flatbuffer),
+        "non_builtin_ops": tflite.non_builtin_ops(flatbuffer),
+        "quantized_preprocessing_ops": tflite.quantized_preprocessing_ops(flatbuffer),
+    }
+
+
+def output_differences(task: tasks.Task, predictions: np.ndarray, reference: np.ndarray,
+                       confidence: float = 0.95) -> dict[str, Any]:
     """How far a variant's outputs are from the SavedModel's: the mean and largest absolute difference, in
     probability for classifiers; for regression relative to the spread of the SavedModel's predictions
-    (their mean absolute deviation), so one tolerance serves any label scale."""
+    (their mean absolute deviation), so one tolerance serves any label scale. "mean_abs_diff_interval": the
+    interval of the mean at `confidence`, over the per-example mean differences."""
     difference = np.abs(np.asarray(predictions, np.float64) - np.asarray(reference, np.float64))
     if not task.is_classification:
         reference = np.asarray(reference, np.float64)
         difference = difference / max(float(np.abs(reference - reference.mean()).mean()), 1e-12)
-    return {"max_abs_diff": float(difference.max()), "mean_abs_diff": float(difference.mean())}
+    per_example = difference.reshape(len(difference), -1).mean(axis=1)
+    low, high = scoring.mean_interval(per_example, confidence)
+    return {"max_abs_diff": float(difference.max()), "mean_abs_diff": float(difference.mean()),
+            "mean_abs_diff_interval": [max(low, 0.0), high]}
 
 
 def _split_files(examples: types.Artifact, split: str) -> list[str]:
@@ -159,11 +193,46 @@ def _parse_raw(model_module: ModelModule, serialized: tf.Tensor) -> dict[str, tf
     return tf.io.parse_example(serialized, model_module.INPUTS)
 
 
-def _score_savedmodel(saved_model, model_module: ModelModule, task: tasks.Task, files: list[str]) -> dict[str, Any]:
-    """For every record in `files`: the label, the raw features (keyed by column name) and the SavedModel's
-    serving_raw prediction (the task's prediction_key output: [N] or [N, K])."""
+def count_records(files: list[str]) -> int:
+    """The number of records in gzip TFRecord `files` (one pass, batched: no record is parsed)."""
+    return int(tf.data.TFRecordDataset(files, compression_type="GZIP").batch(8 * _BATCH).reduce(
+        np.int64(0), lambda count, batch: count + tf.shape(batch, out_type=tf.int64)[0]))
+
+
+def scoring_sample(saved_model, model_module: ModelModule, task: tasks.Task, files: list[str], examples: int,
+                   total: int | None = None) -> dict[str, Any]:
+    """Input: the SavedModel, the model module, the task, the eval split's files, the sample size
+    (`export.scoring_examples`; 0: every record) and the split's record count if known (None: counted here).
+    Output: _score_savedmodel's dict for the records at scoring.sample_positions(total, examples), plus "total",
+    the split's record count."""
+    if examples == 0:  # every record: one pass, which counts them as well
+        split = _score_savedmodel(saved_model, model_module, task, files)
+        return {**split, "total": split["read"]}
+    if total is None:
+        total = count_records(files)
+    split = _score_savedmodel(saved_model, model_module, task, files, scoring.sample_positions(total, examples))
+    if split["read"] != total:  # a stale count: the sample would not be the one documented
+        logging.warning("ModelExport: the eval split holds %d records, not %d as given; sampling again",
+                        split["read"], total)
+        total = split["read"]
+        split = _score_savedmodel(saved_model, model_module, task, files, scoring.sample_positions(total, examples))
+    return {**split, "total": total}
+
+
+def _score_savedmodel(saved_model, model_module: ModelModule, task: tasks.Task, files: list[str],
+                      positions: np.ndarray | None = None) -> dict[str, Any]:
+    """For every record in `files`, or only those at `positions` (0-based, ascending, in the order the files
+    are read): the label, the raw features (keyed by column name) and the SavedModel's serving_raw prediction
+    (the task's prediction_key output: [N] or [N, K]); "read": how many records the files hold."""
     parts: dict[str, list] = {"labels": [], "predictions": [], "raw": []}
+    read = 0
     for serialized in _records(files):
+        start, read = read, read + int(serialized.shape[0])
+        if positions is not None:
+            chosen = positions[np.searchsorted(positions, start):np.searchsorted(positions, read)] - start
+            if not len(chosen):
+                continue
+            serialized = tf.gather(serialized, chosen)
         raw = _parse_raw(model_module, serialized)
         parts["labels"].append(saved_model.signatures[contract.TRANSFORM_SIGNATURE](examples=serialized)[
             model_module.LABEL_KEY].numpy().reshape(-1))
@@ -171,10 +240,13 @@ def _score_savedmodel(saved_model, model_module: ModelModule, task: tasks.Task, 
             **raw_signature_arguments(model_module.INPUTS, raw))[task.prediction_key].numpy()
         parts["predictions"].append(output.reshape(len(output), -1))
         parts["raw"].append({name: tensor.numpy() for name, tensor in raw.items()})
+    if not parts["labels"]:
+        raise ValueError(f"ModelExport: no eval records to score in {', '.join(files)}")
     predictions = np.concatenate(parts["predictions"])
     return {"labels": np.concatenate(parts["labels"]),
             "predictions": predictions.reshape(-1) if predictions.shape[1] == 1 else predictions,
-            "raw": {name: np.concatenate([batch[name] for batch in parts["raw"]]) for name in parts["raw"][0]}}
+            "raw": {name: np.concatenate([batch[name] for batch in parts["raw"]]) for name in parts["raw"][0]},
+            "read": read}
 
 
 CALIBRATION_POOL = 20  # regression: calibration examples are chosen from this many times as many records
@@ -236,9 +308,18 @@ def _inputs_table(inputs: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def _scored_line(report: ExportReport) -> str:
+    """Which eval records the SavedModel and the variants were scored on: "Scored on N of M eval examples
+    (how they were chosen)", or on all M."""
+    if report.scored >= report.eval_examples:
+        return f"Scored on all {report.eval_examples:,} eval examples"
+    return (f"Scored on {report.scored:,} of {report.eval_examples:,} eval examples ({report.scoring_sample}; "
+            f"export.scoring_examples)")
+
+
 def render_markdown(report: ExportReport) -> str:
-    """The export report as Markdown: the device model's inputs, then one row per TFLite variant with the
-    task's metrics."""
+    """The export report as Markdown: which eval records were scored, the SavedModel's metrics on them, the
+    device model's inputs, then one row per TFLite variant with the task's metrics and its drop's interval."""
     if not report.exported:
         return f"# Export\n\nNot exported: {report.reason}.\n"
     task = report.task
@@ -247,16 +328,17 @@ def render_markdown(report: ExportReport) -> str:
     float32 = variants.get("float32")
     metrics = [metric for metric in task.metrics if metric.name in reference]
     scores = ", ".join(f"{metric.label} {reference[metric.name]:.4f}" for metric in metrics)
-    lines = ["# Export", "",
-             f"SavedModel on {report.eval_examples} eval examples ({task.name}): {scores}.", "",
+    lines = ["# Export", "", f"{_scored_line(report)}.", "",
+             f"SavedModel ({task.name}): {scores}.", "",
              f"TFLite inputs: {report.inputs}, one example per call (shape [1] each); output "
-             f"{report.device_output}. Each variant was scored in {report.runtime} on every eval record and "
+             f"{report.device_output}. Each variant was scored in {report.runtime} on the same records and "
              f"compared with the SavedModel's {report.compared_with} on the same raw features.", ""]
     if report.device_inputs:
         lines += _inputs_table(report.device_inputs)
-    lines += ["| variant | " + " | ".join(metric.label for metric in metrics) + f" | {task.primary.label} drop | "
-              "size (bytes) | size vs float32 | weights vs float32 | median latency (µs) | latency vs float32 | "
-              "output diff mean / max | verdict |",
+    interval = f" [{report.confidence:.0%} interval]" if report.confidence else ""
+    lines += ["| variant | " + " | ".join(metric.label for metric in metrics) + f" | {task.primary.label} drop"
+              f"{interval} | size (bytes) | size vs float32 | weights vs float32 | median latency (µs) | "
+              "latency vs float32 | output diff mean / max | verdict |",
               "| --- | " + " | ".join("---" for _ in metrics) + " | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for variant, result in variants.items():
         size_ratio = f"{result['size_bytes'] / float32['size_bytes']:.2f}x" if float32 else "n/a"
@@ -264,8 +346,13 @@ def render_markdown(report: ExportReport) -> str:
         latency_ratio = f"{result['median_latency_us'] / float32['median_latency_us']:.2f}x" if float32 else "n/a"
         verdict = "recommended" if result["recommended"] else "accepted" if result["accepted"] else (
             "rejected: " + "; ".join(result["reasons"]))
+        if result.get("notes"):
+            verdict += " (" + "; ".join(result["notes"]) + ")"
+        drop = f"{result['drop']:.4f}"
+        if result.get("drop_interval"):
+            drop += " [{:+.4f}, {:+.4f}]".format(*result["drop_interval"])
         lines.append(f"| {variant} | " + " | ".join(f"{result[metric.name]:.4f}" for metric in metrics)
-                     + f" | {result['drop']:.4f} | {result['size_bytes']:,} | {size_ratio} | {weight_ratio} "
+                     + f" | {drop} | {result['size_bytes']:,} | {size_ratio} | {weight_ratio} "
                      f"| {result['median_latency_us']:.1f} | {latency_ratio} "
                      f"| {result['mean_abs_diff']:.2g} / {result['max_abs_diff']:.2g} | {verdict} |")
     for variant, reason in report.failed_variants.items():

@@ -28,7 +28,8 @@ from components.trainer.device import Decision, DeviceDescription, choose_strate
 from components.trainer.distribution import (configure_gpus, is_chief, make_strategy, supported_steps_per_execution,
                                              worker_task)
 from components.trainer.export import export_serving_model, float32_copy
-from components.trainer.input_pipeline import fits_in_memory, make_dataset
+from components.trainer.input_pipeline import (DISK, MEMORY, PreprocessedCache, estimated_bytes, fill_cache,
+                                               make_dataset, memory_budget_bytes)
 from components.trainer.labels import read_labels
 from components.trainer.plan import TrainingPlan, training_plan
 from components.trainer.probing import build_for_device, in_memory_batches, input_wait
@@ -48,6 +49,9 @@ class TrainingJob:
     base_model: str | None = None  # serving directory of the model to warm-start from (settings.warm_start)
     task_config: TaskConfig | None = None  # the config's `task` section (schema-driven model modules need it)
     schema_path: str | None = None  # the curated schema (schema-driven model modules read it)
+    # a local folder where the preprocessed input is cached when it does not fit in memory, in a folder of
+    # its own deleted when training ends ("": the system's temporary folder, $TMPDIR)
+    scratch_dir: str = ""
 
 
 @dataclasses.dataclass
@@ -63,17 +67,27 @@ class TrainingSetup:
     preprocessing: keras.Model
     labels: dict[str, LabelSummary]
     plan: TrainingPlan
-    cache: bool  # the records fit in memory: cached after the first pass
+    # where each split's preprocessed tensors are cached (memory or disk); train() closes it, which deletes
+    # the disk cache's files
+    input_cache: PreprocessedCache
     multi_worker: bool
 
-    def dataset(self, files: list[str], training: bool, batch_size: int | None = None, cache: bool | None = None):
-        """Batches of (model-ready features, labels) from `files`; repeated and shuffled for training."""
+    @property
+    def cache(self) -> bool:
+        """The training split's preprocessed tensors are kept in memory (else in the disk cache)."""
+        return self.input_cache.places.get("train") == MEMORY
+
+    def dataset(self, files: list[str], training: bool, batch_size: int | None = None, split: str | None = None):
+        """Batches of (model-ready features, labels) from `files`; repeated and shuffled for training. With
+        `split` ("train" or "eval", placed in input_cache) the records are parsed and preprocessed once and
+        the split's cache feeds every later pass; without it they are streamed (parsed and preprocessed on
+        every pass)."""
         module = self.model_module
         return make_dataset(files, {**module.INPUTS, **module.LABEL_INPUTS}, batch_size or self.plan.global_batch,
                             label_fn=module.make_label, input_names=list(module.INPUTS), preprocess=self.preprocessing,
                             shuffle_buffer=self.settings.shuffle_buffer if training else 0, repeat=training,
-                            cache=self.cache if cache is None else cache, seed=self.settings.seed,
-                            shard_by_data=self.multi_worker)
+                            cache=split is not None, cache_file=self.input_cache.cache_file(split) if split else "",
+                            seed=self.settings.seed, shard_by_data=self.multi_worker)
 
 
 @dataclasses.dataclass
@@ -83,6 +97,7 @@ class FitResult:
     precision: Decision
     xla: Decision
     in_memory_rate: float
+    host_rate: float  # examples/s the input pipeline alone delivers (0.0: not measured)
     resumed_from_step: int
     meter: training_callbacks.ThroughputMeter
     loss_scale: training_callbacks.LossScaleRecorder
@@ -95,13 +110,15 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> TrainingReport:
     """Trains and exports one model; returns the training report (also written to run_dir by the chief)."""
     started = time.monotonic()
     setup = set_up(job)
-    fitted = fit_model(job, setup, extra_callbacks)
+    with setup.input_cache:  # the disk cache's files go when training ends, or fails
+        fitted = fit_model(job, setup, extra_callbacks)
     return report_and_export(job, setup, fitted, time.monotonic() - started)
 
 
 def set_up(job: TrainingJob) -> TrainingSetup:
     """The device, the strategy, the model module and its preprocessing (the warm start's, or fitted to a
-    sample), every label read once (bad labels stop here), the plan and whether the records fit in memory."""
+    sample), every label read once (bad labels stop here), the plan and where each split's preprocessed
+    tensors are cached (memory while they fit cache_max_mb, else disk)."""
     settings = job.settings
     device = describe_devices()
     configure_gpus(settings.gpu_memory_growth, settings.gpu_memory_limit_mb)
@@ -123,10 +140,15 @@ def set_up(job: TrainingJob) -> TrainingSetup:
               for split, files in (("train", job.train_files), ("eval", job.eval_files))}
     settings = dataclasses.replace(
         settings, steps_per_execution=supported_steps_per_execution(settings.steps_per_execution, replicas))
-    return TrainingSetup(settings, device, strategy_choice, strategy, model_module, warm, preprocessing, labels,
-                         training_plan(labels["train"].examples, settings, replicas),
-                         fits_in_memory(job.train_files + job.eval_files, settings.cache_max_mb),
-                         strategy_choice.value == "multi_worker_mirrored")
+    setup = TrainingSetup(settings, device, strategy_choice, strategy, model_module, warm, preprocessing, labels,
+                          training_plan(labels["train"].examples, settings, replicas),
+                          PreprocessedCache(memory_budget_bytes(settings.cache_max_mb), job.scratch_dir),
+                          strategy_choice.value == "multi_worker_mirrored")
+    # The cache's size, estimated from one preprocessed batch: the training split has the first claim on memory.
+    first = next(iter(setup.dataset(job.train_files, False, batch_size=min(setup.plan.global_batch, 1024))))
+    for split in ("train", "eval"):
+        setup.input_cache.place(split, estimated_bytes(first, labels[split].examples))
+    return setup
 
 
 def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = ()) -> FitResult:
@@ -136,15 +158,19 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
     settings, plan, replicas = setup.settings, setup.plan, setup.strategy.num_replicas_in_sync
 
     def probe_batch():  # a few examples to check that XLA compiles when no timing does it
-        return next(iter(setup.dataset(job.train_files, False, batch_size=8 * replicas, cache=False)))
+        return next(iter(setup.dataset(job.train_files, False, batch_size=8 * replicas)))
 
-    memory_batches = in_memory_batches(setup.dataset(job.train_files, True, cache=False), settings)
+    for split, files in (("train", job.train_files), ("eval", job.eval_files)):
+        if setup.input_cache.places[split] == DISK:  # written once here, only read from then on
+            fill_cache(setup.dataset(files, False, split=split))
+    memory_batches = in_memory_batches(setup.dataset(job.train_files, True), settings)
     with setup.strategy.scope():
         model, precision, xla, memory_rate = build_for_device(
             setup.model_module, setup.preprocessing, setup.device, settings, plan, probe_batch, memory_batches,
             setup.multi_worker)
         apply_warm_start(model, setup.warm)  # a checkpoint of this job, when there is one, still wins (resume)
     logging.info("Precision %s (%s); XLA %s (%s)", precision.value, precision.reason, xla.value, xla.reason)
+    host_rate = host_throughput(setup.dataset(job.train_files, True), plan.global_batch, settings.input_probe_steps)
 
     checkpoint_dir = job.checkpoint_dir
     if setup.multi_worker:  # each worker keeps its own copy of the (identical) training state
@@ -166,10 +192,11 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
         logging.info("Training %d steps (%d intervals of %d) on %d examples, global batch %d", plan.total_steps,
                      plan.intervals, plan.steps_per_interval, setup.labels["train"].examples, plan.global_batch)
         fit_started = time.monotonic()
-        history = model.fit(setup.dataset(job.train_files, True), steps_per_epoch=plan.steps_per_interval,
-                            epochs=plan.intervals, validation_data=setup.dataset(job.eval_files, False),
+        history = model.fit(setup.dataset(job.train_files, True, split="train"),
+                            steps_per_epoch=plan.steps_per_interval, epochs=plan.intervals,
+                            validation_data=setup.dataset(job.eval_files, False, split="eval"),
                             validation_freq=[plan.intervals], callbacks=callbacks, verbose=0)
-    return FitResult(model, precision, xla, memory_rate, resumed_from_step, meter, loss_scale, checkpoints,
+    return FitResult(model, precision, xla, memory_rate, host_rate, resumed_from_step, meter, loss_scale, checkpoints,
                      {name: [float(v) for v in values] for name, values in history.history.items()},
                      time.monotonic() - fit_started)
 
@@ -184,11 +211,13 @@ def report_and_export(job: TrainingJob, setup: TrainingSetup, fitted: FitResult,
         replicas=setup.strategy.num_replicas_in_sync, worker="%s-%d" % worker_task(),
         precision=fitted.precision.value, precision_reason=fitted.precision.reason, xla=fitted.xla.value == "on",
         xla_reason=fitted.xla.reason, train_examples=setup.labels["train"].examples, cached_in_memory=setup.cache,
+        input_cache=setup.input_cache.places["train"],
         plan=dataclasses.asdict(setup.plan), steps_per_execution=setup.settings.steps_per_execution,
         warm_start=setup.warm.to_json(), resumed_from_step=fitted.resumed_from_step, steps_run=meter.steps,
         checkpoints_written=fitted.checkpoints.checkpoints_written, examples_per_second=meter.examples_per_second,
         step_seconds=meter.step_seconds, in_memory_examples_per_second=fitted.in_memory_rate,
         input_wait_fraction=input_wait(meter.examples_per_second, fitted.in_memory_rate),
+        host_examples_per_second=fitted.host_rate,
         loss_scale_history=fitted.loss_scale.history, fit_seconds=fitted.fit_seconds, total_seconds=seconds,
         final_metrics={name: values[-1] for name, values in fitted.history.items()}, history=fitted.history)
     logging.info("Trained %s: %.0f examples/s, input wait %.1f%%, final %s", report.model,
@@ -199,6 +228,20 @@ def report_and_export(job: TrainingJob, setup: TrainingSetup, fitted: FitResult,
         write_model_facts(job.serving_model_dir, report.facts())
         artifact_files.write_json(os.path.join(job.run_dir, contract.TRAINING_REPORT_FILE), report.to_json())
     return report
+
+
+def host_throughput(train_data, global_batch: int, steps: int) -> float:
+    """Examples/s the training input pipeline alone delivers (no model): `steps` batches read after one to
+    warm it up (0 steps: not measured, 0.0). Its ratio to the model's rate on in-memory batches says how many
+    times faster a device could be before the host would starve it."""
+    if not steps:
+        return 0.0
+    batches = iter(train_data)
+    next(batches)
+    start = time.perf_counter()
+    for _ in range(steps):
+        next(batches)
+    return steps * global_batch / (time.perf_counter() - start)
 
 
 def _log_dir(run_dir: str, chief: bool) -> str:

@@ -18,7 +18,7 @@ from components.core import contract, tasks
 from components.model_export import tflite
 from components.core.feature_names import derived_name, internal_names
 from components.core.records import ExportReport
-from components.model_export.executor import export_model, raw_features, render_markdown
+from components.model_export.executor import export_model, raw_features, render_markdown, scoring_sample
 from components.core.contract import TFLITE_VARIANTS
 from components.model_export.variants import OUTPUT_TOLERANCE
 from components.core.model_module import raw_signature_arguments
@@ -108,6 +108,61 @@ def test_the_ladder_is_scored_in_litert_against_serving_raw_on_the_whole_eval_sp
             os.path.join(export_dir, result["file"]))
     markdown = render_markdown(ExportReport.from_json(report))
     assert "TFLite inputs: raw features" in markdown and "| company | company | string | '' |" in markdown
+
+
+def test_a_report_scored_on_the_whole_split_says_so_with_each_variants_paired_interval(exported):
+    report, _, _, _ = exported
+    assert report["scored_examples"] == report["eval_examples"] and report["confidence"] == 0.95
+    for variant, result in report["variants"].items():
+        low, high = result["drop_interval"]
+        assert low <= result["drop"] <= high and abs((low + high) / 2 - result["drop"]) < 1e-9, variant
+        low, high = result["mean_abs_diff_interval"]
+        assert 0 <= low <= result["mean_abs_diff"] <= high, variant
+    markdown = render_markdown(ExportReport.from_json(report))
+    assert f"Scored on all {report['eval_examples']:,} eval examples." in markdown
+    assert "| AUC drop [95% interval] |" in markdown
+
+
+@pytest.fixture(scope="module")
+def sampled(exported, taxi_span_root, tmp_path_factory):
+    """The `exported` model put through the export step again with scoring_examples below the eval split's
+    size. Output: the report."""
+    _, _, serving, eval_file = exported
+    shards = sorted(tf.io.gfile.glob(os.path.join(taxi_span_root, "span-1", "*.gz")))
+    export = load_config(export={"latency_examples": 50, "scoring_examples": 400}).export
+    return export_model(serving, taxi, [shards[0]], [eval_file], str(tmp_path_factory.mktemp("sampled")),
+                        export, eval_records=None).to_json()
+
+
+def test_with_scoring_examples_below_the_split_the_report_says_so_and_the_verdicts_hold(exported, sampled):
+    whole, _, _, _ = exported
+    assert sampled["eval_examples"] == whole["eval_examples"] == 1_500 and sampled["scored_examples"] == 400
+    for variant, result in sampled["variants"].items():
+        # The same verdicts as on the whole split, and the whole split's drop inside the sample's interval.
+        assert (result["accepted"], result["recommended"]) == (whole["variants"][variant]["accepted"],
+                                                               whole["variants"][variant]["recommended"]), variant
+        assert result["drop_interval"][0] <= result["drop"] <= result["drop_interval"][1], variant
+    assert sampled["recommended"] == whole["recommended"]
+    # The SavedModel's reference metrics are its scores on the same 400 records.
+    assert abs(sampled["savedmodel"]["auc"] - whole["savedmodel"]["auc"]) < 0.05
+    markdown = render_markdown(ExportReport.from_json(sampled))
+    assert ("Scored on 400 of 1,500 eval examples (evenly spread over the split in file order; "
+            "export.scoring_examples).") in markdown
+
+
+def test_the_scoring_sample_is_the_split_records_it_names_even_from_a_stale_count(exported):
+    _, _, serving, eval_file = exported
+    saved_model, task = tf.saved_model.load(serving), tasks.task_named(tasks.BINARY)
+    whole = scoring_sample(saved_model, taxi, task, [eval_file], 0)
+    assert whole["total"] == len(whole["labels"]) == 1_500
+    for given in (None, 1_500, 1_234, 9_999):  # counted here, right, too few, too many: the same sample
+        sample = scoring_sample(saved_model, taxi, task, [eval_file], 400, given)
+        chosen = np.arange(400) * 1_500 // 400
+        assert sample["total"] == 1_500 and len(sample["labels"]) == 400, given
+        assert np.array_equal(sample["labels"], whole["labels"][chosen]), given
+        assert np.allclose(sample["predictions"], whole["predictions"][chosen], atol=1e-6), given
+        for name, values in sample["raw"].items():
+            assert np.array_equal(values, whole["raw"][name][chosen]), (given, name)
 
 
 def test_no_variant_holds_a_flex_or_custom_op_and_full_int8_quantizes_the_core_only(exported):

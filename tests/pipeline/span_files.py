@@ -23,3 +23,12 @@ def write_records(path, records, compression=None) -> str:
 def count_outputs(config, node: str, key: str) -> int:
     """How many output folders a step has written under `key` in the config's pipeline root."""
     return len(tf.io.gfile.glob(os.path.join(config.pipeline_root, node, key, "*")))
+
+
+def private_copy(span_root: str, folder) -> str:
+    """A copy of `span_root`'s span-1 in `folder` (a test that adds spans must not change the shared one).
+    Output: the copy's data root."""
+    import shutil
+
+    shutil.copytree(os.path.join(span_root, "span-1"), os.path.join(str(folder), "span-1"))
+    return str(folder)

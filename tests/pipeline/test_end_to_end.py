@@ -10,7 +10,6 @@ import contextlib
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ import tensorflow as tf
 
 from components.core import contract, tasks
 from components.core.contract import TFLITE_VARIANTS
+from components.core.records import TrainingReport
 from components.model_export.variants import OUTPUT_TOLERANCE
 from components.trainer.device import (choose_precision, choose_strategy, describe_devices, device_from_json,
                                        xla_candidates)
@@ -30,7 +30,7 @@ from pipeline.config import load_config
 from pipeline.data import write_taxi_span
 from pipeline.local_runner import run_local
 from pipeline.run_facts import list_runs
-from span_files import count_outputs, read_span, write_records
+from span_files import count_outputs, private_copy, read_span, write_records
 
 pytestmark = pytest.mark.e2e
 
@@ -61,9 +61,7 @@ def _record(config, summary=None, **facts) -> Stage:
 @pytest.fixture(scope="module")
 def data_root(taxi_span_root, tmp_path_factory):
     """A private copy of the shared span-1 (later stages add spans to it)."""
-    root = tmp_path_factory.mktemp("e2e-data")
-    shutil.copytree(os.path.join(taxi_span_root, "span-1"), root / "span-1")
-    return str(root)
+    return private_copy(taxi_span_root, tmp_path_factory.mktemp("e2e-data"))
 
 
 @pytest.fixture(scope="module")
@@ -170,11 +168,11 @@ def test_training_reports_record_device_choices_and_the_fp32_baseline(first_run)
     assert report["examples_per_second"] > 0 and 0 <= report["input_wait_fraction"] <= 1
     assert report["final_metrics"]["val_auc"] > 0.8
     assert report["task"] == "binary" and report["labels"]["train"]["examples"] == report["train_examples"]
-    assert summary.facts.training["Trainer"] == report and "examples/s" in summary.render()
+    assert summary.facts.training["Trainer"] == TrainingReport.from_json(report) and "examples/s" in summary.render()
     baseline = _report(first_run, "Fp32BaselineTrainer", contract.MODEL_RUN, contract.TRAINING_REPORT_FILE)
     if (report["precision"], report["xla"]) == ("float32", False):  # the candidate is its own FP32 baseline
         assert baseline["skipped"] is True and baseline["reason"].startswith("candidate trained in float32")
-        assert summary.facts.training["Fp32BaselineTrainer"] == baseline
+        assert summary.facts.training["Fp32BaselineTrainer"] == TrainingReport.from_json(baseline)
     else:
         assert (baseline["precision"], baseline["xla"]) == ("float32", False)
         assert baseline["total_steps"] == report["total_steps"]  # the same training, only the numerics differ
@@ -295,7 +293,7 @@ def test_pushed_savedmodel_scores_raw_examples(first_run):
 
 def test_next_span_trains_warm_started_and_is_evaluated_against_the_blessed_model(first_run, second_span):
     first, summary = first_run.summary.facts, second_span.summary
-    blessed = first.evaluation["models"][first.evaluation["chosen_model"]]
+    blessed = first.evaluation.models[first.evaluation.chosen_model]
 
     statuses = {s.name: s.status for s in summary.steps}
     assert statuses["ImportSchemaGen"] == "cached" and statuses["TFRecordIngest"] == "ran", statuses
@@ -312,8 +310,8 @@ def test_next_span_trains_warm_started_and_is_evaluated_against_the_blessed_mode
             continue
         warm = report["warm_start"]
         assert warm["applied"] is True and warm["base_model"].startswith(blessed["uri"] + os.sep), (node, warm)
-    assert summary.facts.evaluation["models"]["production"]["id"] == blessed["id"]
-    assert any(check["gate"] == "vs_production" for check in summary.facts.evaluation["checks"])
+    assert summary.facts.evaluation.models["production"]["id"] == blessed["id"]
+    assert any(check.gate == "vs_production" for check in summary.facts.evaluation.checks)
     assert summary.facts.blessed == (summary.facts.pushed_to is not None)
 
 
@@ -346,8 +344,8 @@ def test_a_degraded_candidate_is_not_blessed_and_the_pushed_version_is_untouched
     summary = degraded_run.summary
     assert summary.facts.blessed is False and summary.facts.pushed_to is None
     report = summary.facts.evaluation
-    assert report["blessed"] is False and report["chosen_model"] is None
-    failed = {(c["gate"], c["model"]) for c in report["checks"] if not c["passed"]}
+    assert report.blessed is False and report.chosen_model is None
+    failed = {(c.gate, c.model) for c in report.checks if not c.passed}
     # Meaningless labels: the served model scores as poorly on them as the candidate (no vs_production refusal),
     # and the candidate learns something from the fare alone (it may beat the trivial predictor): the bar stops it.
     assert ("absolute_bar", "candidate") in failed

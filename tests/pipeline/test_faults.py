@@ -16,6 +16,7 @@ import sys
 import time
 
 import pytest
+import yaml
 import tensorflow as tf
 
 from components.core import contract
@@ -251,9 +252,10 @@ def test_empty_eval_split_stops_the_run_before_training(unchanged_production, ca
 
 def test_nan_loss_stops_training_naming_the_step(unchanged_production, capsys, tmp_path):
     config_file = tmp_path / "diverging.yaml"
-    config_file.write_text(open(unchanged_production.config_file).read() +
-                           "train: {epochs: 3, learning_rate: 1.0e+38, warmup_steps: 0, xla: 'off', "
-                           "precision: mixed_float16}\n")
+    settings = yaml.safe_load(open(unchanged_production.config_file))  # a key may be given once in a config
+    settings["train"] = {**settings.get("train", {}), "epochs": 3, "learning_rate": 1.0e+38, "warmup_steps": 0,
+                         "xla": "off", "precision": "mixed_float16"}
+    config_file.write_text(yaml.safe_dump(settings))
     models_before = count_outputs(unchanged_production.config, "Trainer", contract.MODEL)
 
     code, stderr = _run(unchanged_production, unchanged_production.data_root, capsys, str(config_file))

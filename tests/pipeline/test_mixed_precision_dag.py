@@ -10,13 +10,13 @@ this CPU (natively where the CPU has bfloat16 instructions, emulated elsewhere).
 """
 import json
 import os
-import shutil
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from components.core import contract
+from span_files import private_copy
 from pipeline.config import load_config
 from pipeline.data import write_taxi_span
 from pipeline.local_runner import run_local
@@ -47,9 +47,7 @@ def _checks(report):
 @pytest.fixture(scope="module")
 def data_root(taxi_span_root, tmp_path_factory):
     """A private copy of the shared span-1 (the refusal stage adds span 2)."""
-    root = tmp_path_factory.mktemp("bf16-data")
-    shutil.copytree(os.path.join(taxi_span_root, "span-1"), root / "span-1")
-    return str(root)
+    return private_copy(taxi_span_root, tmp_path_factory.mktemp("bf16-data"))
 
 
 @pytest.fixture(scope="module")

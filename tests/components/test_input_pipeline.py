@@ -1,0 +1,179 @@
+"""The input pipeline's preprocess-once cache (components/trainer/input_pipeline.py): the cached path feeds
+the same examples as the streamed one in every pass, in memory or from files, and train() picks the cache by
+the estimated size and leaves no cache file behind, also when training fails. Real TensorFlow on the
+3,000-row taxi span; the tests that train are marked `training`."""
+import collections
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import models.taxi
+from components.trainer import input_pipeline, train as train_module
+from components.trainer.input_pipeline import (DISK, MEMORY, PreprocessedCache, estimated_bytes, fill_cache,
+                                               make_dataset, memory_budget_bytes)
+from components.trainer.train import ADAPT_SAMPLE_SIZE, TrainingJob, read_sample, train
+from tests.components.training import settings as _settings
+
+SPEC = {**models.taxi.INPUTS, **models.taxi.LABEL_INPUTS}
+BATCH = 64
+
+
+@pytest.fixture(scope="module")
+def preprocessing(files):
+    keras.config.set_dtype_policy("float32")
+    return models.taxi.build_preprocessing(read_sample(files["train_files"], SPEC, ADAPT_SAMPLE_SIZE))
+
+
+def _dataset(files, preprocessing, **options):
+    return make_dataset(files["train_files"], SPEC, BATCH, label_fn=models.taxi.make_label,
+                        input_names=list(models.taxi.INPUTS), preprocess=preprocessing, seed=7, **options)
+
+
+def _rows(dataset, count):
+    """The first `count` examples of a dataset of (features, label) batches, each a hashable tuple."""
+    rows = []
+    for features, labels in dataset.as_numpy_iterator():
+        names = sorted(features)
+        columns = [features[name].reshape(len(labels), -1).tolist() for name in names]
+        rows += [tuple(tuple(column[i]) for column in columns) + (tuple(np.reshape(labels[i], -1).tolist()),)
+                 for i in range(len(labels))]
+        if len(rows) >= count:
+            return rows[:count]
+    return rows
+
+
+def _epochs(dataset, examples, epochs=3):
+    rows = _rows(dataset, examples * epochs)
+    return [rows[i * examples:(i + 1) * examples] for i in range(epochs)]
+
+
+@pytest.mark.parametrize("where", [MEMORY, DISK])
+def test_the_cached_path_feeds_the_same_examples_as_the_streamed_one_in_every_pass(files, preprocessing, tmp_path,
+                                                                                 where):
+    cache_file = str(tmp_path / "train") if where == DISK else ""
+    reference = _rows(_dataset(files, preprocessing), 10**9)  # one streamed pass in file order
+    examples = len(reference)
+    assert examples > 1000
+
+    # No shuffle: every pass of the cache is the streamed pass, in the same order (batches run across passes).
+    ordered = _dataset(files, preprocessing, repeat=True, cache=True, cache_file=cache_file)
+    assert _epochs(ordered, examples) == [reference] * 3
+    # Streamed, later passes are preprocessed in batches of other rows: the same up to float rounding (a value
+    # at the tail of a batch can take a scalar code path instead of a vectorized one), where the cache repeats
+    # the first pass's values exactly.
+    for epoch in _epochs(_dataset(files, preprocessing, repeat=True), examples):
+        np.testing.assert_allclose(np.array(epoch, dtype=float), np.array(reference, dtype=float), rtol=1e-5)
+    if where == DISK:  # the files written by that pass are what the next datasets read
+        assert tf.io.gfile.glob(cache_file + "*.index")
+
+    # Shuffled: each pass holds every example once, in an order of its own.
+    shuffled = _epochs(_dataset(files, preprocessing, repeat=True, shuffle_buffer=500, cache=True,
+                                cache_file=cache_file), examples)
+    for epoch in shuffled:
+        assert collections.Counter(epoch) == collections.Counter(reference)
+        assert epoch != reference
+    assert shuffled[0] != shuffled[1]
+
+    # Not repeated (the eval split): the cached batches are the streamed ones.
+    once = _dataset(files, preprocessing, cache=True, cache_file=cache_file)
+    assert _rows(once, 10**9) == _rows(once, 10**9) == reference
+
+
+def test_the_cached_dataset_keeps_data_sharding_for_multi_worker_training(files, preprocessing):
+    dataset = _dataset(files, preprocessing, repeat=True, shuffle_buffer=100, cache=True, shard_by_data=True)
+    assert dataset.options().experimental_distribute.auto_shard_policy == tf.data.experimental.AutoShardPolicy.DATA
+    assert dataset.options().deterministic is False
+
+
+def test_a_split_that_does_not_fit_the_budget_goes_to_disk_and_close_removes_every_cache_file(files, preprocessing,
+                                                                                             tmp_path):
+    first = next(iter(_dataset(files, preprocessing)))
+    size = estimated_bytes(first, 1000)
+    # taxi: 10 float32 and 7 int64 model-ready features and an int64 label per example
+    assert 10 * 4 + 8 * 8 <= size / 1000 <= 2 * (10 * 4 + 8 * 8)
+    with PreprocessedCache(budget_bytes=size + 1, scratch_parent=str(tmp_path)) as cache:
+        assert cache.place("train", size) == MEMORY
+        assert cache.place("eval", size) == DISK  # the training split claimed the memory first
+        assert cache.cache_file("train") == "" and os.listdir(tmp_path) == []  # no folder until one is needed
+        cache_file = cache.cache_file("eval")
+        dataset = _dataset(files, preprocessing, cache=True, cache_file=cache_file)
+        assert fill_cache(dataset) == -(-len(_rows(dataset, 10**9)) // BATCH)
+        written = [path for _, _, names in os.walk(tmp_path) for path in names]
+        assert any(name.endswith(".index") for name in written), written
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_auto_budget_is_a_quarter_of_the_memory(monkeypatch):
+    assert memory_budget_bytes(64) == 64 * 2**20
+    monkeypatch.setattr(input_pipeline, "machine_memory_bytes", lambda: 8 * 2**30)
+    assert memory_budget_bytes(0) == 2 * 2**30
+    assert 0 < input_pipeline.machine_memory_bytes() <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+class _CacheFiles(keras.callbacks.Callback):
+    """Records the files in `folder` at the end of each interval, and raises after the first when `fail`."""
+
+    def __init__(self, folder, fail=False):
+        super().__init__()
+        self.folder, self.fail, self.seen = folder, fail, []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.seen.append(sorted(name for _, _, names in os.walk(self.folder) for name in names))
+        if self.fail:
+            raise RuntimeError("training failed on purpose")
+
+
+def _job(files, output, **overrides):
+    settings = _settings(epochs=2, xla="off", input_probe_steps=0, checkpoint_min_seconds=0, **overrides)
+    (output / "scratch").mkdir(parents=True)
+    return TrainingJob(settings=settings, serving_model_dir=str(output / "serving"), run_dir=str(output / "run"),
+                       checkpoint_dir=str(output / "checkpoints"), scratch_dir=str(output / "scratch"), **files)
+
+
+@pytest.mark.training
+def test_train_keeps_small_data_in_memory_and_says_so(files, tmp_path):
+    job = _job(files, tmp_path)
+    watch = _CacheFiles(job.scratch_dir)
+    report = train(job, extra_callbacks=(watch,)).to_json()
+    assert (report["input_cache"], report["cached_in_memory"]) == (MEMORY, True)
+    assert watch.seen == [[], []] and os.listdir(job.scratch_dir) == []
+    assert report["steps_run"] == report["total_steps"]
+    assert report["final_metrics"]["val_auc"] > 0.8
+
+
+@pytest.mark.training
+@pytest.mark.parametrize("fail", [False, True])
+def test_train_caches_data_too_big_for_memory_on_disk_and_leaves_no_file_behind(files, tmp_path, monkeypatch,
+                                                                                fail):
+    monkeypatch.setattr(train_module, "memory_budget_bytes", lambda cache_max_mb: 0)  # nothing fits
+    job = _job(files, tmp_path)
+    watch = _CacheFiles(job.scratch_dir, fail=fail)
+    if fail:
+        with pytest.raises(RuntimeError, match="on purpose"):
+            train(job, extra_callbacks=(watch,))
+    else:
+        report = train(job, extra_callbacks=(watch,)).to_json()
+        assert (report["input_cache"], report["cached_in_memory"]) == (DISK, False)
+        assert report["steps_run"] == report["total_steps"]
+        assert report["final_metrics"]["val_auc"] > 0.8
+    # While training, both splits' caches were on disk (written before the first step); now nothing is.
+    assert watch.seen, "no interval ended"
+    for names in watch.seen:
+        assert any(name.startswith("train") and name.endswith(".index") for name in names), names
+        assert any(name.startswith("eval") and name.endswith(".index") for name in names), names
+    assert os.listdir(job.scratch_dir) == []
+
+
+def test_packing_restores_every_tensor_whatever_its_shape_and_dtype():
+    from components.trainer.input_pipeline import _packing
+    batch = ({"a": tf.constant([1.0, 2.0]), "b": tf.constant([[1, 2, 3], [4, 5, 6]], tf.int64),
+              "c": tf.constant([[[0.5]], [[1.5]]]), "s": tf.constant(["x", "y"])}, tf.constant([[0], [1]], tf.int64))
+    dataset = tf.data.Dataset.from_tensors(batch)
+    pack, unpack = _packing(dataset.element_spec)
+    packed = dataset.map(pack)
+    assert len(packed.element_spec) == 3  # float32, int64, string
+    restored = next(iter(packed.unbatch().batch(2).map(unpack)))
+    tf.nest.map_structure(lambda got, want: np.testing.assert_array_equal(got.numpy(), want.numpy()), restored, batch)
