@@ -9,6 +9,7 @@ How the precision and XLA are probed is in probing.py, checkpoint handling in ch
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tempfile
 import time
@@ -170,7 +171,9 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
             setup.multi_worker)
         apply_warm_start(model, setup.warm)  # a checkpoint of this job, when there is one, still wins (resume)
     logging.info("Precision %s (%s); XLA %s (%s)", precision.value, precision.reason, xla.value, xla.reason)
-    host_rate = host_throughput(setup.dataset(job.train_files, True), plan.global_batch, settings.input_probe_steps)
+    train_data = setup.dataset(job.train_files, True, split="train")  # the probe below fills its cache for fit
+    host_rate = host_throughput(train_data, plan.global_batch, settings.input_probe_steps,
+                                warmup=math.ceil(setup.labels["train"].examples / plan.global_batch) + 1)
 
     checkpoint_dir = job.checkpoint_dir
     if setup.multi_worker:  # each worker keeps its own copy of the (identical) training state
@@ -192,7 +195,7 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
         logging.info("Training %d steps (%d intervals of %d) on %d examples, global batch %d", plan.total_steps,
                      plan.intervals, plan.steps_per_interval, setup.labels["train"].examples, plan.global_batch)
         fit_started = time.monotonic()
-        history = model.fit(setup.dataset(job.train_files, True, split="train"),
+        history = model.fit(train_data,
                             steps_per_epoch=plan.steps_per_interval, epochs=plan.intervals,
                             validation_data=setup.dataset(job.eval_files, False, split="eval"),
                             validation_freq=[plan.intervals], callbacks=callbacks, verbose=0)
@@ -230,14 +233,16 @@ def report_and_export(job: TrainingJob, setup: TrainingSetup, fitted: FitResult,
     return report
 
 
-def host_throughput(train_data, global_batch: int, steps: int) -> float:
-    """Examples/s the training input pipeline alone delivers (no model): `steps` batches read after one to
-    warm it up (0 steps: not measured, 0.0). Its ratio to the model's rate on in-memory batches says how many
-    times faster a device could be before the host would starve it."""
+def host_throughput(train_data, global_batch: int, steps: int, warmup: int) -> float:
+    """Examples/s the training input pipeline alone delivers in its steady state (no model): `steps` batches
+    timed after `warmup` (a full pass: it fills the in-memory cache, the work training's first pass would do)
+    (0 steps: not measured, 0.0). Its ratio to the model's rate on in-memory batches says how many times faster
+    a device could be before this host would starve it."""
     if not steps:
         return 0.0
     batches = iter(train_data)
-    next(batches)
+    for _ in range(warmup):
+        next(batches)
     start = time.perf_counter()
     for _ in range(steps):
         next(batches)
