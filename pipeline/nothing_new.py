@@ -15,7 +15,7 @@ The fingerprint (`run_fingerprint`) has four parts:
           file and the .py files beside it (`code_digest`). Not pipeline.code_fingerprint.code_fingerprint:
           it finds modules with importlib.util.find_spec, which imports the parent of each name it resolves
           (`from components.trainer.vertex import VertexTrainer` imports components.trainer.vertex, so TFX,
-          TensorFlow and the Vertex AI SDK): 9 s of imports. Broader than the steps' own digests, so a change
+          TensorFlow and the Vertex AI SDK): seconds of imports. Broader than the steps' own digests, so a change
           to any project file means a real run (its unchanged steps then come from TFX's cache).
 
 `<output_dir>/last_run.json` holds the fingerprint and the run id of the last run, written only when that
