@@ -5,6 +5,7 @@ contract.py       every shared name: channel keys, parameters, properties, files
 tasks.py          what each task means (binary, multiclass, regression): one Task object per task
 model_module.py   the model-module contract and its checked loader (components load models only through it)
 records.py        typed records that steps hand each other (training report, model facts, evaluation, export)
+paired.py         paired comparisons of two models on the same examples (the gates', and the TFLite ladder's)
 artifacts.py      the pipeline's own artifact types
 feature_names.py  internal names for any column name
 artifact_files.py reading and writing artifact files on any filesystem (TFX's fileio)

@@ -8,19 +8,17 @@ SavedModel's reference metrics are computed on these same records.
 
 The comparison is paired (every variant and the SavedModel score the same examples), so its noise is that of
 the per-example differences, small next to that of either score. Each variant's drop on the task's primary
-metric gets a normal-approximation interval at `export.confidence`: over the per-example differences for a
-metric that is an average over examples (accuracy, MAE; Task.per_example), and DeLong's paired variance for
-AUC (the per-example structural components of each AUC, Sun and Xu's fast form). The mean |output
-difference| gets one the same way, over the per-example differences.
+metric gets the interval the gates use (components/core/paired.py: the normal interval of the mean
+per-example difference, DeLong's for AUC) at `export.confidence`. The mean |output difference| gets the
+normal interval of its mean.
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
-from scipy import stats
 
-from components.core import tasks
+from components.core import paired, tasks
 
 SAMPLE_DESCRIPTION = "evenly spread over the split in file order"  # what the export report says of the sample
 
@@ -37,11 +35,6 @@ def sample_positions(total: int, examples: int) -> np.ndarray:
     return np.arange(examples, dtype=np.int64) * total // examples
 
 
-def z_value(confidence: float) -> float:
-    """The standard normal quantile of a two-sided interval at `confidence` (1.96 at 0.95)."""
-    return float(stats.norm.ppf(0.5 + confidence / 2))
-
-
 def mean_interval(values: np.ndarray, confidence: float) -> list[float]:
     """The normal-approximation interval of the mean of `values` (one per example) at `confidence`: mean -/+
     z x the standard error (a single value: [mean, mean])."""
@@ -49,19 +42,8 @@ def mean_interval(values: np.ndarray, confidence: float) -> list[float]:
     mean = float(values.mean()) if values.size else 0.0
     if values.size < 2:
         return [mean, mean]
-    half = z_value(confidence) * float(values.std(ddof=1)) / math.sqrt(values.size)
+    half = paired.z_value(confidence) * float(values.std(ddof=1)) / math.sqrt(values.size)
     return [mean - half, mean + half]
-
-
-def _auc_components(positive: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """DeLong's structural components of one model's AUC: per positive, the share of negatives it is scored
-    above (ties half); per negative, the share of positives scored above it (ties half). Either mean is the
-    AUC (tasks.auc)."""
-    pos, neg = scores[positive], scores[~positive]
-    ranks = stats.rankdata(np.concatenate([pos, neg]))
-    above_negatives = (ranks[:len(pos)] - stats.rankdata(pos)) / len(neg)
-    below_positives = 1.0 - (ranks[len(pos):] - stats.rankdata(neg)) / len(pos)
-    return above_negatives, below_positives
 
 
 def drop_interval(task: tasks.Task, labels: np.ndarray, predictions: np.ndarray, reference: np.ndarray,
@@ -72,18 +54,9 @@ def drop_interval(task: tasks.Task, labels: np.ndarray, predictions: np.ndarray,
     variants' "drop", whose value is the interval's centre)."""
     primary = task.primary
     labels = np.asarray(labels).reshape(-1)
-    if primary is not tasks.AUC:
-        drops = -primary.improvement(task.per_example(primary, labels, predictions),
-                                     task.per_example(primary, labels, reference))
-        return mean_interval(drops, confidence)
     positive = labels > 0.5
-    if positive.sum() < 2 or (~positive).sum() < 2:  # AUC is 0.5 (or one pair) whatever the scores: no spread
-        drop = -primary.improvement(tasks.auc(labels, predictions), tasks.auc(labels, reference))
-        return [drop, drop]
-    variant = _auc_components(positive, np.asarray(predictions, np.float64).reshape(-1))
-    saved = _auc_components(positive, np.asarray(reference, np.float64).reshape(-1))
-    by_positive, by_negative = (-primary.improvement(v, s) for v, s in zip(variant, saved))
-    drop = float(by_positive.mean())
-    half = z_value(confidence) * math.sqrt(by_positive.var(ddof=1) / by_positive.size
-                                           + by_negative.var(ddof=1) / by_negative.size)
-    return [drop - half, drop + half]
+    too_few = positive.sum() < 2 or (~positive).sum() < 2 if primary is tasks.AUC else len(labels) < 2
+    difference = paired.compare(task, primary, labels, predictions, reference, confidence)
+    if too_few:  # one example, or an AUC of 0.5 (or of one pair) whatever the scores: no spread
+        return [-difference.improvement, -difference.improvement]
+    return [-difference.high, -difference.low]  # the drop is the improvement's negative

@@ -28,7 +28,7 @@ import numpy as np
 from components.core.contract import CANDIDATE, FP32_BASELINE, OVERALL, PRODUCTION, TRIVIAL  # noqa: F401
 from components.core.records import GateCheck, format_number
 from components.core.tasks import Metric, Task
-from components.precision_evaluator.paired import compare
+from components.core.paired import compare
 
 if typing.TYPE_CHECKING:  # annotations only: the rules stay free of the config's imports
     from components.settings import EvaluateConfig

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from components.core import tasks
-from components.precision_evaluator import paired
+from components.core import paired
 from components.core.contract import CANDIDATE, FP32_BASELINE, PRODUCTION, TRIVIAL
 from components.precision_evaluator.gates import EvalPredictions, decide, render_markdown
 from pipeline.config import load_config
