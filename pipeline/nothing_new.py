@@ -6,9 +6,8 @@ find every step cached, after seconds of importing TensorFlow, TFX and Beam and 
 touches nothing: no MLMD run, no report, no lock file.
 
 The fingerprint (`run_fingerprint`) has four parts:
-  data    the spans ingestion would read now: `input_fingerprint`, the same digest as
-          components.tfrecord_ingest.records.fingerprint_input (which imports TensorFlow) for a local data
-          root, from os.stat and the same first and last bytes of each file (a test holds the two equal);
+  data    the spans ingestion would read now: components.tfrecord_ingest.spans.fingerprint_input, the
+          digest ingestion records (a local data root is read without TensorFlow);
   config  dataclasses.asdict of the config, loaded as load_config loads it, without checking its references;
   schema  the schema file's bytes;
   code    every .py file of the project's components/, models/ and pipeline/, and the model module's
@@ -39,13 +38,11 @@ import sys
 from typing import Iterator
 
 from pipeline.config import PATH_KEYS, PROJECT_ROOT, ConfigError, PipelineConfig, check_no_secrets
+from components.tfrecord_ingest.spans import IngestionError, fingerprint_input
 from pipeline import config as config_module
 
 RECORD_FILE = "last_run.json"
 CODE_DIRS = tuple(os.path.join(PROJECT_ROOT, name) for name in ("components", "models", "pipeline"))
-# As in components/tfrecord_ingest/records.py (not imported from there: it imports TensorFlow).
-SPAN_PREFIX = "span-"
-EDGE_BYTES = 64 * 1024
 # MLMD's Execution.State values for an execution not finished (NEW, RUNNING).
 UNFINISHED_STATES = (1, 2)
 
@@ -74,43 +71,15 @@ def _local_path(uri: str) -> str:
 
 
 def input_fingerprint(data_root: str, window: int = 1) -> str | None:
-    """The fingerprint of the spans ingestion would read now, equal to records.fingerprint_input(data_root,
-    window) for a local data root, read with os.stat and plain file reads. None for a URI, or input that
-    ingestion would refuse (no such folder, no files, a window below 1)."""
-    if "://" in data_root or window < 1 or not os.path.isdir(data_root):
+    """The fingerprint of the spans ingestion would read now (components.tfrecord_ingest.spans, which reads a
+    local data root without TensorFlow). None for a URI, or input that ingestion would refuse (no such
+    folder, no files, a window below 1)."""
+    if "://" in data_root:
         return None
-    spans = []
-    for name in os.listdir(data_root):
-        number = name[len(SPAN_PREFIX):]
-        if name.startswith(SPAN_PREFIX) and number.isdigit():
-            spans.append((int(number), os.path.join(data_root, name)))
-    spans = sorted(spans)[-window:] if spans else [(0, data_root)]
-    digest = hashlib.sha256()
-    for span, span_dir in spans:
-        digest.update(f"span={span}".encode())
-        if not os.path.isdir(span_dir):
-            return None
-        files = sorted(os.path.join(span_dir, name) for name in os.listdir(span_dir)
-                       if not name.startswith((".", "_")) and not os.path.isdir(os.path.join(span_dir, name)))
-        if not files:
-            return None
-        for path in files:
-            stat = os.stat(path)
-            mtime_nsec = stat.st_mtime_ns // 1_000_000_000 * 1_000_000_000  # tf.io.gfile: whole seconds locally
-            digest.update(f"{os.path.basename(path)}:{stat.st_size}:{mtime_nsec}:"
-                          f"{_edges_digest(path, stat.st_size)}".encode())
-    return digest.hexdigest()[:16]
-
-
-def _edges_digest(path: str, size: int) -> str:
-    """SHA-256 of a file's first EDGE_BYTES and (when longer) its last EDGE_BYTES."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        digest.update(handle.read(EDGE_BYTES))
-        if size > EDGE_BYTES:
-            handle.seek(max(EDGE_BYTES, size - EDGE_BYTES))
-            digest.update(handle.read(EDGE_BYTES))
-    return digest.hexdigest()
+    try:
+        return fingerprint_input(data_root, window)
+    except (IngestionError, OSError):
+        return None
 
 
 def run_fingerprint(config: PipelineConfig) -> dict[str, str] | None:

@@ -193,7 +193,8 @@ def read_columns(data_root: str) -> tuple[dict[str, Column], int, list[bytes]]:
     import random
     from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
 
-    from components.tfrecord_ingest.records import IngestionError, iter_records, list_record_files, resolve_spans
+    from components.tfrecord_ingest.records import iter_records
+    from components.tfrecord_ingest.spans import IngestionError, list_record_files, resolve_spans
     try:
         (_, span_dir), = resolve_spans(data_root, 1)
         files = list_record_files(span_dir)

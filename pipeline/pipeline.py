@@ -41,7 +41,7 @@ from components.model_export.component import ModelExport
 from components.precision_evaluator.component import PrecisionEvaluator
 from components.tfrecord_ingest.component import TFRecordIngest
 from components.trainer.component import Trainer
-from components.tfrecord_ingest.records import fingerprint_input
+from components.tfrecord_ingest.spans import fingerprint_input
 from components.core.artifacts import ValidationReport
 from components.validation_gate.component import ValidationGate
 from pipeline.code_fingerprint import code_fingerprint

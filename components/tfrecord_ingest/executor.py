@@ -16,6 +16,7 @@ from tfx.components.util import examples_utils
 
 from components.core import artifact_files, contract
 from components.tfrecord_ingest import records
+from components.tfrecord_ingest import spans as spans_module
 
 SPLITS = ("train", "eval")
 SHARD_NAME = "data_tfrecord-{index:05d}-of-{count:05d}.gz"  # ExampleGen's naming: downstream readers see gzip
@@ -30,7 +31,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
     def Do(self, input_dict: dict[str, list[types.Artifact]], output_dict: dict[str, list[types.Artifact]],
            exec_properties: dict[str, Any]) -> None:
         examples = artifact_utils.get_single_instance(output_dict[contract.EXAMPLES])
-        spans = records.resolve_spans(exec_properties[contract.INPUT_BASE],
+        spans = spans_module.resolve_spans(exec_properties[contract.INPUT_BASE],
                                       int(exec_properties.get(contract.SPAN_WINDOW) or 1))
         report = ingest([span_dir for _, span_dir in spans], examples.uri,
                         float(exec_properties[contract.EVAL_FRACTION]), make_pipeline=self._make_beam_pipeline)
@@ -45,7 +46,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         examples.set_string_custom_property(contract.SPANS_PROPERTY, ",".join(str(span) for span, _ in spans))
         # What was read, fingerprinted as the pipeline fingerprints it: later runs use it to tell which
         # models and statistics came from which data.
-        examples.set_string_custom_property(contract.FINGERPRINT_PROPERTY, records.fingerprint_spans(spans))
+        examples.set_string_custom_property(contract.FINGERPRINT_PROPERTY, spans_module.fingerprint_spans(spans))
         report["span"] = spans[-1][0]
         report["spans"] = [span for span, _ in spans]
         artifact_files.write_json(os.path.join(examples.uri, contract.INGEST_REPORT_FILE), report)
@@ -62,7 +63,7 @@ def ingest(input_dirs: list[str], output_uri: str, eval_fraction: float,
     record is unreadable or not a tf.Example; every file is still scanned so the error lists all the files
     at fault.
     """
-    files = [path for input_dir in input_dirs for path in records.list_record_files(input_dir)]
+    files = [path for input_dir in input_dirs for path in spans_module.list_record_files(input_dir)]
     summaries_dir = os.path.join(output_uri, SUMMARIES_DIR)
     for split in SPLITS:
         fileio.makedirs(os.path.join(output_uri, f"Split-{split}"))

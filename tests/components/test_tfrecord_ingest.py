@@ -8,7 +8,7 @@ import tensorflow as tf
 from tfx.types import artifact_utils, standard_artifacts
 
 from components.core import contract
-from components.tfrecord_ingest import executor, records
+from components.tfrecord_ingest import executor, records, spans
 
 
 def _example(i: int) -> tf.train.Example:
@@ -137,7 +137,7 @@ def test_executor_writes_standard_examples_artifact_with_counts(tmp_path):
     assert len(_read_split(examples.uri, "train")) == train
     report = json.load(open(os.path.join(examples.uri, contract.INGEST_REPORT_FILE)))
     assert report["counts"] == {"train": train, "eval": evaluation} and report["span"] == 2
-    assert examples.get_string_custom_property(contract.FINGERPRINT_PROPERTY) == records.fingerprint_input(str(root))
+    assert examples.get_string_custom_property(contract.FINGERPRINT_PROPERTY) == spans.fingerprint_input(str(root))
 
 
 def test_rolling_window_reads_the_last_spans_together(tmp_path):
@@ -159,20 +159,20 @@ def test_rolling_window_reads_the_last_spans_together(tmp_path):
     assert sorted(report["files"]) == ["span-10/part.tfrecord", "span-2/part.tfrecord", "span-3/part.tfrecord"]
     assert examples.get_string_custom_property(contract.SPANS_PROPERTY) == "2,3,10"
     assert (examples.get_string_custom_property(contract.FINGERPRINT_PROPERTY)
-            == records.fingerprint_input(str(root), window=3) != records.fingerprint_input(str(root), window=1))
+            == spans.fingerprint_input(str(root), window=3) != spans.fingerprint_input(str(root), window=1))
 
 
 def test_fingerprint_changes_when_the_data_changes(tmp_path):
     (tmp_path / "span-1").mkdir()
     _write(tmp_path / "span-1" / "a.tfrecord", _examples(0, 5))
-    first = records.fingerprint_input(str(tmp_path))
-    assert records.fingerprint_input(str(tmp_path)) == first
+    first = spans.fingerprint_input(str(tmp_path))
+    assert spans.fingerprint_input(str(tmp_path)) == first
     _write(tmp_path / "span-1" / "b.tfrecord", _examples(5, 5))
-    second = records.fingerprint_input(str(tmp_path))
+    second = spans.fingerprint_input(str(tmp_path))
     assert second != first
     (tmp_path / "span-2").mkdir()
     _write(tmp_path / "span-2" / "a.tfrecord", _examples(0, 5))
-    assert records.fingerprint_input(str(tmp_path)) != second  # a new span is new data
+    assert spans.fingerprint_input(str(tmp_path)) != second  # a new span is new data
 
 
 def test_many_bad_records_are_all_counted_but_only_the_first_listed(tmp_path):

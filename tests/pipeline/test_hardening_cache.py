@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from components.core import contract
-from components.tfrecord_ingest.records import EDGE_BYTES, fingerprint_spans
+from components.tfrecord_ingest.spans import EDGE_BYTES, fingerprint_spans
 from pipeline.config import PROJECT_ROOT, load_config
 from pipeline.code_fingerprint import code_files, code_fingerprint
 from pipeline.pipeline import create_pipeline

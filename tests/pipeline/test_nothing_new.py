@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from components.tfrecord_ingest.records import EDGE_BYTES, fingerprint_input
+from components.tfrecord_ingest import spans
+from components.tfrecord_ingest.spans import EDGE_BYTES
 from pipeline import cli, nothing_new
 from pipeline.config import PROJECT_ROOT, load_config
 from pipeline.nothing_new import RECORD_FILE, code_digest, input_fingerprint, light_config, run_fingerprint
@@ -37,11 +38,19 @@ def _flip_byte_keeping_size_and_mtime(path: str, position: int) -> None:
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
 
-def test_the_light_input_fingerprint_is_ingestions_own_as_the_data_changes(tmp_path):
+def test_the_light_input_fingerprint_is_ingestions_own_as_the_data_changes(tmp_path, monkeypatch):
+    """Read without TensorFlow, a local data root gets the digest tf.io.gfile's reads give it (the file
+    operations of a URI), whatever changes."""
     root = tmp_path / "data"
     _write(root / "span-1" / "a.tfrecord.gz", 3 * EDGE_BYTES)
     _write(root / "span-1" / "b.tfrecord.gz", 1000, seed=1)
     seen = []
+    light_filesystem = spans._filesystem
+
+    def fingerprint_input(data_root, window=1):  # every file operation through tf.io.gfile, as for gs:// or s3://
+        with monkeypatch.context() as patch:
+            patch.setattr(spans, "_filesystem", lambda path: light_filesystem("gs://" + path))
+            return spans.fingerprint_input(data_root, window)
 
     def same_as_ingestion() -> str:
         for window in (1, 2, 3):
