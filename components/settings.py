@@ -71,6 +71,9 @@ STRICTLY_BETWEEN_0_AND_1 = Check(lambda v: 0 < v < 1, "must be between 0 and 1 (
 STRATEGY = Check(lambda v: v in ("auto",) + STRATEGIES, "must be auto or one of " + ", ".join(STRATEGIES))
 PRECISION = Check(lambda v: v in ("auto",) + POLICIES, "must be auto or one of " + ", ".join(POLICIES))
 AUTO_ON_OFF = Check(lambda v: v in ("auto", "on", "off"), "must be auto, on or off")
+SCHEDULE = Check(lambda v: v in ("constant", "cosine"), "must be constant or cosine")
+LABEL_TRANSFORM = Check(lambda v: v in ("none", "log"), "must be none or log")
+BELOW_HALF = Check(lambda v: 0 <= v < 0.5, "must be at least 0 and below 0.5")
 SEED = Check(lambda v: 0 <= v < 2**32, "must be between 0 and 2**32 - 1")  # NumPy's seed range
 TFLITE_VARIANT_LIST = Check(lambda v: v and set(v) <= set(TFLITE_VARIANTS),
                             "must list one or more of " + ", ".join(TFLITE_VARIANTS))
@@ -91,6 +94,9 @@ class TaskConfig:
     # int64 features holding a date or date-time as seconds since 1970-01-01 UTC (what prepare-data --csv writes
     # for a date column): the schema-driven model derives year, month, day, weekday, day of year and hour
     dates: list[str] = setting([])
+    # regression, schema-driven model: "log" trains and predicts log(1 + label) (a label >= 0 with a long right
+    # tail, such as a price), "none" the label as it is; `init` chooses from the label's statistics
+    label_transform: str = setting("none", LABEL_TRANSFORM)
 
 
 @dataclass
@@ -109,6 +115,15 @@ class TrainConfig:
     # for one replica's batch; scaled linearly with replicas x accumulation
     learning_rate: float = setting(0.003, POSITIVE)
     warmup_steps: int = setting(20, NOT_NEGATIVE)  # linear learning-rate warmup from 0
+    # after the warmup: "constant", or "cosine" (down to 0 at the last step, half a cosine wave)
+    schedule: str = setting("constant", SCHEDULE)
+    weight_decay: float = setting(0.0, NOT_NEGATIVE)  # > 0: AdamW with this decoupled weight decay (else Adam)
+    # share of the training split's records held out (by a hash of each record) to validate every interval;
+    # the weights of the best interval on the task's primary metric are kept; 0 = none (the eval split, which
+    # the gates score, is never read by training)
+    validation_share: float = setting(0.0, BELOW_HALF)
+    # with validation_share: stop after this many intervals without a better validation score; 0 = never stop early
+    early_stopping_patience: int = setting(0, NOT_NEGATIVE)
     gradient_accumulation_steps: int = setting(1, AT_LEAST_1)  # >1: apply gradients once per this many batches
     shuffle_buffer: int = setting(10_000, NOT_NEGATIVE)  # records the input pipeline shuffles among; 0 = no shuffle
     # each split is parsed and preprocessed once and its model-ready tensors cached for every later pass: in

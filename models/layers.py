@@ -64,13 +64,106 @@ def standardization(values: np.ndarray) -> tuple[float, float]:
     deviation (see Standardize)."""
     values = np.asarray(values, np.float64)
     mean, std = (float(values.mean()), float(values.std())) if values.size else (0.0, 1.0)
-    scale = 1.0 / max(std, 1e-3)
+    return half_precision_safe(mean, 1.0 / max(std, 1e-3))
+
+
+def half_precision_safe(center: float, scale: float) -> tuple[float, float]:
+    """Input: the constants of (x - center) * scale. Output: both rounded to float16 precision where that moves
+    the result by at most 0.01 (see Standardize), else both as they were."""
     with np.errstate(over="ignore"):
-        mean16, scale16 = float(np.float16(mean)), float(np.float16(scale))
-    if (np.isfinite(mean16) and np.isfinite(scale16) and abs(mean16 - mean) * scale <= 0.01
+        center16, scale16 = float(np.float16(center)), float(np.float16(scale))
+    if (np.isfinite(center16) and np.isfinite(scale16) and abs(center16 - center) * scale <= 0.01
             and abs(scale16 / scale - 1) <= 1e-3):
-        mean, scale = mean16, scale16
-    return mean, scale
+        return center16, scale16
+    return center, scale
+
+
+SMOOTH_CLIP = 3.0  # RobustScale's bound: a scaled value of size far above this comes out near +-SMOOTH_CLIP
+
+
+@keras.saving.register_keras_serializable(package="models.layers")
+class RobustScale(keras.layers.Layer):
+    """A number robustly scaled and smoothly clipped, float32: z = (x - median) * scale, where scale maps the
+    sample's 25th-75th percentile range to about one (its spread when that range is empty), then
+    z / sqrt(1 + (z / SMOOTH_CLIP)^2): about z near the middle, never beyond +-SMOOTH_CLIP, so an outlier cannot
+    dominate (RealMLP's robust scale and smooth clip). Builtins only (SUB, MUL, MINIMUM, MAXIMUM, ADD, RSQRT).
+
+    `edges`: the sample's quantiles after this scaling (distinct, increasing): the bins of the model's
+    piecewise-linear encoding (PiecewiseLinear), fitted with the rest of the preprocessing and saved with it.
+    """
+
+    LARGE = 1e4  # z is clipped to +-LARGE first (where the smooth clip is within 1e-7 of +-SMOOTH_CLIP)
+
+    def __init__(self, center: float, scale: float, edges=(), **kwargs):
+        super().__init__(**kwargs)
+        self.center, self.scale = float(center), float(scale)
+        self.edges = [float(edge) for edge in edges]
+
+    @classmethod
+    def fitted(cls, values: np.ndarray, bins: int, name: str) -> "RobustScale":
+        """Input: present sample values and the number of quantile bins wanted. Output: the fitted layer, its
+        edges at most bins + 1 distinct quantiles of the scaled sample (fewer for a number of few values)."""
+        values = np.asarray(values, np.float64)
+        if not values.size:
+            return cls(0.0, 1.0, (), name=name)
+        low, median, high = np.quantile(values, [0.25, 0.5, 0.75])
+        spread = high - low if high > low else values.std()
+        layer = cls(*half_precision_safe(float(median), 1.0 / max(float(spread), 1e-6)), name=name)
+        scaled = layer.transform(values)
+        edges = np.unique(np.quantile(scaled, np.linspace(0.0, 1.0, bins + 1)).astype(np.float32))
+        layer.edges = [float(edge) for edge in edges] if edges.size > 1 else []
+        return layer
+
+    def transform(self, values: np.ndarray) -> np.ndarray:
+        """The layer's function in numpy (float64), for fitting."""
+        z = np.clip((np.asarray(values, np.float64) - self.center) * self.scale, -self.LARGE, self.LARGE)
+        return z / np.sqrt(1.0 + (z / SMOOTH_CLIP) ** 2)
+
+    def call(self, x):
+        z = (keras.ops.cast(x, "float32") - np.float32(self.center)) * np.float32(self.scale)
+        z = keras.ops.clip(z, -self.LARGE, self.LARGE)  # its square stays finite
+        return z * keras.ops.rsqrt(1.0 + keras.ops.square(z * np.float32(1.0 / SMOOTH_CLIP)))
+
+    def compute_output_spec(self, x):
+        return keras.KerasTensor(x.shape, dtype="float32")
+
+    def get_config(self):
+        return {**super().get_config(), "center": self.center, "scale": self.scale, "edges": self.edges}
+
+
+@keras.saving.register_keras_serializable(package="models.layers")
+class PiecewiseLinear(keras.layers.Layer):
+    """Piecewise-linear encoding of a number over bins (Gorishniy et al., "On Embeddings for Numerical Features
+    in Tabular Deep Learning", 2022): [batch] -> float32 [batch, bins], where `edges` (increasing) bound the
+    bins. Bin t reads 0 below its left edge, 1 above its right edge and the position in between; the first bin
+    goes on below 0 and the last above 1, so values beyond the edges stay apart. A dense layer on this cuts the
+    number where trees would. Float32 whatever the precision policy (it subtracts close numbers). Builtins
+    only (SUB, MUL, MAXIMUM, MINIMUM)."""
+
+    OPEN = 1e4  # the bound of the first bin below and of the last above (float16 holds it)
+
+    def __init__(self, edges, **kwargs):
+        kwargs["dtype"] = "float32"
+        super().__init__(**kwargs)
+        self.edges = [float(edge) for edge in edges]
+        if len(self.edges) < 2 or any(b <= a for a, b in zip(self.edges, self.edges[1:])):
+            raise ValueError(f"{self.name}: needs two or more increasing edges, got {self.edges}")
+        edges = np.asarray(self.edges, np.float64)
+        self._left = edges[:-1].astype(np.float32)
+        self._inverse_width = (1.0 / np.diff(edges)).astype(np.float32)
+        bins = len(self._left)
+        self._low = np.where(np.arange(bins) == 0, -self.OPEN, 0.0).astype(np.float32)
+        self._high = np.where(np.arange(bins) == bins - 1, self.OPEN, 1.0).astype(np.float32)
+
+    def call(self, x):
+        position = (keras.ops.expand_dims(keras.ops.cast(x, "float32"), -1) - self._left) * self._inverse_width
+        return keras.ops.minimum(keras.ops.maximum(position, self._low), self._high)
+
+    def compute_output_spec(self, x):
+        return keras.KerasTensor((*x.shape, len(self._left)), dtype="float32")
+
+    def get_config(self):
+        return {**super().get_config(), "edges": self.edges}
 
 
 @keras.saving.register_keras_serializable(package="models.layers")

@@ -2,19 +2,25 @@
 user's own table trains with no code.
 
 `configure(schema_path, task_config)` reads the curated schema and the config's `task` section (type, label,
-classes, excluded features, dates) and returns the model module: every schema feature but the label and the
-excluded ones is an input, preprocessed by its kind, the kind decided on the training sample:
+classes, excluded features, dates, label transform) and returns the model module: every schema feature but
+the label and the excluded ones is an input, preprocessed by its kind, the kind decided on the training sample:
 - dates (`task.dates`: int64 seconds since 1970-01-01 UTC): their calendar, models.layers.CalendarFeatures
   (a missing-value indicator, the year and the instant standardized, cycles of the month, day, weekday,
   day of year and time of day);
 - numbers (floats, and integers with more than CATEGORICAL_MAX distinct values): a missing-value indicator,
-  the value standardized (missing: the mean), and with BINS_MIN_ROWS training rows or more its quantile bin
-  (BINS bins) through an embedding;
+  the value robustly scaled and smoothly clipped (models.layers.RobustScale; missing: the median) and its
+  piecewise-linear encoding over up to BINS quantile bins (models.layers.PiecewiseLinear), so that the model
+  can cut a number where trees would (part of the preprocessing: the device model computes it in float32
+  in every variant, where 8 bits would blur a narrow bin);
 - strings and integers with few distinct values: a Vocabulary of the values seen (up to MAX_VOCABULARY, the
   rest one out-of-vocabulary index, a missing value its own) through an embedding.
-Then two dense layers and a head by task: a sigmoid (binary), a softmax (multiclass), or a linear output
-rescaled by the training labels' mean and spread (regression). Every layer is device-safe (models/layers.py),
-so the TFLite device model takes the raw features.
+Then a parameter-efficient ensemble of ENSEMBLE_MEMBERS members (models/ensemble.py: TabM-mini) sharing
+HIDDEN_UNITS dense layers, each member with its own output: a sigmoid (binary), a softmax (multiclass) or, for
+regression, a value in the training labels' scale, after `task.label_transform` (log: log(1 + label), for a
+positive, heavy-tailed label such as a price), clamped to the training labels' range. Training minimizes the
+mean of the members' losses (regression: the absolute error, after the label transform, which the MAE the
+gates score rewards); the model serves the members' mean. Every layer is device-safe (models/layers.py), so the
+TFLite device model takes the raw features.
 
 Missing values: an absent float is NaN, an absent integer MISSING_INT, an absent string "": what the
 SavedModel parses an absent feature as, and what a device caller passes (the export report lists them).
@@ -24,8 +30,8 @@ Names: any column name works. The dicts keep the columns' own names (INPUTS, the
 which are tf.Example keys); Keras inputs are named components.core.feature_names.internal_names(INPUTS), every
 layer derived from a column derived_name(its internal name, part) and every other `tabular.<part>`: names
 with a '.', which no internal name holds, so that no layer can be called like a column. The preprocessing's
-outputs, the model's inputs, are named by the layers that compute them: `<internal>.standardized`,
-`<internal>.missing`, `<internal>.bins`, `<internal>.lookup`, `<internal>.calendar`.
+outputs, the model's inputs, are named by the layers that compute them: `<internal>.scaled`,
+`<internal>.piecewise`, `<internal>.missing`, `<internal>.lookup`, `<internal>.calendar`.
 
 A model module of one's own (components/core/model_module.py) is the way beyond this: models/taxi.py is an example.
 """
@@ -40,14 +46,18 @@ import tensorflow as tf
 
 from components.core.feature_names import derived_name, internal_names
 from components.core.tasks import TaskError, task_named
-from models.layers import MISSING_INT, CalendarFeatures, Standardize, Vocabulary, keras_dtype
+from models.ensemble import EnsembleInputs, EnsembleModel, EnsembleOutputs, MembersMean
+from models.layers import MISSING_INT, CalendarFeatures, PiecewiseLinear, RobustScale, Vocabulary, keras_dtype
 
 CATEGORICAL_MAX = 50  # an integer with at most this many distinct values in the sample is a category
 MAX_VOCABULARY = 1000
-BINS = 10
-BINS_MIN_ROWS = 1000  # quantile bins need data: a smaller training sample gets none (they would overfit)
+BINS = 16  # quantile bins of a number's piecewise-linear encoding, at most...
+ROWS_PER_BIN = 40  # ...and at most one per this many training rows (a small sample gets fewer: they would overfit)
 DATE_NOTE = "int64 seconds since 1970-01-01 UTC (a date alone: its midnight UTC)"
-HIDDEN_UNITS = (64, 32)
+HIDDEN_UNITS = (128, 128)
+DROPOUT = 0.1
+ENSEMBLE_MEMBERS = 8
+LABEL_TRANSFORMS = ("none", "log")  # regression: the label as it is, or log(1 + label) (a label >= 0)
 _LAYER = "tabular.{}"  # the name of a layer derived from no column: a '.' keeps it apart from every column's
 
 
@@ -62,8 +72,13 @@ def configure(schema_path: str, task_config) -> "SchemaModel":
         raise TaskError("models.tabular needs task.label in the config: the label column")
     if task_named(task_config.type).is_classification and not task_config.classes:
         raise TaskError(f"models.tabular needs task.classes for a {task_config.type} task: the class names in label order")
+    transform = getattr(task_config, "label_transform", "none") or "none"
+    if transform not in LABEL_TRANSFORMS:
+        raise TaskError(f"task.label_transform: {transform!r} is not one of {', '.join(LABEL_TRANSFORMS)}")
+    if transform != "none" and task_named(task_config.type).is_classification:
+        raise TaskError(f"task.label_transform: {transform!r} applies to a regression label, not a {task_config.type} one")
     model = SchemaModel(schema_path, task_config.type, task_config.label, tuple(task_config.classes),
-                        tuple(task_config.exclude), tuple(task_config.dates))
+                        tuple(task_config.exclude), tuple(task_config.dates), transform)
     if model.dates:
         model._schema_features()  # task.dates checked against the schema now, not when training starts
     return model
@@ -73,7 +88,7 @@ class SchemaModel:
     """The ModelModule of one schema and label (see the module docstring)."""
 
     def __init__(self, schema_path: str, task_name: str, label: str, classes: tuple[str, ...],
-                 exclude: tuple[str, ...], dates: tuple[str, ...] = ()):
+                 exclude: tuple[str, ...], dates: tuple[str, ...] = (), label_transform: str = "none"):
         self.TASK, self.LABEL_KEY = task_name, label
         self.task = task_named(task_name)
         self.CLASSES = classes if self.task.is_classification else ()
@@ -82,7 +97,16 @@ class SchemaModel:
         # What a caller of the device model passes for each date (the export report lists it).
         self.INPUT_NOTES = {name: DATE_NOTE for name in self.dates}
         self._features = None  # name -> schema dtype, read on first use
-        self._label_scale = (0.0, 1.0)  # regression: the training labels' mean and spread (from the sample)
+        self.label_transform = label_transform
+        # regression: the transformed training labels' mean, spread, least and greatest (from the sample)
+        self._label_range = (0.0, 1.0, -LabelOutput.OPEN, LabelOutput.OPEN)
+        self.DESCRIPTION = (
+            f"numbers: robust scale, smooth clip and piecewise-linear encoding over up to {BINS} quantile bins; "
+            f"categories: embeddings; an ensemble of {ENSEMBLE_MEMBERS} members sharing "
+            f"{'x'.join(map(str, HIDDEN_UNITS))} hidden units"
+            + ("" if self.task.is_classification else
+               f"; label transform {label_transform}, absolute-error loss, predictions clamped to the training "
+               "labels' range"))
 
     def _schema_features(self) -> dict[str, tf.dtypes.DType]:
         if self._features is None:
@@ -137,15 +161,13 @@ class SchemaModel:
         """Input: training rows (name -> 1-D array) of the inputs and the label. Output: a Keras model, raw
         features (a dict keyed by the columns' names) -> model-ready tensors (module docstring)."""
         if not self.task.is_classification and self.LABEL_KEY in sample:
-            labels = np.asarray(sample[self.LABEL_KEY], np.float64)
-            labels = labels[np.isfinite(labels)]
-            if labels.size:
-                self._label_scale = (float(labels.mean()), float(max(labels.std(), 1e-6)))
+            self._label_range = label_range(sample[self.LABEL_KEY], self.label_transform)
         specs = self.INPUTS
         internal = internal_names(specs)
         inputs = {name: keras.Input(shape=(), name=internal[name], dtype=keras_dtype(spec.dtype))
                   for name, spec in specs.items()}
         rows = len(next(iter(sample.values()))) if sample else 0
+        bins = max(2, min(BINS, rows // ROWS_PER_BIN))
         outputs = {}
 
         def output(layer: keras.layers.Layer, tensor) -> None:  # a model-ready tensor, named by its layer
@@ -160,30 +182,29 @@ class SchemaModel:
                 output(Vocabulary.adapted(values, MAX_VOCABULARY, name=derived_name(column, "lookup")), inputs[name])
                 continue
             present = values[_present(values)].astype(np.float64)
-            fill = float(present.mean()) if present.size else 0.0
+            fill = float(np.median(present)) if present.size else 0.0
             filled = FillMissing(fill, name=derived_name(column, "filled"))(inputs[name])
             output(MissingIndicator(name=derived_name(column, "missing")), inputs[name])
-            output(Standardize.fitted(present, name=derived_name(column, "standardized")), filled)
-            if rows >= BINS_MIN_ROWS:
-                bins = keras.layers.Discretization(num_bins=BINS, name=derived_name(column, "bins"))
-                bins.adapt(present.astype("float32") if present.size else np.zeros(1, "float32"))
-                output(bins, filled)
+            scale = RobustScale.fitted(present, bins, name=derived_name(column, "scaled"))
+            output(scale, filled)
+            if len(scale.edges) > 1:
+                output(PiecewiseLinear(scale.edges, name=derived_name(column, "piecewise")), outputs[scale.name])
         with warnings.catch_warnings():  # Keras asks for dict keys equal to the inputs' names: here they are not
             warnings.filterwarnings("ignore", "When providing `inputs` as a dict", UserWarning)
             return keras.Model(inputs, outputs, name=_LAYER.format("preprocessing"))
 
     def build_model(self, preprocessing: keras.Model) -> keras.Model:
-        """Input: the model from build_preprocessing. Output: an uncompiled Keras model, model-ready tensors ->
-        the task's output (components/core/model_module.py), float32 whatever precision policy the trainer sets. Each
-        input is named by the preprocessing layer that computes it, which tells its kind: a Vocabulary's or
-        a Discretization's index goes through an embedding, a float tensor in as it is."""
+        """Input: the model from build_preprocessing. Output: an uncompiled Keras model (an EnsembleModel),
+        model-ready tensors -> the task's output (components/core/model_module.py), float32 whatever precision
+        policy the trainer sets. Each input is named by the preprocessing layer that computes it, which tells
+        its kind: a Vocabulary's index goes through an embedding, a float tensor in as it is."""
         inputs = {name: keras.Input(shape=tensor.shape[1:], name=name, dtype=tensor.dtype)
                   for name, tensor in preprocessing.output.items()}
         parts = []
         for name, tensor in inputs.items():
             layer = preprocessing.get_layer(name)
             if isinstance(layer, (Vocabulary, keras.layers.Discretization)):
-                size = layer.vocabulary_size() if isinstance(layer, Vocabulary) else BINS + 1
+                size = layer.vocabulary_size() if isinstance(layer, Vocabulary) else layer.num_bins + 1
                 width = min(8, 1 + math.ceil(math.log2(size)))
                 embedded = keras.layers.Embedding(size, width, name=derived_name(name, "embedding"))(tensor)
                 parts.append(keras.layers.Reshape((width,), name=derived_name(name, "flat"))(embedded))
@@ -192,19 +213,44 @@ class SchemaModel:
             else:
                 parts.append(tensor)
         hidden = keras.layers.Concatenate(name=_LAYER.format("features"))(parts) if len(parts) > 1 else parts[0]
+        hidden = EnsembleInputs(ENSEMBLE_MEMBERS, name=_LAYER.format("members"))(hidden)
         for depth, width in enumerate(HIDDEN_UNITS, 1):
             hidden = keras.layers.Dense(width, activation="relu", name=_LAYER.format(f"hidden_{depth}"))(hidden)
-        return keras.Model(inputs, self.head(hidden), name=_LAYER.format("model"))
+            hidden = keras.layers.Dropout(DROPOUT, name=_LAYER.format(f"dropout_{depth}"))(hidden)
+        return EnsembleModel(inputs, self.head(hidden), name=_LAYER.format("model"))
 
     def head(self, hidden):
-        """Input: the last hidden tensor. Output: the task's output in float32 (class probabilities, the
-        probability of the positive class, or the prediction in the label's units)."""
-        output = keras.layers.Dense(self.task.output_width(self.CLASSES), dtype="float32",
-                                    name=_LAYER.format("output"))(hidden)
-        if self.task.is_classification:  # a sigmoid (binary) or a softmax (multiclass)
-            return keras.layers.Activation(self.task.output_activation, dtype="float32",
-                                           name=_LAYER.format("probabilities"))(output)
-        return Rescale(*self._label_scale, dtype="float32", name=_LAYER.format("prediction"))(output)
+        """Input: the last hidden tensor, [N*k, H] (k members per example). Output: the members' mean of the
+        task's output in float32 (class probabilities, the probability of the positive class, or the
+        prediction in the label's units)."""
+        members = EnsembleOutputs(ENSEMBLE_MEMBERS, self.task.output_width(self.CLASSES),
+                                  name=_LAYER.format("output"))(hidden)
+        if self.task.is_classification:  # a sigmoid (binary) or a softmax (multiclass) per member
+            members = keras.layers.Activation(self.task.output_activation, dtype="float32",
+                                              name=_LAYER.format("probabilities"))(members)
+        else:
+            members = LabelOutput(*self._label_range, log=self.label_transform == "log", dtype="float32",
+                                  name=_LAYER.format("prediction"))(members)
+        return MembersMean(name=_LAYER.format("mean"))(members)
+
+    def make_loss(self):
+        """The training loss, each member's prediction against the label: the task's (binary or categorical
+        cross-entropy) for classification; for regression the absolute error after the label transform."""
+        if self.task.is_classification:
+            return self.task.loss()
+        return TransformedAbsoluteError(log=self.label_transform == "log")
+
+
+def label_range(labels, transform: str) -> tuple[float, float, float, float]:
+    """Input: training labels and the label transform. Output: the transformed finite labels' mean, spread,
+    least and greatest (LabelOutput's constants)."""
+    values = np.asarray(labels, np.float64)
+    values = values[np.isfinite(values)]
+    if transform == "log":
+        values = np.log1p(np.maximum(values, 0.0))
+    if not values.size:
+        return (0.0, 1.0, -LabelOutput.OPEN, LabelOutput.OPEN)
+    return (float(values.mean()), float(max(values.std(), 1e-6)), float(values.min()), float(values.max()))
 
 
 def _is_number(text: str) -> bool:
@@ -267,22 +313,51 @@ class FillMissing(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="models.tabular")
-class Rescale(keras.layers.Layer):
-    """x * scale + offset with the two constants as (non-trainable) weights, so that a warm start copies a base
-    model's, and training the rest of the network starts from predictions of the labels' size."""
+class LabelOutput(keras.layers.Layer):
+    """A regression output in the label's units: v = x * scale + offset clamped to [least, greatest], then
+    exp(v) - 1 with `log` (the label transform's inverse), else v. The four constants are (non-trainable)
+    weights, so that a warm start copies a base model's; training the rest of the network starts from
+    predictions of the labels' size. Builtins only (MUL, ADD, MINIMUM, MAXIMUM, EXP, SUB)."""
 
-    def __init__(self, offset: float = 0.0, scale: float = 1.0, **kwargs):
+    OPEN = 3e38  # no clamp
+
+    def __init__(self, offset: float = 0.0, scale: float = 1.0, least: float = -OPEN, greatest: float = OPEN,
+                 log: bool = False, **kwargs):
         super().__init__(**kwargs)
-        self.initial = (float(offset), float(scale))
+        self.initial = (float(offset), float(scale), float(least), float(greatest))
+        self.log = bool(log)
 
     def build(self, input_shape):
-        self.offset = self.add_weight(shape=(), initializer=keras.initializers.Constant(self.initial[0]),
-                                      trainable=False, name="offset")
-        self.scale = self.add_weight(shape=(), initializer=keras.initializers.Constant(self.initial[1]),
-                                     trainable=False, name="scale")
+        for name, value in zip(("offset", "scale", "least", "greatest"), self.initial):
+            setattr(self, name, self.add_weight(shape=(), initializer=keras.initializers.Constant(value),
+                                                trainable=False, name=name))
 
     def call(self, x):
-        return x * self.scale + self.offset
+        value = keras.ops.minimum(keras.ops.maximum(x * self.scale + self.offset, self.least), self.greatest)
+        return keras.ops.exp(value) - 1.0 if self.log else value
 
     def get_config(self):
-        return {**super().get_config(), "offset": self.initial[0], "scale": self.initial[1]}
+        offset, scale, least, greatest = self.initial
+        return {**super().get_config(), "offset": offset, "scale": scale, "least": least, "greatest": greatest,
+                "log": self.log}
+
+
+@keras.saving.register_keras_serializable(package="models.tabular")
+class TransformedAbsoluteError(keras.losses.Loss):
+    """Mean |T(label) - T(prediction)|, T(v) = log(1 + max(v, 0)) with `log`, else v: the absolute error
+    after the label transform. Its best constant is the labels' median (T keeps the order), which is what the
+    MAE rewards."""
+
+    def __init__(self, log: bool = False, name: str = "transformed_absolute_error", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.log = bool(log)
+
+    def call(self, y_true, y_pred):
+        y_true = keras.ops.reshape(keras.ops.cast(y_true, "float32"), (-1,))
+        y_pred = keras.ops.reshape(keras.ops.cast(y_pred, "float32"), (-1,))
+        if self.log:
+            y_true, y_pred = (keras.ops.log1p(keras.ops.maximum(v, 0.0)) for v in (y_true, y_pred))
+        return keras.ops.abs(y_true - y_pred)
+
+    def get_config(self):
+        return {**super().get_config(), "log": self.log}

@@ -44,6 +44,7 @@ class RunSummary:
             lines.append(f"  training: {t.task_name}, {t.strategy} x{t.replicas}, {t.precision}, "
                          f"XLA {'on' if t.xla else 'off'}, {t.examples_per_second:,.0f} examples/s, "
                          f"{t.input_line()}")
+            lines.append(f"    {t.schedule_line()}" + (f"; {t.model_description}" if t.model_description else ""))
         if metrics := facts.candidate_metrics:
             lines.append("  eval metrics: " + ", ".join(f"{k} {format_number(v)}" for k, v in sorted(metrics.items())))
         if facts.evaluation:

@@ -30,7 +30,21 @@ UNIQUE_ID_MIN_ROWS = 20  # below this many rows, a column of distinct values is 
 RARE = 0.01  # a column present in fewer than this share of records is too rare to learn from
 NUMBER_DRIFT = 0.3  # Jensen-Shannon divergence over quantile histograms (as the taxi schema)
 CATEGORY_DRIFT = 0.15  # L-infinity distance between the value distributions
-TARGET_STEPS = 400  # training steps init aims at on small data (epochs x batches)
+# The training init configures (README: Your own data): AdamW, a warm-up then a cosine learning rate over a
+# budget of about TARGET_STEPS steps (at least MIN_EPOCHS, at most MAX_EPOCHS passes), every pass validated on
+# VALIDATION_SHARE of the training split, the best pass kept, and a stop after a fifth of the budget's passes
+# without a better one.
+TARGET_STEPS = 3000
+MIN_EPOCHS, MAX_EPOCHS = 20, 200
+VALIDATION_SHARE = 0.15
+LEARNING_RATE = 0.002
+WEIGHT_DECAY = 0.0003
+# The eval split the gates score: a third of a table's records up to 30,000 of them, EVAL_RECORDS beyond (at
+# least a tenth): enough to resolve the gates' tolerances, and the rest trains.
+EVAL_RECORDS = 10_000
+# Regression: a label >= 0 whose mean lies this far above its median (in standard deviations, times 3:
+# Pearson's second skewness) is trained and predicted as log(1 + label)
+LOG_LABEL_SKEW = 0.5
 EXACT_DISTINCT = 10_000  # distinct values kept per column; beyond, their number is estimated
 SKETCH_SIZE = 4096  # hashes kept per column for that estimate (about 2% error)
 ID_SHARE = 0.98  # estimated distinct values in at least this share of the records: an id
@@ -105,6 +119,9 @@ class Project:
     schema_text: str = ""
     batch_size: int = 256
     epochs: int = 10
+    eval_fraction: float = IngestConfig.eval_fraction
+    label_transform: str = "none"  # regression: none | log
+    label_transform_reason: str = ""
 
     @property
     def config_path(self) -> str:
@@ -125,7 +142,11 @@ class Project:
                 lines.append(f"{kind} features: {', '.join(names)}")
         for name, reason in self.excluded.items():
             lines.append(f"left out: {name} ({reason})")
-        lines += [f"training: batch size {self.batch_size}, {self.epochs} epochs",
+        if self.label_transform != "none":
+            lines.append(f"label transform: {self.label_transform} ({self.label_transform_reason})")
+        lines += [f"eval split: {self.eval_fraction:.0%} of the records",
+                  f"training: batch size {self.batch_size}, up to {self.epochs} epochs, the best on a "
+                  f"{VALIDATION_SHARE:.0%} validation slice of the training split kept",
                   f"wrote {self.config_path}", f"wrote {self.schema_path}",
                   "edit either to change what was decided (README: Your own data), then run:",
                   f"  python -m pipeline run --config {os.path.relpath(self.config_path)}"]
@@ -150,10 +171,19 @@ class Project:
                if excluded else "  exclude: []\n")
             + (f"  dates: {_yaml_list(dates)}  # int64 seconds since 1970-01-01 UTC: the model derives calendar "
                "features\n" if dates else "")
+            + (f"  label_transform: {self.label_transform}  # {_comment(self.label_transform_reason)}\n"
+               if self.task == "regression" else "")
+            + ("" if self.eval_fraction == IngestConfig.eval_fraction else
+               f"ingest:\n  eval_fraction: {self.eval_fraction:.4f}  # about {EVAL_RECORDS:,} records for the gates\n")
             + "train:\n"
             "  model: models.tabular  # built from the schema; write a module of your own to go further\n"
             f"  batch_size: {self.batch_size}\n"
-            f"  epochs: {self.epochs}  # about {TARGET_STEPS} training steps over {self.records:,} records\n"
+            f"  epochs: {self.epochs}  # at most: about {TARGET_STEPS} training steps over {self.records:,} records\n"
+            f"  learning_rate: {LEARNING_RATE}\n"
+            "  schedule: cosine  # after the warmup, down to 0 at the last step\n"
+            f"  weight_decay: {WEIGHT_DECAY}  # AdamW\n"
+            f"  validation_share: {VALIDATION_SHARE}  # of the training split, held out to keep the best epoch\n"
+            f"  early_stopping_patience: {max(5, self.epochs // 5)}  # epochs without a better validation score\n"
             "evaluate:\n"
             '  slice_feature: ""  # a feature to report metrics per value of\n'
             "  absolute_bar: null  # a bar on the primary metric, on top of beating the trivial predictor\n")
@@ -404,12 +434,36 @@ def sample_statistics(sample: list[bytes]):
     return generate_statistics_in_memory(record_batch, tfdv.StatsOptions(use_sketch_based_topk_uniques=True))
 
 
+def eval_share(records: int) -> float:
+    """The share of records the eval split takes: a third up to 30,000 records, then EVAL_RECORDS of them (at
+    least a tenth)."""
+    if records <= 3 * EVAL_RECORDS:
+        return IngestConfig.eval_fraction
+    return round(max(0.1, EVAL_RECORDS / records), 4)
+
+
 def training_size(records: int, eval_fraction: float = IngestConfig.eval_fraction) -> tuple[int, int]:
-    """(batch size, epochs) giving about TARGET_STEPS steps on small data; the config defaults on large data."""
-    train_rows = max(1, int(records * (1 - eval_fraction)))
-    batch = 256 if train_rows >= 20_000 else 64 if train_rows >= 2_000 else 32
-    epochs = min(200, max(10, math.ceil(TARGET_STEPS * batch / train_rows)))
+    """(batch size, epochs at most) giving about TARGET_STEPS steps, within MIN_EPOCHS and MAX_EPOCHS."""
+    train_rows = max(1, int(records * (1 - eval_fraction) * (1 - VALIDATION_SHARE)))
+    batch = 256 if train_rows >= 20_000 else 128 if train_rows >= 5_000 else 64 if train_rows >= 2_000 else 32
+    epochs = min(MAX_EPOCHS, max(MIN_EPOCHS, math.ceil(TARGET_STEPS * batch / train_rows)))
     return batch, epochs
+
+
+def label_transform(statistics, label: str, task: str) -> tuple[str, str]:
+    """(transform, why) for a regression label from the sample's TFDV statistics: log for a label >= 0 with a
+    long right tail (Pearson's skewness 3 (mean - median) / std at least LOG_LABEL_SKEW), else none."""
+    if task != "regression":
+        return "none", ""
+    feature = next((f for f in statistics.datasets[0].features if f.path.step[-1:] == [label]), None)
+    if feature is None or not feature.HasField("num_stats"):
+        return "none", "no statistics of the label"
+    numbers = feature.num_stats
+    skew = 3 * (numbers.mean - numbers.median) / numbers.std_dev if numbers.std_dev > 0 else 0.0
+    facts = f"least {numbers.min:g}, median {numbers.median:g}, mean {numbers.mean:g}, skewness {skew:.2f}"
+    if numbers.min >= 0 and skew >= LOG_LABEL_SKEW:
+        return "log", f"a label >= 0 with a long right tail: {facts}"
+    return "none", facts
 
 
 def plan_project(folder: str, data_root: str, label: str, task: str | None = None, name: str | None = None,
@@ -430,8 +484,10 @@ def plan_project(folder: str, data_root: str, label: str, task: str | None = Non
                    or "the label is the only column")
         raise InitError(f"no column is left for the model to learn from ({reasons})")
     sometimes_missing = {name for name, column in columns.items() if column.present < records}
-    schema_text = curated_schema(sample_statistics(sample), label, set(excluded), set(inputs["date"]),
-                                 sometimes_missing)
-    batch, epochs = training_size(records)
+    statistics = sample_statistics(sample)
+    schema_text = curated_schema(statistics, label, set(excluded), set(inputs["date"]), sometimes_missing)
+    eval_fraction = eval_share(records)
+    batch, epochs = training_size(records, eval_fraction)
+    transform, transform_reason = label_transform(statistics, label, task)
     return Project(name, folder, data_root, records, task, label, classes, inputs, excluded, task_reason,
-                   schema_text, batch, epochs)
+                   schema_text, batch, epochs, eval_fraction, transform, transform_reason)

@@ -146,15 +146,17 @@ def _training_section(training: dict[str, TrainingReport | None]) -> str:
     rows = []
     for node, report in reports.items():
         if report.skipped:
-            rows.append([node, "not trained: " + report.skip_reason, "", "", "", "", "", "", ""])
+            rows.append([node, "not trained: " + report.skip_reason, *[""] * 8])
             continue
         rows.append([node, f"{report.strategy} x{report.replicas}", report.precision,
                      "on" if report.xla else "off", f"{report.examples_per_second:,.0f}",
                      report.input_line(), str(report.resumed_from_step),
-                     "yes" if report.warm_start.get("applied") else "no",
+                     "yes" if report.warm_start.get("applied") else "no", report.schedule_line(),
                      f"{report.task.validation_metric} {_n(report.validation_value)}"])
     parts.append(_table(["trainer", "strategy", "precision", "XLA", "examples/s", "input", "resumed from step",
-                         "warm start", "validation"], rows))
+                         "warm start", "training ran", "validation"], rows))
+    parts += [f"<p>{_e(node)}: {_e(report.model_description)}</p>" for node, report in reports.items()
+              if not report.skipped and report.model_description]
     trained = {node: report for node, report in reports.items() if not report.skipped}
     parts.append(_image(_training_figure(trained), "training curves per checkpoint interval"))
     return "\n".join(parts)

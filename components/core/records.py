@@ -136,8 +136,13 @@ class TrainingReport:
     loss_scale_history: list[float] = field(default_factory=list)
     fit_seconds: float = 0.0
     total_seconds: float = 0.0
-    final_metrics: dict[str, float] = field(default_factory=dict)
+    final_metrics: dict[str, float] = field(default_factory=dict)  # at the interval whose weights were kept
     history: dict[str, list[float]] = field(default_factory=dict)
+    model_description: str = ""  # what the model module says it is (its DESCRIPTION)
+    validation_examples: int = 0  # training records held out to validate every interval (0: none)
+    intervals_run: int = 0
+    best_interval: int = 0  # the interval whose weights were kept, best on validation (0: the last)
+    stopped_early: bool = False
     skipped: bool = False  # the FP32 baseline, not trained: the candidate is its own baseline
     skip_reason: str = ""
     candidate_run: str = ""
@@ -169,8 +174,17 @@ class TrainingReport:
 
     @property
     def validation_value(self) -> float | None:
-        """The last validation value of the task's per-epoch metric (None when not measured)."""
+        """The validation value of the task's per-epoch metric at the interval kept (None when not measured)."""
         return self.final_metrics.get(f"val_{self.task.validation_metric}")
+
+    def schedule_line(self) -> str:
+        """How long training ran and which interval it kept, e.g. "12 of 40 intervals (stopped early), best 7
+        on 1,024 held-out training records"."""
+        planned = self.plan.get("intervals", self.intervals_run)
+        line = f"{self.intervals_run} of {planned} intervals" + (" (stopped early)" if self.stopped_early else "")
+        if self.validation_examples:
+            line += f", best {self.best_interval} on {self.validation_examples:,} held-out training records"
+        return line
 
     def facts(self) -> ModelFacts:
         return ModelFacts(self.model, self.task_name, self.label, tuple(self.classes), self.precision, self.xla,

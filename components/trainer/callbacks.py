@@ -113,3 +113,38 @@ class SpacedBackupAndRestore(keras.callbacks.BackupAndRestore):
             super().on_epoch_end(epoch, logs)
             self._last_written = time.monotonic()
             self.checkpoints_written += 1
+
+
+class KeepBest(keras.callbacks.Callback):
+    """Watches a validation metric at the end of every interval: keeps a copy of the weights of the best
+    interval so far (ties: the earlier), stops training after `patience` intervals without a better value (0:
+    never early), and puts the best weights back when training ends. After fit: `best_interval` (1-based; 0:
+    none measured), `best_value`, `stopped_early`. A job resumed from a checkpoint starts watching afresh."""
+
+    def __init__(self, monitor: str, higher_is_better: bool, patience: int = 0):
+        super().__init__()
+        self.monitor, self.higher_is_better, self.patience = monitor, higher_is_better, patience
+        self.best_interval, self.best_value, self.stopped_early = 0, None, False
+        self._weights = None
+        self._waited = 0
+
+    def _better(self, value: float) -> bool:
+        if self.best_value is None:
+            return True
+        return value > self.best_value if self.higher_is_better else value < self.best_value
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get(self.monitor)
+        if value is None or not math.isfinite(float(value)):
+            return
+        if self._better(float(value)):
+            self.best_interval, self.best_value, self._waited = epoch + 1, float(value), 0
+            self._weights = self.model.get_weights()
+            return
+        self._waited += 1
+        if self.patience and self._waited >= self.patience:
+            self.model.stop_training, self.stopped_early = True, True
+
+    def on_train_end(self, logs=None):
+        if self._weights is not None:
+            self.model.set_weights(self._weights)

@@ -41,7 +41,7 @@ def record_compression(files: list[str]) -> str:
 def make_dataset(file_patterns: list[str], feature_spec: dict[str, tf.io.FixedLenFeature], batch_size: int,
                  label_fn=None, input_names=None, preprocess=None, shuffle_buffer: int = 0, repeat: bool = False,
                  cache: bool = False, cache_file: str = "", seed: int | None = None,
-                 shard_by_data: bool = False) -> tf.data.Dataset:
+                 shard_by_data: bool = False, holdout_share: float = 0.0, holdout: bool = False) -> tf.data.Dataset:
     """Input: TFRecord file patterns (gzip when named *.gz) and a feature spec.
 
     Output: batches of parsed features (dict), or (features, label) when `label_fn` maps parsed features to
@@ -52,7 +52,8 @@ def make_dataset(file_patterns: list[str], feature_spec: dict[str, tf.io.FixedLe
     the resulting tensors in memory (`cache_file` "") or in files named `cache_file`*, read back on every
     later pass: the same examples in every pass as without it, and the same order without shuffling.
     `shard_by_data` makes multi-worker training split elements, not files, between workers (each worker
-    builds and caches the whole split, then takes every n-th batch).
+    builds and caches the whole split, then takes every n-th batch). `holdout_share` > 0 keeps the records of
+    the holdout (`holdout` True: in_holdout) or the rest (False).
     """
     files = list_files(file_patterns)
     compression = record_compression(files)
@@ -61,6 +62,8 @@ def make_dataset(file_patterns: list[str], feature_spec: dict[str, tf.io.FixedLe
     dataset = dataset.interleave(
         lambda path: tf.data.TFRecordDataset(path, compression_type=compression),
         cycle_length=min(len(files), 4), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    if holdout_share:
+        dataset = dataset.filter(lambda record: tf.equal(in_holdout(record, holdout_share), holdout))
     if not cache:
         if shuffle_buffer:
             dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
@@ -97,6 +100,17 @@ def make_dataset(file_patterns: list[str], feature_spec: dict[str, tf.io.FixedLe
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
+HOLDOUT_BUCKETS = 1_000_000
+HOLDOUT_KEY = [0x7AB1E, 0x5EED]  # the keyed hash's key: independent of how ingestion split the records
+
+
+def in_holdout(record: tf.Tensor, share: float) -> tf.Tensor:
+    """True for a serialized record in the holdout: a keyed hash of its bytes falls in the first `share` of
+    HOLDOUT_BUCKETS. The same record is in it on every pass, every worker and every run."""
+    bucket = tf.strings.to_hash_bucket_strong(record, HOLDOUT_BUCKETS, HOLDOUT_KEY)
+    return tf.less(bucket, int(share * HOLDOUT_BUCKETS))
+
+
 def _packing(element_spec):
     """Input: the element_spec of batches (any nest of tensors, batch dimension first). Output: (pack,
     unpack) for Dataset.map: pack turns a batch into a tuple of 2-D tensors, one per dtype (each tensor's
@@ -126,6 +140,14 @@ def _packing(element_spec):
         return tf.nest.pack_sequence_as(element_spec, leaves)
 
     return pack, unpack
+
+
+def count_records(file_patterns: list[str], holdout_share: float) -> int:
+    """Input: TFRecord file patterns and a holdout share. Output: how many of their records are in_holdout."""
+    files = list_files(file_patterns)
+    records = tf.data.TFRecordDataset(files, compression_type=record_compression(files))
+    held_out = records.filter(lambda record: in_holdout(record, holdout_share))
+    return int(held_out.reduce(np.int64(0), lambda count, _: count + 1))
 
 
 def fill_cache(dataset: tf.data.Dataset) -> int:

@@ -41,19 +41,33 @@ def training_plan(train_examples: int, settings: TrainConfig, replicas: int) -> 
                         steps_per_interval=interval, intervals=intervals, total_steps=interval * intervals)
 
 
-class WarmupThenConstant(keras.optimizers.schedules.LearningRateSchedule):
-    """Learning rate rising linearly from 0 to `peak_learning_rate` over `warmup_steps` optimizer steps,
-    then constant."""
+class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Learning rate rising linearly from 0 to `peak_learning_rate` over `warmup_steps` optimizer steps, then
+    constant, or with `cosine_steps` > 0 falling along half a cosine wave to 0 at step warmup_steps +
+    cosine_steps (and 0 after it)."""
 
-    def __init__(self, peak_learning_rate: float, warmup_steps: int):
+    def __init__(self, peak_learning_rate: float, warmup_steps: int, cosine_steps: int = 0):
         self.peak_learning_rate = peak_learning_rate
         self.warmup_steps = warmup_steps
+        self.cosine_steps = cosine_steps
 
     def __call__(self, step):
-        if not self.warmup_steps:
-            return keras.ops.convert_to_tensor(self.peak_learning_rate, "float32")
-        progress = keras.ops.minimum((keras.ops.cast(step, "float32") + 1.0) / self.warmup_steps, 1.0)
-        return self.peak_learning_rate * progress
+        step = keras.ops.cast(step, "float32")
+        rate = keras.ops.convert_to_tensor(self.peak_learning_rate, "float32")
+        if self.warmup_steps:
+            rate = rate * keras.ops.minimum((step + 1.0) / self.warmup_steps, 1.0)
+        if self.cosine_steps:
+            progress = keras.ops.clip((step - self.warmup_steps) / self.cosine_steps, 0.0, 1.0)
+            rate = rate * 0.5 * (1.0 + keras.ops.cos(math.pi * progress))
+        return rate
 
     def get_config(self):
-        return {"peak_learning_rate": self.peak_learning_rate, "warmup_steps": self.warmup_steps}
+        return {"peak_learning_rate": self.peak_learning_rate, "warmup_steps": self.warmup_steps,
+                "cosine_steps": self.cosine_steps}
+
+
+def learning_rate_schedule(plan: TrainingPlan, settings: TrainConfig) -> WarmupSchedule:
+    """The schedule `settings` ask for over the plan's optimizer steps (total steps / accumulation)."""
+    updates = plan.total_steps // plan.gradient_accumulation_steps
+    cosine = max(1, updates - settings.warmup_steps) if settings.schedule == "cosine" else 0
+    return WarmupSchedule(plan.learning_rate, settings.warmup_steps, cosine)

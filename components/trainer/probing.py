@@ -18,7 +18,7 @@ from absl import logging
 from components.settings import TrainConfig
 from components.trainer.device import Decision, DeviceDescription, choose_precision, config_override, xla_candidates
 from components.trainer.distribution import work_around_keras_multi_worker_fit
-from components.trainer.plan import TrainingPlan, WarmupThenConstant
+from components.trainer.plan import TrainingPlan, learning_rate_schedule
 from components.core.model_module import ModelModule, check_output_width, task_of
 
 PROBE_BATCHES = 20  # distinct in-memory batches the XLA and input-wait timings cycle through
@@ -131,11 +131,17 @@ def _build_and_compile(model_module: ModelModule, preprocessing: keras.Model, se
 
 def _compile(model: keras.Model, model_module: ModelModule, plan: TrainingPlan, settings: TrainConfig,
              precision: str, xla: bool) -> None:
-    """Adam with warmup and the scaled learning rate (wrapped for dynamic loss scaling under mixed_float16),
-    the task's loss (or the module's make_loss()) and Keras metrics; XLA and steps per execution as decided."""
+    """Adam (AdamW with weight_decay) on the configured schedule of the scaled learning rate (wrapped for
+    dynamic loss scaling under mixed_float16), the task's loss (or the module's make_loss()) and Keras metrics;
+    XLA and steps per execution as decided."""
     accumulation = plan.gradient_accumulation_steps
-    optimizer = keras.optimizers.Adam(WarmupThenConstant(plan.learning_rate, settings.warmup_steps),
-                                      gradient_accumulation_steps=accumulation if accumulation > 1 else None)
+    options = {"learning_rate": learning_rate_schedule(plan, settings),
+               "gradient_accumulation_steps": accumulation if accumulation > 1 else None}
+    if settings.weight_decay:
+        optimizer = keras.optimizers.AdamW(weight_decay=settings.weight_decay, **options)
+        optimizer.exclude_from_weight_decay(var_names=["bias"])
+    else:
+        optimizer = keras.optimizers.Adam(**options)
     if precision == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     task = task_of(model_module)

@@ -29,8 +29,8 @@ from components.trainer.device import Decision, DeviceDescription, choose_strate
 from components.trainer.distribution import (configure_gpus, is_chief, make_strategy, supported_steps_per_execution,
                                              worker_task)
 from components.trainer.export import export_serving_model, float32_copy
-from components.trainer.input_pipeline import (DISK, MEMORY, PreprocessedCache, estimated_bytes, fill_cache,
-                                               make_dataset, memory_budget_bytes)
+from components.trainer.input_pipeline import (DISK, MEMORY, PreprocessedCache, count_records, estimated_bytes,
+                                               fill_cache, make_dataset, memory_budget_bytes)
 from components.trainer.labels import read_labels
 from components.trainer.plan import TrainingPlan, training_plan
 from components.trainer.probing import build_for_device, in_memory_batches, input_wait
@@ -72,6 +72,13 @@ class TrainingSetup:
     # the disk cache's files
     input_cache: PreprocessedCache
     multi_worker: bool
+    validation_examples: int = 0  # training records held out to validate every interval (settings.validation_share)
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """The splits fit reads: the training split's fitted part, and its validation holdout (with
+        validation_share) or else the eval split, scored once at the end."""
+        return ("train", "validation") if self.settings.validation_share else ("train", "eval")
 
     @property
     def cache(self) -> bool:
@@ -80,15 +87,18 @@ class TrainingSetup:
 
     def dataset(self, files: list[str], training: bool, batch_size: int | None = None, split: str | None = None):
         """Batches of (model-ready features, labels) from `files`; repeated and shuffled for training. With
-        `split` ("train" or "eval", placed in input_cache) the records are parsed and preprocessed once and
-        the split's cache feeds every later pass; without it they are streamed (parsed and preprocessed on
-        every pass)."""
-        module = self.model_module
+        `split` (placed in input_cache) the records are parsed and preprocessed once and the split's cache
+        feeds every later pass; without it they are streamed (parsed and preprocessed on every pass). With
+        validation_share, split "train" leaves the training records of the validation holdout out and
+        "validation" keeps them alone."""
+        module, share = self.model_module, self.settings.validation_share
         return make_dataset(files, {**module.INPUTS, **module.LABEL_INPUTS}, batch_size or self.plan.global_batch,
                             label_fn=module.make_label, input_names=list(module.INPUTS), preprocess=self.preprocessing,
                             shuffle_buffer=self.settings.shuffle_buffer if training else 0, repeat=training,
                             cache=split is not None, cache_file=self.input_cache.cache_file(split) if split else "",
-                            seed=self.settings.seed, shard_by_data=self.multi_worker)
+                            seed=self.settings.seed, shard_by_data=self.multi_worker,
+                            holdout_share=share if split in ("train", "validation") else 0.0,
+                            holdout=split == "validation")
 
 
 @dataclasses.dataclass
@@ -103,6 +113,7 @@ class FitResult:
     meter: training_callbacks.ThroughputMeter
     loss_scale: training_callbacks.LossScaleRecorder
     checkpoints: training_callbacks.SpacedBackupAndRestore
+    best: training_callbacks.KeepBest | None  # with validation_share: the best interval, restored
     history: dict[str, list[float]]
     fit_seconds: float
 
@@ -141,14 +152,19 @@ def set_up(job: TrainingJob) -> TrainingSetup:
               for split, files in (("train", job.train_files), ("eval", job.eval_files))}
     settings = dataclasses.replace(
         settings, steps_per_execution=supported_steps_per_execution(settings.steps_per_execution, replicas))
+    held_out = count_records(job.train_files, settings.validation_share) if settings.validation_share else 0
+    if settings.validation_share and not 0 < held_out < labels["train"].examples:
+        raise ValueError(f"train.validation_share {settings.validation_share:g} holds out {held_out} of the "
+                         f"{labels['train'].examples} training records: too few to validate on, or to train on")
+    examples = {"train": labels["train"].examples - held_out, "validation": held_out, "eval": labels["eval"].examples}
     setup = TrainingSetup(settings, device, strategy_choice, strategy, model_module, warm, preprocessing, labels,
-                          training_plan(labels["train"].examples, settings, replicas),
+                          training_plan(examples["train"], settings, replicas),
                           PreprocessedCache(memory_budget_bytes(settings.cache_max_mb), job.scratch_dir),
-                          strategy_choice.value == "multi_worker_mirrored")
+                          strategy_choice.value == "multi_worker_mirrored", held_out)
     # The cache's size, estimated from one preprocessed batch: the training split has the first claim on memory.
     first = next(iter(setup.dataset(job.train_files, False, batch_size=min(setup.plan.global_batch, 1024))))
-    for split in ("train", "eval"):
-        setup.input_cache.place(split, estimated_bytes(first, labels[split].examples))
+    for split in setup.splits:
+        setup.input_cache.place(split, estimated_bytes(first, examples[split]))
     return setup
 
 
@@ -161,9 +177,10 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
     def probe_batch():  # a few examples to check that XLA compiles when no timing does it
         return next(iter(setup.dataset(job.train_files, False, batch_size=8 * replicas)))
 
-    for split, files in (("train", job.train_files), ("eval", job.eval_files)):
+    files_of = {"train": job.train_files, "validation": job.train_files, "eval": job.eval_files}
+    for split in setup.splits:
         if setup.input_cache.places[split] == DISK:  # written once here, only read from then on
-            fill_cache(setup.dataset(files, False, split=split))
+            fill_cache(setup.dataset(files_of[split], False, split=split))
     memory_batches = in_memory_batches(setup.dataset(job.train_files, True), settings)
     with setup.strategy.scope():
         model, precision, xla, memory_rate = build_for_device(
@@ -186,21 +203,30 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
     # way: with several workers every interval ends with a checkpoint.
     spacing = 0.0 if setup.multi_worker else settings.checkpoint_min_seconds
     checkpoints = training_callbacks.SpacedBackupAndRestore(checkpoint_dir, spacing)
-    callbacks = [checkpoints, training_callbacks.StopOnDivergence(plan.steps_per_interval), meter, loss_scale,
+    task = task_of(setup.model_module)
+    best = None
+    if settings.validation_share:  # validated every interval; the best interval's weights are kept
+        best = training_callbacks.KeepBest(f"val_{task.validation_metric}", task.primary.higher_is_better,
+                                           settings.early_stopping_patience)
+    # KeepBest first: the interval that ends training early is still checkpointed after it
+    callbacks = [*([best] if best else []), checkpoints, training_callbacks.StopOnDivergence(plan.steps_per_interval),
+                 meter, loss_scale,
                  keras.callbacks.TensorBoard(_log_dir(job.run_dir, is_chief()), profile_batch=_profile_window(settings)),
                  *extra_callbacks]
+    validation_split = setup.splits[1]
     with setup.strategy.scope():
         if resumed_from_step:
             logging.info("Resuming from the checkpoint at step %d in %s", resumed_from_step, checkpoint_dir)
-        logging.info("Training %d steps (%d intervals of %d) on %d examples, global batch %d", plan.total_steps,
-                     plan.intervals, plan.steps_per_interval, setup.labels["train"].examples, plan.global_batch)
+        logging.info("Training %d steps (%d intervals of %d) on %d examples, global batch %d%s", plan.total_steps,
+                     plan.intervals, plan.steps_per_interval, setup.labels["train"].examples - setup.validation_examples,
+                     plan.global_batch, f", validating on {setup.validation_examples} held out" if best else "")
         fit_started = time.monotonic()
         history = model.fit(train_data,
                             steps_per_epoch=plan.steps_per_interval, epochs=plan.intervals,
-                            validation_data=setup.dataset(job.eval_files, False, split="eval"),
-                            validation_freq=[plan.intervals], callbacks=callbacks, verbose=0)
+                            validation_data=setup.dataset(files_of[validation_split], False, split=validation_split),
+                            validation_freq=1 if best else [plan.intervals], callbacks=callbacks, verbose=0)
     return FitResult(model, precision, xla, memory_rate, host_rate, resumed_from_step, meter, loss_scale, checkpoints,
-                     {name: [float(v) for v in values] for name, values in history.history.items()},
+                     best, {name: [float(v) for v in values] for name, values in history.history.items()},
                      time.monotonic() - fit_started)
 
 
@@ -222,15 +248,26 @@ def report_and_export(job: TrainingJob, setup: TrainingSetup, fitted: FitResult,
         input_wait_fraction=input_wait(meter.examples_per_second, fitted.in_memory_rate),
         host_examples_per_second=fitted.host_rate,
         loss_scale_history=fitted.loss_scale.history, fit_seconds=fitted.fit_seconds, total_seconds=seconds,
-        final_metrics={name: values[-1] for name, values in fitted.history.items()}, history=fitted.history)
-    logging.info("Trained %s: %.0f examples/s, input wait %.1f%%, final %s", report.model,
-                 report.examples_per_second, 100 * (report.input_wait_fraction or 0), report.final_metrics)
+        final_metrics=_final_metrics(fitted), history=fitted.history,
+        model_description=getattr(module, "DESCRIPTION", ""), validation_examples=setup.validation_examples,
+        intervals_run=len(next(iter(fitted.history.values()), [])),
+        best_interval=fitted.best.best_interval if fitted.best else 0,
+        stopped_early=bool(fitted.best and fitted.best.stopped_early))
+    logging.info("Trained %s: %.0f examples/s, input wait %.1f%%, %s, final %s", report.model,
+                 report.examples_per_second, 100 * (report.input_wait_fraction or 0), report.schedule_line(),
+                 report.final_metrics)
     if is_chief():  # every worker holds the same model; the chief alone writes what the run leaves behind
         export_serving_model(module, setup.preprocessing, float32_copy(module, setup.preprocessing, fitted.model),
                              job.serving_model_dir)
         write_model_facts(job.serving_model_dir, report.facts())
         artifact_files.write_json(os.path.join(job.run_dir, contract.TRAINING_REPORT_FILE), report.to_json())
     return report
+
+
+def _final_metrics(fitted: FitResult) -> dict[str, float]:
+    """Each metric's value at the interval whose weights were kept: the best one on validation, else the last."""
+    kept = fitted.best.best_interval - 1 if fitted.best and fitted.best.best_interval else -1
+    return {name: values[kept] if len(values) > kept else values[-1] for name, values in fitted.history.items()}
 
 
 def host_throughput(train_data, global_batch: int, steps: int, warmup: int) -> float:

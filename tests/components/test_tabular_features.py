@@ -121,7 +121,7 @@ def device_model(tmp_path_factory):
     its device SavedModel, and raw rows to score (dates and fares missing, fares infinite among them)."""
     root = tmp_path_factory.mktemp("tabular-device")
     model_module = _model(root, {"sold_at": "INT", "fare": "FLOAT", "company": "BYTES"}, dates=["sold_at"])
-    sample = _sample(model_module, tabular.BINS_MIN_ROWS)  # enough rows for the fare's bins
+    sample = _sample(model_module, tabular.BINS * tabular.ROWS_PER_BIN)  # enough rows for every bin of the fare
     sample["fare"][:20] = np.inf  # infinities in the training sample are not fitted on
     preprocessing = model_module.build_preprocessing(sample)
     model = model_module.build_model(preprocessing)
@@ -155,9 +155,8 @@ def test_infinite_numbers_are_missing_in_keras(device_model):
     assert np.isfinite(fare.fill) and abs(fare.fill - 10) < 0.5  # the sample's infinities were left out
     ready = preprocessing({name: tf.constant(values[:6]) for name, values in rows.items()})
     assert ready["fare.missing"].numpy().tolist() == [1, 1, 1, 0, 0, 0]
-    standardized = ready["fare.standardized"].numpy()
-    assert np.isfinite(standardized).all() and standardized[0] == standardized[1] == standardized[2]
-    assert ready["fare.bins"].numpy()[0] == ready["fare.bins"].numpy()[2]
+    scaled = ready["fare.scaled"].numpy()
+    assert np.isfinite(scaled).all() and scaled[0] == scaled[1] == scaled[2]
     largest = np.finfo(np.float32).max  # the largest finite numbers are present
     indicator = preprocessing.get_layer("fare.missing")
     assert indicator(tf.constant([largest, -largest, np.inf, 0], tf.float32)).numpy().tolist() == [0, 0, 1, 0]
@@ -172,7 +171,7 @@ def test_a_date_converts_with_builtins_and_scores_as_keras_in_float32_and_full_i
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, expected, atol=1e-5)
     # float16 holds the calendar's constants (rows of ordinary fares: a fare of 1e6 is where half-precision
-    # weights drift).
+    # constants drift).
     ordinary = ~(np.abs(rows["fare"]) > 1e3) | ~np.isfinite(rows["fare"])
     half = _tflite_probabilities(tflite.convert(saved, "float16"), rows)
     assert np.abs(half - expected)[ordinary].max() < 1e-3

@@ -12,7 +12,7 @@ import tensorflow as tf
 from components.core import contract
 from components.trainer.checkpoints import BACKUP_METADATA, BACKUP_WEIGHTS, checkpointed_interval, repair_checkpoint
 from components.trainer.distribution import is_chief, worker_task
-from components.trainer.plan import WarmupThenConstant, training_plan
+from components.trainer.plan import WarmupSchedule, learning_rate_schedule, training_plan
 from pipeline.config import ConfigError, load_config
 from tests.components.training import settings as _settings, train_here as _train_here
 
@@ -52,10 +52,24 @@ def test_custom_config_becomes_the_train_config_and_keys_its_checkpoints():
 
 
 def test_warmup_rises_linearly_then_stays_at_the_peak():
-    schedule = WarmupThenConstant(0.1, warmup_steps=10)
+    schedule = WarmupSchedule(0.1, warmup_steps=10)
     values = [float(schedule(step)) for step in (0, 4, 9, 50)]
     assert values == pytest.approx([0.01, 0.05, 0.1, 0.1])
-    assert float(WarmupThenConstant(0.1, 0)(0)) == pytest.approx(0.1)
+    assert float(WarmupSchedule(0.1, 0)(0)) == pytest.approx(0.1)
+
+
+def test_a_cosine_schedule_falls_from_the_peak_after_the_warmup_to_zero_at_the_last_update():
+    settings = _settings(warmup_steps=10, schedule="cosine", gradient_accumulation_steps=2, learning_rate=0.1)
+    plan = training_plan(train_examples=2560, settings=dataclasses.replace(settings, epochs=1), replicas=1)
+    schedule = learning_rate_schedule(plan, settings)
+    updates = plan.total_steps // 2  # the optimizer steps once per two batches
+    values = [float(schedule(step)) for step in range(updates + 5)]
+    assert values[9] == pytest.approx(plan.learning_rate)
+    assert values[10 + (updates - 10) // 2] == pytest.approx(plan.learning_rate / 2, rel=0.1)
+    assert all(later <= earlier + 1e-9 for earlier, later in zip(values[9:], values[10:]))
+    assert values[updates] == pytest.approx(0.0, abs=1e-9) and values[-1] == pytest.approx(0.0, abs=1e-9)
+    constant = learning_rate_schedule(plan, dataclasses.replace(settings, schedule="constant"))
+    assert float(constant(updates)) == pytest.approx(plan.learning_rate)
 
 
 def test_chief_is_the_chief_task_or_worker_zero():

@@ -1,0 +1,190 @@
+"""The schema-driven model's number encodings, ensemble and regression output (models/layers.py,
+models/ensemble.py, models/tabular.py): what each computes, that the device model converts with TFLite builtins
+only and stays within the export ladder's tolerances in int8, that it trains under a mixed precision policy,
+and that a warm start gives back the served model's predictions."""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from components.core import contract, tasks
+from components.core.feature_names import internal_names
+from components.core.records import model_ready_dir
+from components.model_export import tflite
+from components.model_export.variants import OUTPUT_TOLERANCE
+from components.settings import TaskConfig
+from components.trainer.export import build_float32
+from components.trainer.warm_start import apply_warm_start, load_warm_start
+from models import tabular
+from models.ensemble import EnsembleModel, members_count
+from models.layers import SMOOTH_CLIP, PiecewiseLinear, RobustScale
+
+FEATURES = {"distance": "FLOAT", "minutes": "INT", "company": "BYTES"}
+
+
+def _module(tmp_path, task: str, transform: str = "none") -> tabular.SchemaModel:
+    label_type = "FLOAT" if task == "regression" else "INT"
+    (tmp_path / "schema.pbtxt").write_text("".join(f'feature {{ name: "{name}" type: {kind} }}\n' for name, kind in
+                                                   {**FEATURES, "label": label_type}.items()))
+    classes = {"binary": ["0", "1"], "multiclass": ["0", "1", "2"], "regression": []}[task]
+    return tabular.configure(str(tmp_path / "schema.pbtxt"),
+                             TaskConfig(type=task, label="label", classes=classes, label_transform=transform))
+
+
+def _table(rows: int, task: str, seed: int = 0) -> dict[str, np.ndarray]:
+    """Raw features (a long-tailed distance, some missing; minutes; a company) and a label that depends on
+    them: a fare-like price (regression), or its classes."""
+    rng = np.random.default_rng(seed)
+    distance = rng.lognormal(1.0, 0.8, rows).astype(np.float32)
+    minutes = rng.integers(1, 120, rows)
+    company = rng.choice(np.array([b"a", b"b", b"c"], dtype=object), rows)
+    price = 3 + 2.5 * distance + 0.1 * minutes + np.where(company == b"a", 4.0, 0.0) + rng.exponential(1.0, rows)
+    distance[rng.random(rows) < 0.05] = np.nan
+    label = {"regression": price.astype(np.float32), "binary": (price > np.median(price)).astype(np.int64),
+             "multiclass": np.digitize(price, np.quantile(price, [0.5, 0.8])).astype(np.int64)}[task]
+    return {"distance": distance, "minutes": minutes, "company": company, "label": label}
+
+
+def _features(table: dict[str, np.ndarray], module) -> dict[str, tf.Tensor]:
+    return {name: tf.constant(table[name]) for name in module.INPUTS}
+
+
+def _label(table, module) -> np.ndarray:
+    return module.make_label({"label": tf.constant(table["label"])}).numpy()
+
+
+def test_robust_scale_keeps_the_order_bounds_outliers_and_fits_quantile_edges():
+    values = np.random.default_rng(1).lognormal(2.0, 1.0, 5000)
+    layer = RobustScale.fitted(values, 8, name="fare.scaled")
+    scaled = layer(tf.constant(np.sort(values), tf.float32)).numpy()
+    assert np.all(np.diff(scaled) >= 0) and np.abs(scaled).max() < SMOOTH_CLIP
+    assert abs(float(layer(tf.constant([np.median(values)], tf.float32))[0])) < 0.01  # the median is the middle
+    assert float(layer(tf.constant([1e30], tf.float32))[0]) == pytest.approx(SMOOTH_CLIP, rel=1e-3)
+    assert len(layer.edges) == 9 and layer.edges == sorted(set(layer.edges))
+    assert layer.edges[0] == pytest.approx(scaled[0], abs=1e-4) and layer.edges[-1] == pytest.approx(scaled[-1], abs=1e-4)
+    assert RobustScale.fitted(np.full(100, 5.0), 8, name="constant.scaled").edges == []  # nothing to cut
+
+
+def test_piecewise_linear_encoding_reads_the_position_in_each_bin():
+    layer = PiecewiseLinear([0.0, 1.0, 3.0, 4.0], name="x.piecewise")
+    got = layer(tf.constant([-1.0, 0.0, 0.5, 1.0, 2.0, 3.5, 4.0, 6.0])).numpy()
+    np.testing.assert_allclose(got, [[-1, 0, 0], [0, 0, 0], [0.5, 0, 0], [1, 0, 0], [1, 0.5, 0], [1, 1, 0.5],
+                                     [1, 1, 1], [1, 1, 3]], atol=1e-6)
+    with pytest.raises(ValueError, match="increasing edges"):
+        PiecewiseLinear([0.0, 0.0], name="y.piecewise")
+
+
+def test_the_ensemble_serves_its_members_mean_and_trains_on_the_mean_of_their_losses(tmp_path):
+    module = _module(tmp_path, "regression")
+    table = _table(800, "regression")
+    preprocessing = module.build_preprocessing(table)
+    model = module.build_model(preprocessing)
+    assert isinstance(model, EnsembleModel) and members_count(model) == tabular.ENSEMBLE_MEMBERS
+    assert {layer.name for layer in preprocessing.layers if isinstance(layer, PiecewiseLinear)} == {
+        "distance.piecewise", "minutes.piecewise"}
+    ready = preprocessing(_features(table, module))
+    members = keras.Model(model.inputs, model.get_layer("tabular.prediction").output)(ready).numpy()
+    assert members.shape == (800, tabular.ENSEMBLE_MEMBERS, 1) and members.std(axis=1).mean() > 0  # they differ
+    np.testing.assert_allclose(model(ready).numpy(), members.mean(axis=1), rtol=1e-5, atol=1e-5)
+    labels = _label(table, module)
+    model.compile(optimizer="adam", loss=module.make_loss())
+    loss = float(model.compute_loss(y=tf.constant(labels), y_pred=model(ready)))
+    assert loss == pytest.approx(np.abs(members[..., 0] - labels[:, None]).mean(), rel=1e-4)
+    assert loss > np.abs(members.mean(axis=1)[:, 0] - labels).mean()  # not the loss of the mean
+
+
+def test_a_log_label_is_predicted_in_the_labels_units_within_the_training_range(tmp_path):
+    module = _module(tmp_path, "regression", transform="log")
+    table = _table(800, "regression")
+    preprocessing = module.build_preprocessing(table)
+    output = build_float32(module, preprocessing).get_layer("tabular.prediction")
+    least, greatest = np.log1p(table["label"].min()), np.log1p(table["label"].max())
+    assert [float(w) for w in (output.least, output.greatest)] == pytest.approx([least, greatest], rel=1e-5)
+    extremes = output(tf.constant([[[-1e3]], [[0.0]], [[1e3]]])).numpy().reshape(-1)
+    assert extremes == pytest.approx([table["label"].min(), np.expm1(float(output.offset)), table["label"].max()],
+                                     rel=1e-4)
+    loss = module.make_loss()
+    assert float(loss(tf.constant([np.e - 1]), tf.constant([[np.e ** 2 - 1]]))) == pytest.approx(1.0, rel=1e-5)
+    with pytest.raises(tabular.TaskError, match="label_transform"):
+        _module(tmp_path, "binary", transform="log")
+
+
+def _trained(tmp_path, task: str, transform: str = "none", epochs: int = 8):
+    module = _module(tmp_path, task, transform)
+    table = _table(1200, task)
+    preprocessing = module.build_preprocessing(table)
+    model = module.build_model(preprocessing)
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss=module.make_loss())
+    model.fit(preprocessing(_features(table, module)), _label(table, module), batch_size=64, epochs=epochs, verbose=0)
+    return module, table, preprocessing, model
+
+
+def _device_outputs(flatbuffer: bytes, rows: dict[str, np.ndarray], key: str) -> np.ndarray:
+    runner = tf.lite.Interpreter(model_content=flatbuffer).get_signature_runner(contract.SERVING_SIGNATURE)
+    internal = internal_names(rows)
+    return np.concatenate([runner(**{internal[name]: values[i:i + 1].astype(np.bytes_) if values.dtype == object
+                                     else values[i:i + 1] for name, values in rows.items()})[key]
+                           for i in range(len(next(iter(rows.values()))))])
+
+
+@pytest.mark.parametrize("task, transform, variants", [
+    ("binary", "none", ("dynamic_int8", "full_int8")), ("multiclass", "none", ("dynamic_int8", "full_int8")),
+    ("regression", "none", ("dynamic_int8", "full_int8")), ("regression", "log", ("dynamic_int8", "full_int8"))])
+def test_the_device_model_converts_with_builtins_and_int8_stays_within_the_ladders_tolerance(tmp_path, task, transform,
+                                                                                           variants):
+    module, table, preprocessing, model = _trained(tmp_path, task, transform)
+    key = tasks.task_named(task).prediction_key
+    saved = tflite.write_device_savedmodel(preprocessing, model, module.INPUTS, key, str(tmp_path / "device"))
+    rows = {name: values[:150] for name, values in _table(150, task, seed=5).items() if name in module.INPUTS}
+    expected = model(preprocessing(_features(rows, module))).numpy()
+    # The export ladder's yardstick: output differences relative to the outputs' spread (regression), or
+    # in probability (classification).
+    spread = np.abs(expected - expected.mean()).mean() if task == "regression" else 1.0
+    float32 = tflite.convert(saved, "float32")
+    operators = set(tflite.operators(float32))
+    assert {"MUL", "MINIMUM", "MAXIMUM", "RSQRT"} <= operators and not any(op.startswith("Flex") for op in operators)
+    np.testing.assert_allclose(_device_outputs(float32, rows, key), expected, rtol=1e-4, atol=1e-4)
+    for variant in variants:
+        representative = {name: values[:200] for name, values in table.items() if name in module.INPUTS}
+        # as ModelExport converts: a regression's output layer stays float32 in full int8
+        converted = tflite.convert(saved, variant, representative, float_output_layer=task == "regression")
+        got = _device_outputs(converted, rows, key)
+        assert np.isfinite(got).all()
+        assert np.abs(got - expected).mean() / spread <= OUTPUT_TOLERANCE[variant], variant
+
+
+def test_mixed_bfloat16_trains_the_ensemble_with_float32_encodings_and_outputs(tmp_path):
+    module = _module(tmp_path, "binary")
+    table = _table(600, "binary")
+    preprocessing = module.build_preprocessing(table)
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        model = module.build_model(preprocessing)
+    finally:
+        keras.config.set_dtype_policy("float32")
+    assert model.get_layer("tabular.hidden_1").compute_dtype == "bfloat16"
+    assert preprocessing.get_layer("distance.piecewise").compute_dtype == "float32"
+    assert model.get_layer("tabular.output").compute_dtype == "float32" and model.output.dtype == "float32"
+    model.compile(optimizer="adam", loss=module.make_loss())
+    history = model.fit(preprocessing(_features(table, module)), _label(table, module), batch_size=64, epochs=2,
+                        verbose=0)
+    assert np.isfinite(history.history["loss"]).all() and history.history["loss"][-1] < history.history["loss"][0]
+
+
+def test_a_warm_start_from_the_served_files_predicts_as_the_served_model(tmp_path):
+    (tmp_path / "served").mkdir()
+    module, table, preprocessing, model = _trained(tmp_path / "served", "regression", "log", epochs=2)
+    serving = tmp_path / "serving"
+    folder = model_ready_dir(str(serving))
+    tf.io.gfile.makedirs(folder)
+    model.save(f"{folder}/{contract.MODEL_READY_FILE}")
+    preprocessing.save(f"{folder}/{contract.PREPROCESSING_FILE}")
+    (tmp_path / "next").mkdir()
+    fresh = _module(tmp_path / "next", "regression", "log")  # a new run's module: no sample fitted
+    warm = load_warm_start(fresh, str(serving), enabled=True)
+    assert warm.weights is not None, warm.reason
+    rebuilt = build_float32(fresh, warm.preprocessing)
+    apply_warm_start(rebuilt, warm)
+    features = _features(table, module)
+    np.testing.assert_allclose(rebuilt(warm.preprocessing(features)).numpy(), model(preprocessing(features)).numpy(),
+                               rtol=1e-5)
