@@ -22,6 +22,10 @@ same records). LightGBM and the linear model train on the schema-driven run's tr
 schema-driven model's features. Per run the bench also reads the Trainer's seconds (training_report.json)
 and ModelExport's scores (export_report.json): the SavedModel's primary metric beside the int8 TFLite
 variants' (full_int8, dynamic_int8) on the same records; "n/a" where a code version writes no such figure.
+It prints one line per run, a block per table, and at the end one Markdown table (per table and model: the
+metric, ours as mean (min–max), LightGBM, linear, trivial, ours vs LightGBM as a ratio for MAE and a
+difference for AUC and accuracy, the Trainer's mean seconds, SavedModel / full_int8 / dynamic_int8);
+`--json FILE` keeps every figure, each run's included.
 
 `--code DIR` measures another checkout (e.g. a `git worktree` of an older commit) with this same script:
 every `python -m pipeline` command runs with PYTHONPATH=DIR (`prepare-data` and `run` also with cwd DIR;
@@ -272,9 +276,9 @@ def _linear_inputs(train_frame, eval_frame):
     return encoded.iloc[:len(train_frame)], encoded.iloc[len(train_frame):]
 
 
-def yardsticks(task: str, splits: dict) -> dict[str, float]:
+def yardsticks(task: str, splits: dict) -> dict:
     """LightGBM (defaults) and a linear model on the same split, scored as the pipeline scores (the measured
-    code's components.core.tasks)."""
+    code's components.core.tasks). Output: {"lightgbm": value, "linear": value, "linear_model": its name}."""
     import lightgbm
     from sklearn.linear_model import LogisticRegression, Ridge
 
@@ -285,8 +289,9 @@ def yardsticks(task: str, splits: dict) -> dict[str, float]:
     task_ = tasks.task_named(task)
     train_linear, eval_linear = _linear_inputs(train_frame, eval_frame)
     if task_.is_classification:
-        lgb = lightgbm.LGBMClassifier(verbose=-1).fit(train_frame, train_y).predict_proba(eval_frame)
-        linear = LogisticRegression(max_iter=2000).fit(train_linear, train_y).predict_proba(eval_linear)
+        positive = slice(1, 2) if task == "binary" else slice(None)  # binary: the positive class's probability
+        lgb = lightgbm.LGBMClassifier(verbose=-1).fit(train_frame, train_y).predict_proba(eval_frame)[:, positive]
+        linear = LogisticRegression(max_iter=2000).fit(train_linear, train_y).predict_proba(eval_linear)[:, positive]
     else:
         lgb = lightgbm.LGBMRegressor(verbose=-1).fit(train_frame, train_y).predict(eval_frame)
         linear = Ridge(alpha=1.0).fit(train_linear, train_y).predict(eval_linear)
@@ -328,7 +333,8 @@ def bench_table(code: str, name: str, table: Table, work: str, seeds: int) -> di
     result = {"source": table.source, "label": table.label, "models": {}, "failures": []}
     try:
         init_config, result["rows"] = prepare_table(code, name, table, folder)
-    except PipelineError as error:
+    except Exception as error:  # noqa: BLE001 - a failed command, or a table that cannot be written: go on
+        error = error if isinstance(error, PipelineError) else f"writing {name}: {type(error).__name__}: {error}"
         result["failures"].append(str(error))
         print(f"  {name}: {error}", flush=True)
         return result

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import models.taxi
-from components.trainer import input_pipeline, train as train_module
+from components.trainer import callbacks, input_pipeline, train as train_module
 from components.trainer.input_pipeline import (DISK, MEMORY, PreprocessedCache, estimated_bytes, fill_cache,
                                                make_dataset, memory_budget_bytes)
 from components.trainer.train import ADAPT_SAMPLE_SIZE, TrainingJob, read_sample, train
@@ -127,7 +127,7 @@ class _CacheFiles(keras.callbacks.Callback):
 
 
 def _job(files, output, **overrides):
-    settings = _settings(epochs=2, xla="off", input_probe_steps=0, checkpoint_min_seconds=0, **overrides)
+    settings = _settings(**{"epochs": 2, "xla": "off", "input_probe_steps": 0, "checkpoint_min_seconds": 0, **overrides})
     (output / "scratch").mkdir(parents=True)
     return TrainingJob(settings=settings, serving_model_dir=str(output / "serving"), run_dir=str(output / "run"),
                        checkpoint_dir=str(output / "checkpoints"), scratch_dir=str(output / "scratch"), **files)
@@ -177,3 +177,73 @@ def test_packing_restores_every_tensor_whatever_its_shape_and_dtype():
     assert len(packed.element_spec) == 3  # float32, int64, string
     restored = next(iter(packed.unbatch().batch(2).map(unpack)))
     tf.nest.map_structure(lambda got, want: np.testing.assert_array_equal(got.numpy(), want.numpy()), restored, batch)
+
+
+def _labels_of(dataset) -> list:
+    return [float(label) for _, labels in dataset.as_numpy_iterator() for label in np.reshape(labels, -1)]
+
+
+def _record_ids(files, **options) -> list[bytes]:
+    """The serialized records a dataset of the training files keeps (parsed: nothing but the raw bytes)."""
+    spec = {"trip_start_timestamp": tf.io.FixedLenFeature([], tf.int64, default_value=0),
+            "trip_seconds": tf.io.FixedLenFeature([], tf.int64, default_value=-1)}
+    batches = make_dataset(files["train_files"], spec, 512, **options)
+    return [(int(a), int(b)) for batch in batches.as_numpy_iterator()
+            for a, b in zip(batch["trip_start_timestamp"], batch["trip_seconds"])]
+
+
+def test_the_validation_holdout_and_the_rest_split_the_training_records_the_same_way_every_time(files):
+    every = collections.Counter(_record_ids(files))
+    held_out = collections.Counter(_record_ids(files, holdout_share=0.2, holdout=True))
+    rest = collections.Counter(_record_ids(files, holdout_share=0.2, holdout=False))
+    assert held_out + rest == every  # each record on one side
+    assert 0.15 < sum(held_out.values()) / sum(every.values()) < 0.25
+    assert collections.Counter(_record_ids(files, holdout_share=0.2, holdout=True)) == held_out
+    assert input_pipeline.count_records(files["train_files"], 0.2) == sum(held_out.values())
+    bigger = collections.Counter(_record_ids(files, holdout_share=0.3, holdout=True))
+    assert not held_out - bigger  # a larger share holds the smaller one's records
+
+
+def test_keep_best_puts_back_the_best_intervals_weights_and_stops_after_its_patience():
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    keep = callbacks.KeepBest("val_mae", higher_is_better=False, patience=2)
+    keep.set_model(model)
+    weights_at = {}
+    for epoch, value in enumerate([0.9, 0.5, 0.6, 0.5, 0.7]):  # best at interval 2; a tie is no better
+        model.set_weights([np.full((2, 1), epoch, np.float32), np.full((1,), epoch, np.float32)])
+        weights_at[epoch] = model.get_weights()
+        model.stop_training = False
+        keep.on_epoch_end(epoch, {"val_mae": value})
+        if model.stop_training:
+            break
+    assert epoch == 3 and keep.stopped_early and (keep.best_interval, keep.best_value) == (2, 0.5)
+    keep.on_train_end()
+    np.testing.assert_array_equal(model.get_weights()[0], weights_at[1][0])
+
+
+@pytest.mark.training
+def test_training_with_a_validation_share_validates_on_held_out_training_records_and_never_reads_the_eval_split(
+        files, tmp_path, monkeypatch):
+    fed = []  # the files of every dataset that fed the model (features preprocessed)
+    original = train_module.make_dataset
+
+    def watched(file_patterns, *args, **kwargs):
+        if kwargs.get("preprocess") is not None:
+            fed.append(list(file_patterns))
+        return original(file_patterns, *args, **kwargs)
+
+    monkeypatch.setattr(train_module, "make_dataset", watched)
+    job = _job(files, tmp_path, epochs=8, validation_share=0.2, early_stopping_patience=2, schedule="cosine",
+               weight_decay=0.001)
+    report = train(job).to_json()
+    assert fed and all(patterns == files["train_files"] for patterns in fed)
+    held_out = input_pipeline.count_records(files["train_files"], 0.2)
+    assert report["validation_examples"] == held_out and 0 < held_out < report["labels"]["train"]["examples"]
+    curve = report["history"]["val_auc"]
+    assert len(curve) == report["intervals_run"] == len(report["history"]["loss"]) <= report["intervals"]
+    assert report["best_interval"] == 1 + int(np.argmax(curve))
+    assert report["final_metrics"]["val_auc"] == max(curve)
+    if report["stopped_early"]:
+        assert report["intervals_run"] - report["best_interval"] == 2
+    else:
+        assert report["intervals_run"] == report["intervals"]

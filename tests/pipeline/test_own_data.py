@@ -272,3 +272,38 @@ def test_a_model_that_predicts_a_constant_is_refused_by_the_trivial_predictor_ga
     assert "blessed: no" in out and "pushed to: nothing pushed" in out
     assert not (tmp_path / "output" / "table" / "serving").exists() or not os.listdir(
         tmp_path / "output" / "table" / "serving")
+
+
+def _label_statistics(values):
+    from pipeline import onboarding
+    examples = [tf.train.Example(features=tf.train.Features(feature={
+        "y": tf.train.Feature(float_list=tf.train.FloatList(value=[float(v)]))})).SerializeToString() for v in values]
+    return onboarding.sample_statistics(examples)
+
+
+def test_init_trains_a_long_tailed_label_at_or_above_zero_as_its_log_and_others_as_they_are():
+    import numpy as np
+    from pipeline.onboarding import label_transform
+    rng = np.random.default_rng(0)
+    prices = _label_statistics(rng.lognormal(2.0, 0.9, 3000))
+    assert label_transform(prices, "y", "regression")[0] == "log"
+    assert label_transform(_label_statistics(rng.normal(0.0, 1.0, 3000)), "y", "regression")[0] == "none"
+    assert label_transform(_label_statistics(rng.uniform(1.0, 9.0, 3000)), "y", "regression")[0] == "none"
+    shifted = rng.lognormal(2.0, 0.9, 3000) - 5.0  # as skewed, but below 0: log(1 + label) would not exist
+    assert label_transform(_label_statistics(shifted), "y", "regression")[0] == "none"
+    assert label_transform(prices, "y", "binary") == ("none", "")
+
+
+def test_init_keeps_about_ten_thousand_eval_records_of_a_large_table_and_budgets_steps_by_its_size():
+    from pipeline import onboarding
+    assert onboarding.eval_share(15_000) == pytest.approx(1 / 3)
+    assert onboarding.eval_share(50_000) == pytest.approx(0.2)
+    assert onboarding.eval_share(1_000_000) == pytest.approx(0.1)
+    for records in (300, 15_000, 60_000, 1_000_000):
+        share = onboarding.eval_share(records)
+        batch, epochs = onboarding.training_size(records, share)
+        rows = records * (1 - share) * (1 - onboarding.VALIDATION_SHARE)
+        steps = epochs * -(-int(rows) // batch)
+        assert onboarding.MIN_EPOCHS <= epochs <= onboarding.MAX_EPOCHS
+        assert steps >= onboarding.TARGET_STEPS or epochs == onboarding.MAX_EPOCHS
+        assert steps < 2 * onboarding.TARGET_STEPS or epochs == onboarding.MIN_EPOCHS
