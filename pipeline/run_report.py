@@ -318,9 +318,14 @@ def _training_figure(reports: dict[str, TrainingReport]):
             values = report.history.get(metric, [])
             label = f"{node} ({report.precision})"
             ax.plot(range(1, len(values) + 1), values, marker="o", markersize=3, label=label)
-            final = report.history.get(f"val_{metric}")
-            if final:
-                ax.scatter([len(values)], final[-1:], marker="*", s=80, label=f"{node} validation")
+            validation = report.history.get(f"val_{metric}", [])
+            if len(validation) > 1:  # validated every interval: the curve, and the interval whose weights were kept
+                ax.plot(range(1, len(validation) + 1), validation, linestyle="--", label=f"{node} validation")
+                if report.best_interval:
+                    ax.scatter([report.best_interval], [validation[report.best_interval - 1]], marker="*", s=80,
+                               label=f"{node} kept")
+            elif validation:
+                ax.scatter([len(values)], validation[-1:], marker="*", s=80, label=f"{node} validation")
         ax.set_title(metric, fontsize=9)
         ax.set_xlabel("checkpoint interval", fontsize=8)
         ax.legend(fontsize=7)

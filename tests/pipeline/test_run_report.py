@@ -234,3 +234,17 @@ def test_every_view_speaks_the_task_of_the_run():
     page = render_html(regression)
     assert "MAE candidate" in page and "RMSE candidate" in page and "AUC" not in page
     assert render_runs([regression]).splitlines()[1].split()[5:7] == ["MAE", "1.5200"]
+
+
+def test_the_training_figure_draws_the_validation_curve_and_marks_the_kept_interval():
+    from components.core.records import TrainingReport
+    from pipeline.run_report import _training_figure
+    report = TrainingReport(task_name="regression", precision="float32", best_interval=2, intervals_run=4,
+                            history={"loss": [3.0, 2.0, 1.5, 1.2], "mae": [2.0, 1.5, 1.2, 1.0],
+                                     "val_mae": [1.9, 1.4, 1.6, 1.7]})
+    figure = _training_figure({"Trainer": report})
+    mae = next(ax for ax in figure.axes if ax.get_title() == "mae")
+    curves = {line.get_label(): list(line.get_ydata()) for line in mae.get_lines()}
+    assert curves["Trainer validation"] == [1.9, 1.4, 1.6, 1.7]
+    [kept] = [c for c in mae.collections if c.get_label() == "Trainer kept"]
+    assert kept.get_offsets().tolist() == [[2.0, 1.4]]
