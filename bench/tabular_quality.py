@@ -438,7 +438,7 @@ def print_table(name: str, result: dict) -> None:
         print(f"  {model:<24} {_spread(figures['value'])}  Trainer {_fmt(figures['trainer_seconds']['mean'], '.1f')} s"
               f"  SavedModel {_fmt(figures['savedmodel']['mean'])}  full_int8 {_fmt(figures['full_int8']['mean'])}"
               f"  dynamic_int8 {_fmt(figures['dynamic_int8']['mean'])}")
-    sticks = result.get("yardsticks", {})
+    sticks = result.get("yardsticks") or {"error": "not measured"}
     if "error" in sticks:
         print(f"  yardsticks: n/a ({sticks['error']})")
     else:
