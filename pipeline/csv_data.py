@@ -40,11 +40,11 @@ import gzip
 import json
 import os
 import re
-import shutil
 import struct
-import types
 
 import numpy as np
+
+from components.core.file_system import file_system
 
 DELIMITERS = ",;\t|"
 MISSING_TOKENS = ("na", "n/a", "#n/a", "nan", "null", "none", "-", "?", "inf", "+inf", "-inf", "infinity",
@@ -467,24 +467,12 @@ def _masked_crc(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-def _storage(path: str):
-    """File operations for `path`: the standard library's for a local path, tf.io.gfile's for a URI (gs://,
-    s3://), so that writing a local span never loads TensorFlow."""
-    if "://" not in path:
-        return types.SimpleNamespace(exists=os.path.exists, makedirs=lambda p: os.makedirs(p, exist_ok=True),
-                                     remove=os.remove, rmtree=shutil.rmtree, rename=os.replace, open=open)
-    import tensorflow as tf
-    return types.SimpleNamespace(exists=tf.io.gfile.exists, makedirs=tf.io.gfile.makedirs, remove=tf.io.gfile.remove,
-                                 rmtree=tf.io.gfile.rmtree, open=tf.io.gfile.GFile,
-                                 rename=lambda a, b: tf.io.gfile.rename(a, b, overwrite=True))
-
-
 def fixed_types(data_root: str, schema_path: str | None) -> tuple[ColumnTypes | None, str]:
     """The types a new span must be written with: a curated schema's (`schema_path`), else the first
     span's (COLUMNS_FILE in the data root), else None (infer them). Output: (types, where they came from)."""
     if schema_path:
         return _schema_types(schema_path), f"the schema {schema_path}"
-    files = _storage(data_root)
+    files = file_system(data_root)
     record = os.path.join(data_root, COLUMNS_FILE)
     if files.exists(record):
         with files.open(record) as handle:
@@ -576,7 +564,7 @@ def _write_span(path: str, delimiter: str, header: list[str], data_root: str, sp
     folder, rows written, rows left out for a required cell, empty rows skipped, missing cells per column)."""
     columns = [name.strip() for name in header]
     span_dir = os.path.join(data_root, f"span-{span}")
-    files = _storage(data_root)
+    files = file_system(data_root)
     created = data_root if not files.exists(data_root) else span_dir if not files.exists(span_dir) else None
     files.makedirs(span_dir)
     paths = [os.path.join(span_dir, f"data-{i:05d}-of-{SHARDS:05d}.tfrecord.gz") for i in range(SHARDS)]
@@ -653,7 +641,7 @@ def _indices(rows: np.ndarray):
 def _record_types(data_root: str, span: int, types: ColumnTypes, fixed: ColumnTypes | None) -> None:
     """Keeps the column types in COLUMNS_FILE when no earlier span fixed them (columns new in this span are
     added)."""
-    files = _storage(data_root)
+    files = file_system(data_root)
     record = os.path.join(data_root, COLUMNS_FILE)
     if fixed is not None and files.exists(record):
         with files.open(record) as handle:

@@ -1,12 +1,13 @@
-"""A data root's spans, the data files in each, and their fingerprint: the standard library's file operations
-for a local path, tf.io.gfile's for a URI (gs://, s3://), so that a local data root is found and
-fingerprinted without loading TensorFlow (the command line decides "nothing new" before any heavy import).
+"""A data root's spans, the data files in each, and their fingerprint, through components.core.file_system: a
+local data root is found and fingerprinted without loading TensorFlow (the command line decides "nothing
+new" before any heavy import).
 """
 from __future__ import annotations
 
 import hashlib
 import os
-import types
+
+from components.core.file_system import file_system
 
 SPAN_PREFIX = "span-"
 EDGE_BYTES = 64 * 1024  # fingerprint_spans reads this much from the start and from the end of each file
@@ -16,21 +17,9 @@ class IngestionError(ValueError):
     """Bad input: the message names the file (and record index when there is one)."""
 
 
-def _filesystem(path: str):
-    """isdir, listdir, size, mtime (in nanoseconds, whole seconds as tf.io.gfile reports local files) and
-    open for `path`."""
-    if "://" not in path:
-        return types.SimpleNamespace(isdir=os.path.isdir, listdir=os.listdir, size=os.path.getsize, open=open,
-                                     mtime_nsec=lambda p: os.stat(p).st_mtime_ns // 10**9 * 10**9)
-    import tensorflow as tf
-    return types.SimpleNamespace(isdir=tf.io.gfile.isdir, listdir=tf.io.gfile.listdir, open=tf.io.gfile.GFile,
-                                 size=lambda p: tf.io.gfile.stat(p).length,
-                                 mtime_nsec=lambda p: tf.io.gfile.stat(p).mtime_nsec)
-
-
 def list_record_files(input_dir: str) -> list[str]:
     """Input: a directory. Output: its data files, sorted by name (hidden files and subdirectories skipped)."""
-    files = _filesystem(input_dir)
+    files = file_system(input_dir)
     if not files.isdir(input_dir):
         raise IngestionError(f"{input_dir}: input directory does not exist")
     found = sorted(os.path.join(input_dir, name) for name in files.listdir(input_dir)
@@ -46,7 +35,7 @@ def resolve_spans(data_root: str, window: int = 1) -> list[tuple[int, str]]:
 
     A root without span folders is read as a single span 0.
     """
-    files = _filesystem(data_root)
+    files = file_system(data_root)
     if not files.isdir(data_root):
         raise IngestionError(f"{data_root}: input directory does not exist")
     if window < 1:
@@ -75,7 +64,7 @@ def fingerprint_spans(spans: list[tuple[int, str]]) -> str:
     digest = hashlib.sha256()
     for span, span_dir in spans:
         digest.update(f"span={span}".encode())
-        files = _filesystem(span_dir)
+        files = file_system(span_dir)
         for path in list_record_files(span_dir):
             size = files.size(path)
             digest.update(f"{os.path.basename(path)}:{size}:{files.mtime_nsec(path)}:"

@@ -45,11 +45,11 @@ def test_the_light_input_fingerprint_is_ingestions_own_as_the_data_changes(tmp_p
     _write(root / "span-1" / "a.tfrecord.gz", 3 * EDGE_BYTES)
     _write(root / "span-1" / "b.tfrecord.gz", 1000, seed=1)
     seen = []
-    light_filesystem = spans._filesystem
+    light_filesystem = spans.file_system
 
     def fingerprint_input(data_root, window=1):  # every file operation through tf.io.gfile, as for gs:// or s3://
         with monkeypatch.context() as patch:
-            patch.setattr(spans, "_filesystem", lambda path: light_filesystem("gs://" + path))
+            patch.setattr(spans, "file_system", lambda path: light_filesystem("gs://" + path))
             return spans.fingerprint_input(data_root, window)
 
     def same_as_ingestion() -> str:
