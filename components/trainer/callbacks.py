@@ -117,28 +117,36 @@ class SpacedBackupAndRestore(keras.callbacks.BackupAndRestore):
 
 class KeepBest(keras.callbacks.Callback):
     """Watches a validation metric at the end of every interval: keeps a copy of the weights of the best
-    interval so far (ties: the earlier), stops training after `patience` intervals without a better value (0:
-    never early), and puts the best weights back when training ends. After fit: `best_interval` (1-based; 0:
-    none measured), `best_value`, `stopped_early`. A job resumed from a checkpoint starts watching afresh."""
+    interval so far, stops training after `patience` intervals without a better value (0: never early), and
+    puts the best weights back when training ends. Of two intervals with the same value (accuracy on a small
+    validation set often ties) the one with the lower `tie_breaker` (the validation loss) is the better.
+    After fit: `best_interval` (1-based; 0: none measured), `best_value`, `stopped_early`. A job resumed from a
+    checkpoint starts watching afresh."""
 
-    def __init__(self, monitor: str, higher_is_better: bool, patience: int = 0):
+    def __init__(self, monitor: str, higher_is_better: bool, patience: int = 0, tie_breaker: str = "val_loss"):
         super().__init__()
         self.monitor, self.higher_is_better, self.patience = monitor, higher_is_better, patience
+        self.tie_breaker = tie_breaker
         self.best_interval, self.best_value, self.stopped_early = 0, None, False
+        self._best_tie = math.inf
         self._weights = None
         self._waited = 0
 
-    def _better(self, value: float) -> bool:
+    def _better(self, value: float, tie: float) -> bool:
         if self.best_value is None:
             return True
+        if value == self.best_value:
+            return tie < self._best_tie
         return value > self.best_value if self.higher_is_better else value < self.best_value
 
     def on_epoch_end(self, epoch, logs=None):
-        value = (logs or {}).get(self.monitor)
+        logs = logs or {}
+        value = logs.get(self.monitor)
         if value is None or not math.isfinite(float(value)):
             return
-        if self._better(float(value)):
-            self.best_interval, self.best_value, self._waited = epoch + 1, float(value), 0
+        tie = float(logs.get(self.tie_breaker, math.inf))
+        if self._better(float(value), tie):
+            self.best_interval, self.best_value, self._best_tie, self._waited = epoch + 1, float(value), tie, 0
             self._weights = self.model.get_weights()
             return
         self._waited += 1

@@ -209,16 +209,18 @@ def test_keep_best_puts_back_the_best_intervals_weights_and_stops_after_its_pati
     keep = callbacks.KeepBest("val_mae", higher_is_better=False, patience=2)
     keep.set_model(model)
     weights_at = {}
-    for epoch, value in enumerate([0.9, 0.5, 0.6, 0.5, 0.7]):  # best at interval 2; a tie is no better
+    # best at interval 2; the tie at 3 has a higher validation loss (no better), the tie at 4 a lower one
+    for epoch, (value, loss) in enumerate([(0.9, 1.0), (0.5, 0.8), (0.5, 0.9), (0.5, 0.6), (0.7, 0.5), (0.8, 0.5),
+                                          (0.4, 0.1)]):
         model.set_weights([np.full((2, 1), epoch, np.float32), np.full((1,), epoch, np.float32)])
         weights_at[epoch] = model.get_weights()
         model.stop_training = False
-        keep.on_epoch_end(epoch, {"val_mae": value})
+        keep.on_epoch_end(epoch, {"val_mae": value, "val_loss": loss})
         if model.stop_training:
             break
-    assert epoch == 3 and keep.stopped_early and (keep.best_interval, keep.best_value) == (2, 0.5)
+    assert epoch == 5 and keep.stopped_early and (keep.best_interval, keep.best_value) == (4, 0.5)
     keep.on_train_end()
-    np.testing.assert_array_equal(model.get_weights()[0], weights_at[1][0])
+    np.testing.assert_array_equal(model.get_weights()[0], weights_at[3][0])
 
 
 @pytest.mark.training
