@@ -203,6 +203,8 @@ class SchemaModel:
         parts = []
         for name, tensor in inputs.items():
             layer = preprocessing.get_layer(name)
+            # (a Discretization comes from a model served by older code: it builds, so that the warm start
+            # can tell its weights do not fit and train from scratch)
             if isinstance(layer, (Vocabulary, keras.layers.Discretization)):
                 size = layer.vocabulary_size() if isinstance(layer, Vocabulary) else layer.num_bins + 1
                 width = min(8, 1 + math.ceil(math.log2(size)))
