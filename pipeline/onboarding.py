@@ -37,6 +37,7 @@ CATEGORY_DRIFT = 0.15  # L-infinity distance between the value distributions
 TARGET_STEPS = 3000
 MIN_EPOCHS, MAX_EPOCHS = 20, 200
 VALIDATION_SHARE = 0.15
+VALIDATION_MIN_RECORDS = 30  # a table whose holdout would be smaller trains its whole budget, no holdout
 LEARNING_RATE = 0.002
 WEIGHT_DECAY = 0.0003
 # The eval split the gates score: a third of a table's records up to 30,000 of them, EVAL_RECORDS beyond (at
@@ -124,6 +125,11 @@ class Project:
     label_transform_reason: str = ""
 
     @property
+    def validates(self) -> bool:
+        """The training split is large enough to hold VALIDATION_MIN_RECORDS or more out for validation."""
+        return self.records * (1 - self.eval_fraction) * VALIDATION_SHARE >= VALIDATION_MIN_RECORDS
+
+    @property
     def config_path(self) -> str:
         return os.path.join(self.folder, f"{self.name}.yaml")
 
@@ -144,9 +150,10 @@ class Project:
             lines.append(f"left out: {name} ({reason})")
         if self.label_transform != "none":
             lines.append(f"label transform: {self.label_transform} ({self.label_transform_reason})")
+        kept = (f"the best on a {VALIDATION_SHARE:.0%} validation slice of the training split kept"
+                if self.validates else "no validation slice (too few records)")
         lines += [f"eval split: {self.eval_fraction:.0%} of the records",
-                  f"training: batch size {self.batch_size}, up to {self.epochs} epochs, the best on a "
-                  f"{VALIDATION_SHARE:.0%} validation slice of the training split kept",
+                  f"training: batch size {self.batch_size}, up to {self.epochs} epochs, {kept}",
                   f"wrote {self.config_path}", f"wrote {self.schema_path}",
                   "edit either to change what was decided (README: Your own data), then run:",
                   f"  python -m pipeline run --config {os.path.relpath(self.config_path)}"]
@@ -182,9 +189,10 @@ class Project:
             f"  learning_rate: {LEARNING_RATE}\n"
             "  schedule: cosine  # after the warmup, down to 0 at the last step\n"
             f"  weight_decay: {WEIGHT_DECAY}  # AdamW\n"
-            f"  validation_share: {VALIDATION_SHARE}  # of the training split, held out to keep the best epoch\n"
-            f"  early_stopping_patience: {max(5, self.epochs // 5)}  # epochs without a better validation score\n"
-            "evaluate:\n"
+            + (f"  validation_share: {VALIDATION_SHARE}  # of the training split, held out to keep the best epoch\n"
+               f"  early_stopping_patience: {max(5, self.epochs // 5)}  # epochs without a better validation score\n"
+               if self.validates else "  validation_share: 0  # too few records to hold some out\n")
+            + "evaluate:\n"
             '  slice_feature: ""  # a feature to report metrics per value of\n'
             "  absolute_bar: null  # a bar on the primary metric, on top of beating the trivial predictor\n")
 

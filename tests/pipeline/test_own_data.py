@@ -307,3 +307,20 @@ def test_init_keeps_about_ten_thousand_eval_records_of_a_large_table_and_budgets
         assert onboarding.MIN_EPOCHS <= epochs <= onboarding.MAX_EPOCHS
         assert steps >= onboarding.TARGET_STEPS or epochs == onboarding.MAX_EPOCHS
         assert steps < 2 * onboarding.TARGET_STEPS or epochs == onboarding.MIN_EPOCHS
+
+
+@pytest.mark.parametrize("records, holds_out", [(150, False), (334, True), (15_000, True)])
+def test_init_holds_validation_records_out_only_when_there_are_enough(tmp_path, records, holds_out):
+    import yaml
+    from pipeline import onboarding
+    from pipeline.config import load_config
+    share = onboarding.eval_share(records)
+    batch, epochs = onboarding.training_size(records, share)
+    schema = 'feature { name: "x" type: FLOAT }\nfeature { name: "y" type: INT }\n'
+    project = onboarding.Project("t", str(tmp_path), str(tmp_path / "data"), records, "binary", "y", ["0", "1"],
+                                 {"float": ["x"]}, {}, "set with --task", schema, batch, epochs, share)
+    project.write()
+    train = yaml.safe_load(project.config_text())["train"]
+    assert (train["validation_share"] > 0) == holds_out
+    assert ("early_stopping_patience" in train) == holds_out
+    assert load_config(project.config_path).train.validation_share == train["validation_share"]
