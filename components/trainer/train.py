@@ -9,13 +9,13 @@ How the precision and XLA are probed is in probing.py, checkpoint handling in ch
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import tempfile
 import time
 
 import keras
 import numpy as np
+import tensorflow as tf
 from absl import logging
 
 from components.core import artifact_files, contract
@@ -181,16 +181,16 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
     for split in setup.splits:
         if setup.input_cache.places[split] == DISK:  # written once here, only read from then on
             fill_cache(setup.dataset(files_of[split], False, split=split))
-    memory_batches = in_memory_batches(setup.dataset(job.train_files, True), settings)
+    train_data = setup.dataset(job.train_files, True, split="train")  # in memory: read and preprocessed here
+    # the model is timed on batches of the very form training feeds it (same shapes), held in memory
+    memory_batches = in_memory_batches(train_data, settings)
     with setup.strategy.scope():
         model, precision, xla, memory_rate = build_for_device(
             setup.model_module, setup.preprocessing, setup.device, settings, plan, probe_batch, memory_batches,
             setup.multi_worker)
         apply_warm_start(model, setup.warm)  # a checkpoint of this job, when there is one, still wins (resume)
     logging.info("Precision %s (%s); XLA %s (%s)", precision.value, precision.reason, xla.value, xla.reason)
-    train_data = setup.dataset(job.train_files, True, split="train")  # the probe below fills its cache for fit
-    host_rate = host_throughput(train_data, plan.global_batch, settings.input_probe_steps,
-                                warmup=math.ceil(setup.labels["train"].examples / plan.global_batch) + 1)
+    host_rate = host_throughput(train_data, plan.global_batch, settings.input_probe_steps)
 
     checkpoint_dir = job.checkpoint_dir
     if setup.multi_worker:  # each worker keeps its own copy of the (identical) training state
@@ -270,20 +270,28 @@ def _final_metrics(fitted: FitResult) -> dict[str, float]:
     return {name: values[kept] if len(values) > kept else values[-1] for name, values in fitted.history.items()}
 
 
-def host_throughput(train_data, global_batch: int, steps: int, warmup: int) -> float:
-    """Examples/s the training input pipeline alone delivers in its steady state (no model): `steps` batches
-    timed after `warmup` (a full pass: it fills the in-memory cache, the work training's first pass would do)
-    (0 steps: not measured, 0.0). Its ratio to the model's rate on in-memory batches says how many times faster
-    a device could be before this host would starve it."""
+HOST_TIMING_STEPS = 1000  # at least this many batches time the host ceiling (a few tenths of a second)
+
+
+def host_throughput(train_data: tf.data.Dataset, global_batch: int, steps: int) -> float:
+    """Examples/s the training input pipeline alone delivers in its steady state (no model), pulled inside
+    TensorFlow as training's steps pull it: max(`steps`, HOST_TIMING_STEPS) batches timed after `steps`
+    batches of warm-up (0 steps: not measured, 0.0). Its ratio to the model's rate on in-memory batches says
+    how many times faster a device could be before this host would starve it."""
     if not steps:
         return 0.0
     batches = iter(train_data)
-    for _ in range(warmup):
-        next(batches)
+
+    @tf.function
+    def pull(count):
+        for _ in tf.range(count):
+            next(batches)
+
+    pull(tf.constant(steps))
+    timed = max(steps, HOST_TIMING_STEPS)
     start = time.perf_counter()
-    for _ in range(steps):
-        next(batches)
-    return steps * global_batch / (time.perf_counter() - start)
+    pull(tf.constant(timed))
+    return timed * global_batch / (time.perf_counter() - start)
 
 
 def _log_dir(run_dir: str, chief: bool) -> str:
