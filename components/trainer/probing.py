@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import re
-import time
 
 import keras
 import tensorflow as tf
 from absl import logging
 
 from components.settings import TrainConfig
-from components.trainer.device import Decision, DeviceDescription, choose_precision, config_override, xla_candidates
+from components.trainer.callbacks import ThroughputMeter
+from components.trainer.device import (Decision, DeviceDescription, choose_precision, config_override, cpu_without_xla,
+                                      xla_candidates)
 from components.trainer.distribution import work_around_keras_multi_worker_fit
 from components.trainer.plan import TrainingPlan, learning_rate_schedule
 from components.core.model_module import ModelModule, check_output_width, task_of
@@ -29,7 +30,7 @@ def build_for_device(model_module: ModelModule, preprocessing: keras.Model, devi
                      multi_worker: bool) -> tuple[keras.Model, Decision, Decision, float]:
     """Builds and compiles the model for this device; call inside the strategy's scope.
 
-    With `xla: auto` on a device that may gain from XLA (an accelerator or a bf16 CPU), two candidates are
+    With `xla: auto` on an accelerator (on a CPU auto leaves XLA off: device.cpu_without_xla), two candidates are
     built from the same initial weights and timed on the same in-memory batches: XLA with the policy the
     device gets with XLA, and no XLA with the policy it gets without. The XLA one is kept unless the other
     is at least 10% faster. The one without XLA is timed first: when the whole training would take less than
@@ -54,7 +55,7 @@ def build_for_device(model_module: ModelModule, preprocessing: keras.Model, devi
     elif too_short:
         reason = too_short
     elif settings.xla == "auto":
-        reason = "plain CPU: nothing for XLA to gain"
+        reason = cpu_without_xla(device)
     else:
         reason = "set in the config"
     return model, precision, Decision(xla, reason), rate
@@ -185,14 +186,13 @@ def in_memory_batches(train_data: tf.data.Dataset, settings: TrainConfig) -> tf.
 def _in_memory_throughput(model: keras.Model, batches: tf.data.Dataset, global_batch: int, execution: int,
                           steps: int) -> float:
     """Trains about `steps` steps on batches already in memory (compiling first), then restores every
-    variable. Output: examples/s with no input cost."""
+    variable. Output: examples/s with no input cost, timed as training's own rate is (ThroughputMeter)."""
     steps = max(execution, steps // execution * execution)
+    meter = ThroughputMeter(global_batch)
     with _variables_restored(model):
         model.fit(batches, steps_per_epoch=execution, epochs=1, verbose=0)  # trace and compile
-        start = time.perf_counter()
-        model.fit(batches, steps_per_epoch=steps, epochs=1, verbose=0)
-        seconds = time.perf_counter() - start
-    return steps * global_batch / seconds
+        model.fit(batches, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[meter])
+    return meter.examples_per_second
 
 
 def input_wait(real_rate: float, memory_rate: float) -> float | None:
