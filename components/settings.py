@@ -135,7 +135,7 @@ class TrainConfig:
     steps_per_execution: int = setting(10, AT_LEAST_1)
     strategy: str = setting("auto", STRATEGY)  # auto | one_device | mirrored | multi_worker_mirrored | tpu
     precision: str = setting("auto", PRECISION)  # auto | float32 | mixed_float16 | mixed_bfloat16
-    # auto (on for GPUs, TPUs and bf16 CPUs, when the model compiles) | on | off
+    # auto (GPUs and TPUs: timed with and without, when the model compiles; CPUs: off) | on | off
     xla: str = setting("auto", AUTO_ON_OFF)
     # with xla auto: XLA is tried only when training is at least this many seconds of compute (timed without
     # XLA), long enough for its compile to pay back; 0 = always tried where XLA may gain

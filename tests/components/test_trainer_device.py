@@ -5,7 +5,8 @@ import json
 import pytest
 
 from components.trainer.device import (DeviceDescription, Gpu, TfConfigError, choose_precision, choose_strategy,
-                                       cpu_has_bf16, describe_devices, workers_from_tf_config)
+                                       cpu_has_bf16, cpu_without_xla, describe_devices, workers_from_tf_config,
+                                       xla_candidates)
 
 
 def _gpus(*capabilities):
@@ -21,6 +22,16 @@ def test_gpu_policy_follows_tensor_core_compute_capability(capability, policy):
 
 def test_mixed_gpus_fall_back_to_float32_when_one_lacks_tensor_cores():
     assert choose_precision(DeviceDescription(gpus=_gpus((8, 0), (6, 1))), xla=True).value == "float32"
+
+
+def test_xla_auto_is_timed_on_accelerators_and_left_off_on_cpus_where_the_fp32_baseline_would_cost_more():
+    for accelerator in (DeviceDescription(gpus=_gpus((7, 5))), DeviceDescription(tpu_cores=8)):
+        assert xla_candidates(accelerator, "auto") == ["on", "off"]
+    for cpu in (DeviceDescription(), DeviceDescription(cpu_bf16=True)):
+        assert xla_candidates(cpu, "auto") == ["off"]
+        assert xla_candidates(cpu, "on") == ["on"] and xla_candidates(cpu, "off") == ["off"]
+    assert "FP32 baseline" in cpu_without_xla(DeviceDescription(cpu_bf16=True))
+    assert cpu_without_xla(DeviceDescription()) == "plain CPU: nothing for XLA to gain"
 
 
 def test_tpu_and_bf16_cpu_get_bfloat16_but_bf16_cpu_only_with_xla():

@@ -22,8 +22,8 @@ from components.core import contract, tasks
 from components.core.contract import TFLITE_VARIANTS
 from components.core.records import TrainingReport
 from components.model_export.variants import OUTPUT_TOLERANCE
-from components.trainer.device import (choose_precision, choose_strategy, describe_devices, device_from_json,
-                                       xla_candidates)
+from components.trainer.device import (choose_precision, choose_strategy, cpu_without_xla, describe_devices,
+                                       device_from_json, xla_candidates)
 from components.validation_gate.executor import BlockingAnomaliesError
 from pipeline.cli import main as cli_main
 from pipeline.config import load_config
@@ -161,7 +161,7 @@ def test_training_reports_record_device_choices_and_the_fp32_baseline(first_run)
     if len(candidates) == 2:  # the demo-sized training is too short for XLA's compile to pay back
         assert report["xla_reason"].startswith("training is about") and report["xla"] is False
     else:
-        assert (report["xla"], report["xla_reason"]) == (False, "plain CPU: nothing for XLA to gain")
+        assert (report["xla"], report["xla_reason"]) == (False, cpu_without_xla(device))
     # 3 passes over the training split, validated once at the end, with throughput measured.
     assert report["total_steps"] >= 3 * report["train_examples"] / report["global_batch"]
     assert report["steps_run"] == report["total_steps"] and len(report["history"]["val_auc"]) == 1
