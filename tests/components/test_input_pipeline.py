@@ -13,7 +13,7 @@ import tensorflow as tf
 import models.taxi
 from components.trainer import callbacks, input_pipeline, train as train_module
 from components.trainer.input_pipeline import (DISK, MEMORY, PreprocessedCache, estimated_bytes, fill_cache,
-                                               make_dataset, memory_budget_bytes)
+                                               make_dataset, memory_budget_bytes, row_batches)
 from components.trainer.train import ADAPT_SAMPLE_SIZE, TrainingJob, read_sample, train
 from tests.components.training import settings as _settings
 
@@ -249,3 +249,23 @@ def test_training_with_a_validation_share_validates_on_held_out_training_records
         assert report["intervals_run"] - report["best_interval"] == 2
     else:
         assert report["intervals_run"] == report["intervals"]
+
+
+@pytest.mark.parametrize("rows, batch", [(1000, 256), (1024, 256), (10, 4), (3, 8)])
+def test_row_batches_hold_every_row_once_per_pass_in_full_batches_that_run_across_passes(rows, batch):
+    passes = 5
+    batches = list(row_batches(rows, batch, shuffle=True, repeat=True, seed=3)
+                   .take(-(-passes * rows // batch)).as_numpy_iterator())
+    assert all(len(b) == batch for b in batches)
+    stream = np.concatenate(batches)
+    orders = [stream[i * rows:(i + 1) * rows] for i in range(passes)]
+    for order in orders:
+        assert sorted(order.tolist()) == list(range(rows))
+    if rows >= 10:  # each pass in an order of its own
+        assert len({tuple(order.tolist()) for order in orders}) == passes
+    again = np.concatenate(list(row_batches(rows, batch, shuffle=True, repeat=True, seed=3)
+                                .take(-(-passes * rows // batch)).as_numpy_iterator()))
+    assert again.tolist() == stream.tolist()  # the same seed, the same batches: on every worker
+    # One pass in order: every row, the last batch partial.
+    once = list(row_batches(rows, batch, shuffle=False, repeat=False, seed=3).as_numpy_iterator())
+    assert np.concatenate(once).tolist() == list(range(rows)) and all(len(b) == batch for b in once[:-1])
