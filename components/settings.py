@@ -125,7 +125,8 @@ class TrainConfig:
     # with validation_share: stop after this many intervals without a better validation score; 0 = never stop early
     early_stopping_patience: int = setting(0, NOT_NEGATIVE)
     gradient_accumulation_steps: int = setting(1, AT_LEAST_1)  # >1: apply gradients once per this many batches
-    shuffle_buffer: int = setting(10_000, NOT_NEGATIVE)  # records the input pipeline shuffles among; 0 = no shuffle
+    # records the input pipeline shuffles among (from the in-memory cache: each pass wholly shuffled); 0 = no shuffle
+    shuffle_buffer: int = setting(10_000, NOT_NEGATIVE)
     # each split is parsed and preprocessed once and its model-ready tensors cached for every later pass: in
     # memory while their estimated size fits in this many MB (the training split first), else in a local disk
     # cache ($TMPDIR) deleted when training ends; 0 = auto: a quarter of the machine's memory (or of the

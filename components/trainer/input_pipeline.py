@@ -6,8 +6,11 @@ Two ways to feed a split:
   preprocess, prefetch: the records are parsed and preprocessed again on every pass;
 - preprocessed once (`make_dataset(..., cache=True)`): read in file order, batch, parse, preprocess, then
   cache the model-ready tensors (features after preprocessing, and labels; packed into one matrix per dtype),
-  in memory or in files (`cache_file`); every pass after the first reads them back, unbatches, shuffles the
-  examples, batches, unpacks and prefetches. `PreprocessedCache` decides, per split, where the cache goes from its estimated size
+  in memory or in files (`cache_file`). In memory and repeated or shuffled (training), the whole split is
+  read at once into one tensor per dtype and each batch gathered from it by a batch of row numbers
+  (`row_batches`: a permutation per pass); otherwise every pass after the first reads the cached batches
+  back (from files: unbatched, shuffled among `shuffle_buffer` examples, batched again), unpacks and
+  prefetches. `PreprocessedCache` decides, per split, where the cache goes from its estimated size
   (`estimated_bytes`) and removes the cache files when training ends.
 """
 from __future__ import annotations
@@ -47,10 +50,11 @@ def make_dataset(file_patterns: list[str], feature_spec: dict[str, tf.io.FixedLe
     Output: batches of parsed features (dict), or (features, label) when `label_fn` maps parsed features to
     labels; then only `input_names` are kept in the features and `preprocess` (a Keras model or function
     on a features dict) is applied to them. With `shuffle_buffer` the order is shuffled (among that many
-    records, or examples when cached) and not deterministic (faster); `repeat` repeats it without end
-    (batches run across passes). `cache` parses and preprocesses the records once, in file order, and keeps
-    the resulting tensors in memory (`cache_file` "") or in files named `cache_file`*, read back on every
-    later pass: the same examples in every pass as without it, and the same order without shuffling.
+    records, or examples from the disk cache, or wholly from the memory cache) and not deterministic
+    (faster); `repeat` repeats it without end (batches run across passes). `cache` parses and preprocesses
+    the records once, in file order, and keeps the resulting tensors in memory (`cache_file` "": read here
+    when training, at the first pass otherwise) or in files named `cache_file`*, read back on every later
+    pass: the same examples in every pass as without it, and the same order without shuffling.
     `shard_by_data` makes multi-worker training split elements, not files, between workers (each worker
     builds and caches the whole split, then takes every n-th batch). `holdout_share` > 0 keeps the records of
     the holdout (`holdout` True: in_holdout) or the rest (False).

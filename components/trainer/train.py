@@ -281,17 +281,18 @@ def host_throughput(train_data: tf.data.Dataset, global_batch: int, steps: int) 
     if not steps:
         return 0.0
     batches = iter(train_data)
-
-    @tf.function
-    def pull(count):
-        for _ in tf.range(count):
-            next(batches)
-
-    pull(tf.constant(steps))
+    _pull(batches, tf.constant(steps, tf.int64))
     timed = max(steps, HOST_TIMING_STEPS)
     start = time.perf_counter()
-    pull(tf.constant(timed))
+    _pull(batches, tf.constant(timed, tf.int64))
     return timed * global_batch / (time.perf_counter() - start)
+
+
+@tf.function
+def _pull(batches, count):
+    """Takes `count` batches from the iterator `batches` inside TensorFlow (traced once per input signature)."""
+    for _ in tf.range(count):
+        next(batches)
 
 
 def _log_dir(run_dir: str, chief: bool) -> str:
