@@ -138,7 +138,6 @@ def row_batches(rows: int, batch_size: int, shuffle: bool, repeat: bool, seed: i
     slice, not a step per row (tf.data's per-element cost would otherwise cap the host near the model's rate)."""
     if seed is None:
         seed = int(np.random.default_rng().integers(2**31))
-    rows64, batch64 = tf.constant(rows, tf.int64), tf.constant(batch_size, tf.int64)
 
     def order(number):  # the rows of pass `number`, in the order it feeds them
         if not shuffle:
@@ -146,20 +145,18 @@ def row_batches(rows: int, batch_size: int, shuffle: bool, repeat: bool, seed: i
         noise = tf.random.stateless_uniform([rows], seed=tf.stack([tf.constant(seed, tf.int64), number]))
         return tf.cast(tf.argsort(noise), tf.int64)
 
-    if not repeat or rows < batch_size:  # one pass, or batches that span more than two passes: rows one by one
-        passes = tf.data.Dataset.range(2**31 if repeat else 1).map(order)
+    passes = tf.data.Dataset.range(2**31 if repeat else 1).map(order)
+    if not repeat:
         return passes.rebatch(batch_size, drop_remainder=False)
 
-    def pass_batches(number):
-        # Pass k feeds the batches whose last row falls in it: the tail of pass k - 1 that the previous pass
-        # left over (k * rows mod batch rows), then its own rows up to its last full batch.
-        first_batch, end_batch = number * rows64 // batch64, (number + 1) * rows64 // batch64
-        left_over = number * rows64 - first_batch * batch64
-        previous = order(tf.maximum(number - 1, 0))
-        picked = tf.concat([previous[rows64 - left_over:], order(number)[:end_batch * batch64 - number * rows64]], 0)
-        return tf.reshape(picked, [-1, batch_size])
+    def cut(left_over, rows_in_order):
+        # A pass's rows after the previous pass's left-over tail, cut into as many full batches as they
+        # fill; what remains is carried to the next pass.
+        picked = tf.concat([left_over, rows_in_order], 0)
+        full = tf.size(picked, out_type=tf.int64) // batch_size * batch_size
+        return picked[full:], tf.reshape(picked[:full], [-1, batch_size])
 
-    passes = tf.data.Dataset.range(2**31).map(pass_batches).prefetch(1)
+    passes = passes.scan(tf.zeros([0], tf.int64), cut).prefetch(1)
     return passes.flat_map(tf.data.Dataset.from_tensor_slices)
 
 
