@@ -25,7 +25,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, PROJECT_ROOT)
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -57,8 +58,7 @@ def plain_keras_throughput(model_name: str, train_files: list[str], batch_size: 
 
 
 SCHEMA_DRIVEN = "models.tabular"  # on the taxi data: the fare as a regression from the other features but tips
-FARE_SCHEMA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "schemas", "taxi_fare",
-                           "schema.pbtxt")
+FARE_SCHEMA = os.path.join(PROJECT_ROOT, "schemas", "taxi_fare", "schema.pbtxt")
 
 
 def trainer_report(model_name: str, files: dict, output: str, **overrides) -> dict:
