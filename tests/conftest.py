@@ -1,4 +1,5 @@
-"""Shared fixtures: small real data written in the pipeline's record contract, and the described-GPU hook."""
+"""Shared fixtures: small real data written in the pipeline's record contract, the described-GPU hook, no TF_CONFIG
+from the caller, and the session's temporary folder under pytest's."""
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
