@@ -173,12 +173,17 @@ class Task:
         raise TaskError(f"{metric.name} is not an average over examples in a {self.name} task")
 
     # ------------------------------------------------------------------------------ trivial predictor
-    def trivial_predictions(self, training: LabelSummary, examples: int) -> np.ndarray:
-        """What a model that learned nothing predicts for `examples` examples, in the prediction_key's shape:
-        the best constant on the training split under the task's primary metric."""
+    # The trivial predictor is the best constant on the eval labels themselves, chosen in hindsight: no model
+    # that predicts one value for every example can beat it, whichever constant it learned (a constant fitted
+    # on the training split can land nearer the eval split's best one and beat it by a hair).
+    def trivial_predictions(self, labels: np.ndarray, classes: tuple[str, ...]) -> np.ndarray:
+        """Input: the eval labels, the task's classes. Output: what a model that learned nothing predicts for
+        each of them, in the prediction_key's shape: the best constant on these labels under the primary
+        metric."""
         raise NotImplementedError
 
-    def trivial_description(self, training: LabelSummary, classes: tuple[str, ...]) -> str:
+    def trivial_description(self, labels: np.ndarray, classes: tuple[str, ...]) -> str:
+        """The trivial predictor in words, for the reports."""
         raise NotImplementedError
 
 
@@ -241,11 +246,13 @@ class BinaryTask(Task):
             return -(labels * np.log(clipped) + (1 - labels) * np.log(1 - clipped))
         return super().per_example(metric, labels, predictions)
 
-    def trivial_predictions(self, training, examples):
-        return np.full(examples, training.mean)  # any constant has AUC 0.5
+    def trivial_predictions(self, labels, classes):
+        labels = np.asarray(labels, np.float64).reshape(-1)
+        return np.full(len(labels), labels.mean() if len(labels) else 0.5)  # any constant has AUC 0.5
 
-    def trivial_description(self, training, classes):
-        return f"a constant ({training.mean:.4f}, the training share of positives): AUC 0.5"
+    def trivial_description(self, labels, classes):
+        share = float(np.mean(labels)) if len(labels) else 0.5
+        return f"a constant ({share:.4f}, the eval split's share of positives): AUC 0.5"
 
 
 class MulticlassTask(Task):
@@ -307,13 +314,19 @@ class MulticlassTask(Task):
             return -np.log(clipped[np.arange(len(labels)), labels.astype(np.int64)] / clipped.sum(axis=1))
         return super().per_example(metric, labels, predictions)
 
-    def trivial_predictions(self, training, examples):
-        predictions = np.zeros((examples, len(training.class_counts)))
-        predictions[:, int(np.argmax(training.class_counts))] = 1.0  # certainty on the majority class
+    def trivial_predictions(self, labels, classes):
+        predictions = np.zeros((len(np.reshape(labels, -1)), len(classes)))
+        predictions[:, _majority(labels, classes)] = 1.0  # certainty on the majority class
         return predictions
 
-    def trivial_description(self, training, classes):
-        return f"always {classes[int(np.argmax(training.class_counts))]!r}, the training split's majority class"
+    def trivial_description(self, labels, classes):
+        return f"always {classes[_majority(labels, classes)]!r}, the eval split's majority class"
+
+
+def _majority(labels: np.ndarray, classes: tuple[str, ...]) -> int:
+    """The most frequent class id among `labels` (the first of the tied ones; 0 when there are none)."""
+    labels = np.asarray(labels).reshape(-1).astype(np.int64)
+    return int(np.argmax(np.bincount(labels, minlength=len(classes)))) if len(labels) else 0
 
 
 class RegressionTask(Task):
@@ -378,13 +391,15 @@ class RegressionTask(Task):
             return (labels - predictions) ** 2
         return super().per_example(metric, labels, predictions)
 
-    def trivial_predictions(self, training, examples):
+    def trivial_predictions(self, labels, classes):
         # The median label is the constant with the lowest MAE (the mean has the lowest MSE but a larger MAE
         # on skewed labels).
-        return np.full(examples, training.median)
+        labels = np.asarray(labels, np.float64).reshape(-1)
+        return np.full(len(labels), np.median(labels) if len(labels) else 0.0)
 
-    def trivial_description(self, training, classes):
-        return f"always {training.median:.6g}, the training split's median label (the best constant under MAE)"
+    def trivial_description(self, labels, classes):
+        median = float(np.median(labels)) if len(labels) else 0.0
+        return f"always {median:.6g}, the eval split's median label (the best constant under MAE)"
 
 
 TASKS = {task.name: task for task in (BinaryTask(), MulticlassTask(), RegressionTask())}
@@ -423,11 +438,10 @@ def auc(labels: np.ndarray, scores: np.ndarray) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class LabelSummary:
-    """The labels of one split, as the Trainer counted them: the trivial predictor is built from the
-    training split's."""
+    """The labels of one split, as the Trainer counted them (recorded in the model's facts)."""
     examples: int
     mean: float  # the mean label (binary: the share of positives)
-    median: float = 0.0  # the median label (regression: the best constant under MAE)
+    median: float = 0.0  # the median label
     class_counts: tuple[int, ...] = ()  # classification: examples per class id
 
     def to_json(self) -> dict:

@@ -70,8 +70,7 @@ class Executor(evaluator_executor.Executor):
         self._run_tfma(input_dict[contract.EXAMPLES], models, eval_config, evaluation.uri)
         metrics = read_metrics(evaluation.uri, task)
         labels, predictions = per_example.read(evaluation.uri)
-        training_labels = candidate_facts.labels["train"]
-        predictions[contract.TRIVIAL] = task.trivial_predictions(training_labels, len(labels))
+        predictions[contract.TRIVIAL] = task.trivial_predictions(labels, target.classes)
         decision = gates.decide(task, gates.EvalPredictions(labels, predictions), settings, parity_not_applicable)
         chosen = models[decision.chosen_model] if decision.chosen_model else candidate
         write_blessing(blessing, decision.blessed, chosen, decision.chosen_model, baseline)
@@ -82,7 +81,7 @@ class Executor(evaluator_executor.Executor):
             blessing.set_string_custom_property(key, examples.get_string_custom_property(key))
         report = EvaluationReport(
             decision.blessed, decision.chosen_model, decision.summary, decision.checks, task.name, task.primary.name,
-            list(target.classes), len(labels), task.trivial_description(training_labels, target.classes),
+            list(target.classes), len(labels), task.trivial_description(labels, target.classes),
             parity_not_applicable or "compared", notes, settings_record(settings, target),
             {name: {"uri": model.uri, "id": model.id} for name, model in models.items()}, metrics,
             read_confusion_matrices(evaluation.uri, len(target.classes)) if task.reports_confusion_matrix else {})

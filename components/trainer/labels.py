@@ -1,5 +1,5 @@
-"""The labels of a split, read once: the training split's counts build the trivial predictor the evaluator
-compares with, and a label the task does not allow stops training with a TaskError naming it."""
+"""The labels of a split, read once: their counts go into the model's facts, and a label the task does not
+allow stops training with a TaskError naming it."""
 from __future__ import annotations
 
 import numpy as np

@@ -138,23 +138,34 @@ def test_the_absolute_bar_is_on_the_point_estimate_in_the_metrics_direction():
 
 @pytest.mark.parametrize("task", [BINARY, MULTICLASS, REGRESSION], ids=lambda task: task.name)
 def test_a_model_that_predicts_a_constant_is_refused_by_the_trivial_predictor_gate(task):
-    """Whatever bar the config sets (none here), a model that learned nothing is never blessed."""
+    """Whatever bar the config sets (none here) and whichever constant it learned, a model that learned nothing
+    is never blessed: the trivial predictor is the best constant on the eval labels themselves. A constant
+    fitted on other labels (the training split's) can sit nearer the eval split's best one than theirs."""
     rng = np.random.default_rng(3)
     if task is MULTICLASS:
-        labels = rng.integers(0, 3, 900)
-        training = task.summarize_labels(labels, ("a", "b", "c"))
-        constant = np.tile([0.2, 0.5, 0.3], (900, 1))
+        labels, classes = rng.choice(3, 900, p=[0.3, 0.38, 0.32]), ("a", "b", "c")
+        constants = [np.eye(3)[k] for k in range(3)] + [np.array([0.2, 0.5, 0.3]), np.array([0.34, 0.33, 0.33])]
     elif task is BINARY:
-        labels = (rng.random(900) < 0.3).astype(np.float32)
-        training = task.summarize_labels(labels, ("no", "yes"))
-        constant = np.full(900, 0.42)
+        labels, classes = (rng.random(900) < 0.3).astype(np.float32), ("no", "yes")
+        constants = [0.0, 0.29, 0.42, 1.0]
     else:
-        labels = rng.gamma(2.0, 5.0, 900)
-        training = task.summarize_labels(labels, ())
-        constant = np.full(900, float(labels.mean()) + 0.3)  # any constant: the median is the best one under MAE
-    data = _data(labels, task.trivial_predictions(training, 900), **{CANDIDATE: constant})
-    decision = decide(task, data, _settings(), parity_not_applicable="candidate trained in float32 without XLA")
-    assert not decision.blessed and ("beats_trivial", CANDIDATE, task.primary.name) in _failed(decision)
+        labels, classes = rng.gamma(2.0, 5.0, 900), ()
+        median = float(np.median(labels))
+        constants = [median, median + 1e-3, median - 1e-3, float(labels.mean()), *np.quantile(labels, [0.4, 0.6])]
+    trivial = task.trivial_predictions(labels, classes)
+    assert trivial.shape[0] == 900 and np.all(trivial == trivial[0])
+    for value in constants:
+        constant = np.tile(value, (900, 1)) if task is MULTICLASS else np.full(900, value)
+        decision = decide(task, _data(labels, trivial, **{CANDIDATE: constant}), _settings(),
+                          parity_not_applicable="candidate trained in float32 without XLA")
+        assert not decision.blessed and ("beats_trivial", CANDIDATE, task.primary.name) in _failed(decision), value
+    # A model with signal still passes.
+    if task is REGRESSION:
+        informed = labels + rng.normal(scale=1.0, size=900)
+    else:
+        informed = np.eye(3)[labels] * 0.6 + 0.1 if task is MULTICLASS else labels * 0.5 + rng.random(900) * 0.6
+    assert decide(task, _data(labels, trivial, **{CANDIDATE: informed}), _settings(),
+                  parity_not_applicable="candidate trained in float32 without XLA").blessed
 
 
 def test_regression_tolerances_are_a_fraction_of_the_references_mae():
