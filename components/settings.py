@@ -122,7 +122,8 @@ class TrainConfig:
     # the weights of the best interval on the task's primary metric are kept; 0 = none (the eval split, which
     # the gates score, is never read by training)
     validation_share: float = setting(0.0, BELOW_HALF)
-    # with validation_share: stop after this many intervals without a better validation score; 0 = never stop early
+    # with validation_share: stop after this many intervals in which neither the validation score nor the
+    # validation loss improved (the best score's interval is kept either way); 0 = never stop early
     early_stopping_patience: int = setting(0, NOT_NEGATIVE)
     gradient_accumulation_steps: int = setting(1, AT_LEAST_1)  # >1: apply gradients once per this many batches
     # records the input pipeline shuffles among (from the in-memory cache: each pass wholly shuffled); 0 = no shuffle

@@ -33,7 +33,7 @@ CATEGORY_DRIFT = 0.15  # L-infinity distance between the value distributions
 # The training init configures (README: Your own data): AdamW, a warm-up then a cosine learning rate over a
 # budget of about TARGET_STEPS steps (at least MIN_EPOCHS, at most MAX_EPOCHS passes), every pass validated on
 # VALIDATION_SHARE of the training split, the best pass kept, and a stop after a fifth of the budget's passes
-# without a better one.
+# in which neither the validation score nor the validation loss improved.
 TARGET_STEPS = 3000
 MIN_EPOCHS, MAX_EPOCHS = 20, 200
 VALIDATION_SHARE = 0.15
@@ -190,7 +190,7 @@ class Project:
             "  schedule: cosine  # after the warmup, down to 0 at the last step\n"
             f"  weight_decay: {WEIGHT_DECAY}  # AdamW\n"
             + (f"  validation_share: {VALIDATION_SHARE}  # of the training split, held out to keep the best epoch\n"
-               f"  early_stopping_patience: {max(5, self.epochs // 5)}  # epochs without a better validation score\n"
+               f"  early_stopping_patience: {max(5, self.epochs // 5)}  # epochs with no better validation score or loss\n"
                if self.validates else "  validation_share: 0  # too few records to hold some out\n")
             + "evaluate:\n"
             '  slice_feature: ""  # a feature to report metrics per value of\n'

@@ -117,26 +117,29 @@ class SpacedBackupAndRestore(keras.callbacks.BackupAndRestore):
 
 class KeepBest(keras.callbacks.Callback):
     """Watches a validation metric at the end of every interval: keeps a copy of the weights of the best
-    interval so far, stops training after `patience` intervals without a better value (0: never early), and
-    puts the best weights back when training ends. Of two intervals with the same value (accuracy on a small
-    validation set often ties) the one with the lower `tie_breaker` (the validation loss) is the better.
+    interval so far, stops training after `patience` intervals in which neither the metric nor the validation
+    loss (`loss_key`) reached a new best (0: never early), and puts the best weights back when training ends.
+    The loss keeps a run going while the model still improves on it: a coarse metric (accuracy on a few
+    hundred records) can peak early by luck and then plateau. Of two intervals with the same metric (accuracy
+    on a small validation set often ties) the one with the lower validation loss is the better.
     After fit: `best_interval` (1-based; 0: none measured), `best_value`, `stopped_early`. A job resumed from a
     checkpoint starts watching afresh."""
 
-    def __init__(self, monitor: str, higher_is_better: bool, patience: int = 0, tie_breaker: str = "val_loss"):
+    def __init__(self, monitor: str, higher_is_better: bool, patience: int = 0, loss_key: str = "val_loss"):
         super().__init__()
         self.monitor, self.higher_is_better, self.patience = monitor, higher_is_better, patience
-        self.tie_breaker = tie_breaker
+        self.loss_key = loss_key
         self.best_interval, self.best_value, self.stopped_early = 0, None, False
-        self._best_tie = math.inf
+        self._best_loss = math.inf  # the validation loss of the best interval
+        self._lowest_loss = math.inf  # the lowest validation loss of any interval
         self._weights = None
         self._waited = 0
 
-    def _better(self, value: float, tie: float) -> bool:
+    def _better(self, value: float, loss: float) -> bool:
         if self.best_value is None:
             return True
         if value == self.best_value:
-            return tie < self._best_tie
+            return loss < self._best_loss
         return value > self.best_value if self.higher_is_better else value < self.best_value
 
     def on_epoch_end(self, epoch, logs=None):
@@ -144,12 +147,15 @@ class KeepBest(keras.callbacks.Callback):
         value = logs.get(self.monitor)
         if value is None or not math.isfinite(float(value)):
             return
-        tie = float(logs.get(self.tie_breaker, math.inf))
-        if self._better(float(value), tie):
-            self.best_interval, self.best_value, self._best_tie, self._waited = epoch + 1, float(value), tie, 0
+        loss = float(logs.get(self.loss_key, math.inf))
+        loss = loss if math.isfinite(loss) else math.inf
+        improved = loss < self._lowest_loss
+        self._lowest_loss = min(self._lowest_loss, loss)
+        if self._better(float(value), loss):
+            self.best_interval, self.best_value, self._best_loss, self._waited = epoch + 1, float(value), loss, 0
             self._weights = self.model.get_weights()
             return
-        self._waited += 1
+        self._waited = 0 if improved else self._waited + 1
         if self.patience and self._waited >= self.patience:
             self.model.stop_training, self.stopped_early = True, True
 

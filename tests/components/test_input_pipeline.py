@@ -209,18 +209,39 @@ def test_keep_best_puts_back_the_best_intervals_weights_and_stops_after_its_pati
     keep = callbacks.KeepBest("val_mae", higher_is_better=False, patience=2)
     keep.set_model(model)
     weights_at = {}
-    # best at interval 2; the tie at 3 has a higher validation loss (no better), the tie at 4 a lower one
+    # best at interval 2; the tie at 3 has a higher validation loss (no better), the tie at 4 a lower one; at 5
+    # the loss reaches a new low (the run goes on, interval 4 stays the best), then neither improves twice
     for epoch, (value, loss) in enumerate([(0.9, 1.0), (0.5, 0.8), (0.5, 0.9), (0.5, 0.6), (0.7, 0.5), (0.8, 0.5),
-                                          (0.4, 0.1)]):
+                                          (0.6, 0.55), (0.4, 0.1)]):
         model.set_weights([np.full((2, 1), epoch, np.float32), np.full((1,), epoch, np.float32)])
         weights_at[epoch] = model.get_weights()
         model.stop_training = False
         keep.on_epoch_end(epoch, {"val_mae": value, "val_loss": loss})
         if model.stop_training:
             break
-    assert epoch == 5 and keep.stopped_early and (keep.best_interval, keep.best_value) == (4, 0.5)
+    assert epoch == 6 and keep.stopped_early and (keep.best_interval, keep.best_value) == (4, 0.5)
     keep.on_train_end()
     np.testing.assert_array_equal(model.get_weights()[0], weights_at[3][0])
+
+
+def test_keep_best_does_not_stop_while_the_validation_loss_still_falls():
+    """A lucky early peak of a coarse metric (accuracy on a few hundred records) does not end the run while
+    the model still improves on its validation loss; the peak stays kept until a later interval beats it."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    keep = callbacks.KeepBest("val_accuracy", higher_is_better=True, patience=3)
+    keep.set_model(model)
+    history = [(0.70, 0.70), (0.78, 0.65)] + [(0.75, 0.64 - 0.01 * i) for i in range(8)] + [(0.80, 0.55)]
+    for epoch, (value, loss) in enumerate(history):
+        model.stop_training = False
+        keep.on_epoch_end(epoch, {"val_accuracy": value, "val_loss": loss})
+        assert not model.stop_training, epoch
+        if 1 <= epoch < len(history) - 1:
+            assert keep.best_interval == 2
+    assert (keep.best_interval, keep.best_value) == (len(history), 0.80)
+    for epoch in range(len(history), len(history) + 3):  # then neither improves: stopped after 3
+        model.stop_training = False
+        keep.on_epoch_end(epoch, {"val_accuracy": 0.79, "val_loss": 0.56})
+    assert model.stop_training and keep.stopped_early and keep.best_interval == len(history)
 
 
 @pytest.mark.training
