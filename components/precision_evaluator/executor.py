@@ -70,6 +70,7 @@ class Executor(evaluator_executor.Executor):
         self._run_tfma(input_dict[contract.EXAMPLES], models, eval_config, evaluation.uri)
         metrics = read_metrics(evaluation.uri, task)
         labels, predictions = per_example.read(evaluation.uri)
+        task.check_labels(labels, target.classes, "eval split")  # the trivial predictor is built from them
         predictions[contract.TRIVIAL] = task.trivial_predictions(labels, target.classes)
         decision = gates.decide(task, gates.EvalPredictions(labels, predictions), settings, parity_not_applicable)
         chosen = models[decision.chosen_model] if decision.chosen_model else candidate

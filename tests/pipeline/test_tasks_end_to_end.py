@@ -109,6 +109,14 @@ def test_taxi_fare_is_blessed_and_pushed_with_regression_metrics_and_gates(taxi_
     assert "training: regression" in summary and "blessed: yes" in summary
     assert "mean_absolute_error" in summary and "root_mean_squared_error" in summary and "auc" not in summary
     assert "beats_trivial: candidate mean_absolute_error" in summary and "MAE" in summary  # the TFLite line
+    # The trivial predictor is the eval split's own median label: the best constant there under MAE.
+    labels = np.array([tf.train.Example.FromString(r).features.feature["fare"].float_list.value[0]
+                       for r in _eval_records(taxi_fare["config"])])
+    trivial = float(re.search(r"beats_trivial: .* vs trivial ([0-9.]+)", summary).group(1))
+    assert trivial == pytest.approx(np.abs(labels - np.median(labels)).mean(), abs=1e-4)
+    folder = os.path.join(taxi_fare["config"].output_dir, "pipeline", "PrecisionEvaluator", contract.EVALUATION)
+    report = json.load(open(os.path.join(folder, os.listdir(folder)[0], contract.PRECISION_REPORT_FILE)))
+    assert report["trivial_predictor"].startswith(f"always {np.median(labels):.6g}, the eval split's median")
 
 
 def test_the_pushed_fare_model_returns_predictions_and_full_int8_does_not_clip_long_trips(taxi_fare):
