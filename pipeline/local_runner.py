@@ -17,6 +17,7 @@ from typing import Iterator
 
 from components.core import contract
 from components.core.records import format_number
+from pipeline.beam_workers import beam_workers_in_this_environment
 from pipeline.config import PipelineConfig
 from pipeline.run_facts import RunFacts, read_run_facts
 from pipeline.run_guard import claim_pipeline_root, exclusive_run, recover_interrupted_runs
@@ -148,29 +149,6 @@ def run_locked(config: PipelineConfig, verbose: bool = False) -> RunSummary:
     summary.steps = reporter.steps
     summary.wall_seconds = time.monotonic() - start
     return summary
-
-
-@contextlib.contextmanager
-def beam_workers_in_this_environment(beam_pipeline_args: list[str]) -> Iterator[None]:
-    """Within the block, TFX's Beam steps stage no copy of TFX when the flags select the DirectRunner.
-
-    Every Beam step of TFX otherwise builds an sdist of the installed TFX for remote Beam workers to install
-    (about 2 s, and 50 MB in a temporary folder never removed: a scheduled run would fill the disk), unless
-    a flag names the workers' packages or image. The DirectRunner's workers run in this environment (this
-    process, or processes started from it) and install nothing; any other runner keeps TFX's behaviour."""
-    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-    from tfx.utils import dependency_utils
-
-    runner = PipelineOptions(beam_pipeline_args).view_as(StandardOptions).runner
-    if runner not in (None, "DirectRunner", "direct"):
-        yield
-        return
-    build_flags = dependency_utils.make_beam_dependency_flags
-    dependency_utils.make_beam_dependency_flags = lambda args: list(args)
-    try:
-        yield
-    finally:
-        dependency_utils.make_beam_dependency_flags = build_flags
 
 
 def summarize_latest_run(config: PipelineConfig) -> RunSummary:

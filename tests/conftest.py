@@ -56,8 +56,8 @@ def described_gpus():
 def temporary_files_under_pytest(tmp_path_factory):
     """The session's temporary files, this process's and those of the processes it starts, go under
     pytest's base folder, which pytest prunes to its last three sessions. What a library leaves in the
-    temporary folder (TFX's Beam executors run outside the local runner stage a 50 MB sdist of TFX each)
-    then does not pile up in the machine's temporary folder, suite after suite."""
+    temporary folder (TFX's Beam executors run directly by a test, outside the runners, stage a 50 MB
+    sdist of TFX each) then does not pile up in the machine's temporary folder, suite after suite."""
     folder = str(tmp_path_factory.mktemp("tmp"))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TMPDIR", folder)

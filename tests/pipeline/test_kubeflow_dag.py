@@ -7,6 +7,7 @@ and pushed; span 2 warm-starts from span 1's blessed model, is evaluated against
 drift against span 1's accepted validation report (two resolver answers that only work when the compiled
 queries find our artifacts).
 """
+import glob
 import os
 
 import numpy as np
@@ -54,7 +55,8 @@ def play(s3, tmp_path_factory):
     job = compile_kubeflow(config, image="taxi-accel:test", pipeline_root=ROOT,
                            output_file=str(tmp_path_factory.mktemp("kfp") / "pipeline.json"),
                            image_project_root=PROJECT_ROOT)  # the image's /pipeline is this checkout here
-    env = {**os.environ, **s3.env, "PYTHONPATH": PROJECT_ROOT, "TF_CPP_MIN_LOG_LEVEL": "1"}
+    env = {**os.environ, **s3.env, "PYTHONPATH": PROJECT_ROOT, "TF_CPP_MIN_LOG_LEVEL": "1",
+           "TMPDIR": str(tmp_path_factory.mktemp("pod-tmp"))}  # the pods' temporary folder, checked below
     return StepByStepLauncher(job, env=env, read=s3.read)
 
 
@@ -84,9 +86,11 @@ def test_the_compiled_spec_is_2_1_and_every_step_runs_our_entrypoint(play):
     assert {tuple(c["command"]) for c in containers} == {("python", "-m", "pipeline.kfp_entrypoint")}
 
 
-def test_first_run_every_step_succeeds_on_s3_and_pushes_a_model_that_serves(s3, first_run):
+def test_first_run_every_step_succeeds_on_s3_and_pushes_a_model_that_serves(s3, play, first_run):
     first_run, span_dir = first_run
     assert CONTAINER_STEPS <= set(first_run)
+    # The Beam steps ran with the DirectRunner in their pods: none built a copy of TFX to stage.
+    assert not glob.glob(os.path.join(play.env["TMPDIR"], "**", "tfx_ephemeral*"), recursive=True)
     for step in CONTAINER_STEPS:
         for artifact in first_run[step].outputs.values():
             assert artifact[0].uri.startswith(f"{ROOT}/"), (step, artifact[0].uri)
