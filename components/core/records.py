@@ -28,8 +28,8 @@ def model_ready_dir(serving_model_dir: str) -> str:
 @dataclass(frozen=True)
 class ModelFacts:
     """What later steps read about a trained model: its task, label and classes, the numerics it trained with,
-    and the label counts of each split. `legacy`: a model
-    exported before facts were written (nothing else is known of it but that it is binary)."""
+    and the label counts of each split. `legacy`: a model exported before facts were written (nothing else
+    is known of it but that it is binary)."""
     model: str
     task_name: str
     label: str
