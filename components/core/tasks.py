@@ -131,8 +131,8 @@ class Task:
         counts = (tuple(int(c) for c in np.bincount(labels.astype(np.int64), minlength=len(classes)))
                   if self.is_classification else ())
         if not len(labels):
-            return LabelSummary(0, 0.0, 0.0, counts)
-        return LabelSummary(len(labels), float(labels.mean()), float(np.median(labels)), counts)
+            return LabelSummary(0, 0.0, counts)
+        return LabelSummary(len(labels), float(labels.mean()), counts)
 
     # --------------------------------------------------------------------------------------- training
     def loss(self):
@@ -441,7 +441,6 @@ class LabelSummary:
     """The labels of one split, as the Trainer counted them (recorded in the model's facts)."""
     examples: int
     mean: float  # the mean label (binary: the share of positives)
-    median: float = 0.0  # the median label
     class_counts: tuple[int, ...] = ()  # classification: examples per class id
 
     def to_json(self) -> dict:
@@ -449,5 +448,4 @@ class LabelSummary:
 
     @classmethod
     def from_json(cls, value: dict) -> "LabelSummary":
-        return cls(int(value["examples"]), float(value["mean"]), float(value.get("median", value["mean"])),
-                   tuple(value.get("class_counts", ())))
+        return cls(int(value["examples"]), float(value["mean"]), tuple(value.get("class_counts", ())))

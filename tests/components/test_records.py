@@ -11,7 +11,7 @@ from components.core.tasks import LabelSummary
 
 def _training(**changes) -> TrainingReport:
     report = TrainingReport(model="models.tabular", task_name="multiclass", label="species", classes=["a", "b", "c"],
-                            labels={"train": LabelSummary(10, 1.0, 1.0, (3, 4, 3))}, precision="mixed_bfloat16",
+                            labels={"train": LabelSummary(10, 1.0, (3, 4, 3))}, precision="mixed_bfloat16",
                             xla=True, plan={"global_batch": 32, "total_steps": 40}, examples_per_second=1000.0,
                             in_memory_examples_per_second=1200.0, input_wait_fraction=0.02,
                             final_metrics={"val_accuracy": 0.9}, history={"loss": [0.5, 0.4]})
@@ -24,7 +24,7 @@ def test_a_training_report_round_trips_through_its_json_with_the_plan_flattened_
     assert value["task"] == "multiclass" and value["global_batch"] == 32 and "plan" not in value
     assert TrainingReport.from_json(value) == report
     assert report.facts() == ModelFacts("models.tabular", "multiclass", "species", ("a", "b", "c"),
-                                        "mixed_bfloat16", True, {"train": LabelSummary(10, 1.0, 1.0, (3, 4, 3))})
+                                        "mixed_bfloat16", True, {"train": LabelSummary(10, 1.0, (3, 4, 3))})
     skipped = TrainingReport(skipped=True, skip_reason="candidate trained in float32", candidate_run="/x")
     assert skipped.to_json() == {"skipped": True, "reason": "candidate trained in float32", "candidate_run": "/x"}
     assert TrainingReport.from_json(skipped.to_json()) == skipped
