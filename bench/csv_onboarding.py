@@ -26,7 +26,7 @@ sys.path.insert(0, PROJECT)
 
 def write_csv(path: str, rows: int) -> None:
     """The taxi sample repeated until `rows` rows, `trip_start_timestamp` as an ISO date-time `trip_start`."""
-    from pipeline.data import bundled_taxi_csv
+    from pipeline.onboarding.example_data import bundled_taxi_csv
 
     with open(bundled_taxi_csv(), newline="") as handle:
         sample = list(csv.DictReader(handle))

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow_data_validation as tfdv  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
-from pipeline.data import write_taxi_span  # noqa: E402
+from pipeline.onboarding.example_data import write_taxi_span  # noqa: E402
 
 MODES = {
     "in_memory": ["--direct_running_mode=in_memory"],

@@ -37,7 +37,7 @@ from tfx.types import artifact_utils, standard_artifacts  # noqa: E402
 
 from components.core import contract  # noqa: E402
 from components.precision_evaluator import gates  # noqa: E402
-from pipeline import mlmd  # noqa: E402
+from pipeline.runs import mlmd  # noqa: E402
 from components.core.model_module import load_model_module  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 

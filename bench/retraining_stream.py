@@ -32,7 +32,7 @@ def write_stream(root: str, spans: int) -> tuple[list[str], str]:
     holdout file)."""
     import tensorflow as tf
 
-    from pipeline.data import bundled_taxi_csv, row_to_example
+    from pipeline.onboarding.example_data import bundled_taxi_csv, row_to_example
 
     with open(bundled_taxi_csv(), newline="") as handle:
         rows = sorted(csv.DictReader(handle), key=lambda row: int(row["trip_start_timestamp"] or 0))

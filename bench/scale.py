@@ -41,7 +41,7 @@ def _penguin_copies(copies: int):
     way to 0.5, so the copies are distinct records that stay inside the schema's range."""
     import tensorflow as tf
 
-    from pipeline.data import bundled_penguin_files
+    from pipeline.onboarding.example_data import bundled_penguin_files
 
     records = [tf.train.Example.FromString(r.numpy())
                for r in tf.data.TFRecordDataset(bundled_penguin_files(), compression_type="GZIP")]
@@ -58,7 +58,7 @@ def write_copies(data_root: str, copies: int, example_name: str = "taxi") -> int
     """Writes the example dataset `copies` times as distinct records into <data_root>/span-1. Output: rows."""
     import tensorflow as tf
 
-    from pipeline.data import bundled_taxi_csv, row_to_example
+    from pipeline.onboarding.example_data import bundled_taxi_csv, row_to_example
 
     span_dir = os.path.join(data_root, "span-1")
     done = os.path.join(span_dir, ".rows")

@@ -24,7 +24,7 @@ from components.model_export.executor import export_model  # noqa: E402
 from components.trainer.train import TrainingJob, train  # noqa: E402
 from components.core.model_module import load_model_module  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
-from pipeline.data import write_taxi_span  # noqa: E402
+from pipeline.onboarding.example_data import write_taxi_span  # noqa: E402
 
 
 def main() -> None:

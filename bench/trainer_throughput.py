@@ -34,7 +34,7 @@ import tensorflow as tf  # noqa: E402
 from components.trainer.train import ADAPT_SAMPLE_SIZE, TrainingJob, read_sample, train  # noqa: E402
 from components.core.model_module import load_model_module  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
-from pipeline.data import write_taxi_span  # noqa: E402
+from pipeline.onboarding.example_data import write_taxi_span  # noqa: E402
 
 
 def plain_keras_throughput(model_name: str, train_files: list[str], batch_size: int, steps: int) -> float:

@@ -1,8 +1,8 @@
 import sys
 
 from components.process_exit import exit_past_native_teardown
-from pipeline.cli import main
-from pipeline.kfp_entrypoint import INTERRUPTED_EXIT_CODE
+from pipeline.commands.cli import main
+from pipeline.dag.kfp_entrypoint import INTERRUPTED_EXIT_CODE
 
 try:
     code = main()

@@ -88,7 +88,7 @@ def no_tf_config(monkeypatch):
 @pytest.fixture(scope="session")
 def taxi_span_root(tmp_path_factory):
     """A data root with span-1 holding the first 3,000 taxi rows as gzip TFRecord shards."""
-    from pipeline.data import write_taxi_span
+    from pipeline.onboarding.example_data import write_taxi_span
     root = tmp_path_factory.mktemp("taxi-data")
     write_taxi_span(str(root), span=1, max_rows=3000, num_shards=2)
     return str(root)

@@ -6,7 +6,15 @@
 The core imports nothing of the project above it, nor TFMA or Beam; no component imports another
 component's modules (only the core and the shared modules beside it); nothing in components/ imports a model
 module (components load one only by its configured name, through components.core.model_module); models/
-import only the core; nothing imports tests/ or bench/. Every import counts, inside functions too."""
+import only the core; nothing imports tests/ or bench/. Every import counts, inside functions too.
+
+Inside pipeline/, the rooms (config.py stays beside them, for all of them):
+
+    commands/  ->  dag/  ->  runs/
+    commands/  ->  onboarding/
+
+onboarding/ imports no other room; runs/ imports neither dag/ nor commands/; dag/ imports neither commands/
+nor onboarding/; only commands/ and pipeline/__main__.py import commands/."""
 import ast
 import pathlib
 
@@ -17,6 +25,7 @@ from pipeline.config import PROJECT_ROOT
 ROOT = pathlib.Path(PROJECT_ROOT)
 SHARED = {"components.settings", "components.native_stderr", "components.process_exit"}  # beside the core
 HEAVY = ("tensorflow_model_analysis", "apache_beam")
+ROOMS = ("commands", "dag", "runs", "onboarding")  # pipeline/'s sub-packages, one per job
 
 
 def _imports(path: pathlib.Path, package: str | None = None) -> list[tuple[int, str]]:
@@ -60,6 +69,16 @@ def _violations(folder: str, allowed) -> list[str]:
             for line, module in _imports(path) if not allowed(path, module)]
 
 
+def _room(module: str) -> str | None:
+    """The sub-package of pipeline/ a module belongs to (pipeline.dag.wiring -> dag), or None (pipeline.config)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) >= 2 and parts[0] == "pipeline" and parts[1] in ROOMS else None
+
+
+def _room_violations(room: str, forbidden: tuple[str, ...]) -> list[str]:
+    return _violations(f"pipeline/{room}", lambda path, module: _room(module) not in forbidden)
+
+
 def _project(module: str) -> bool:
     return module.split(".")[0] in ("components", "models", "pipeline", "tests", "bench", "accel_tfx")
 
@@ -91,6 +110,35 @@ def test_models_import_only_the_core():
 @pytest.mark.parametrize("folder", ["components", "models", "pipeline", "accel_tfx"])
 def test_nothing_imports_tests_or_bench(folder):
     assert _violations(folder, lambda path, module: not module.startswith(("tests", "bench"))) == []
+
+
+def test_onboarding_imports_neither_the_dag_nor_the_runs_nor_the_commands():
+    assert _room_violations("onboarding", ("dag", "runs", "commands")) == []
+
+
+def test_runs_import_neither_the_dag_nor_the_commands():
+    assert _room_violations("runs", ("dag", "commands")) == []
+
+
+def test_the_dag_imports_neither_the_commands_nor_onboarding():
+    assert _room_violations("dag", ("commands", "onboarding")) == []
+
+
+@pytest.mark.parametrize("folder", ["components", "models", "pipeline", "accel_tfx"])
+def test_only_the_commands_and_the_main_module_import_the_commands(folder):
+    def allowed(path, module):
+        where = path.relative_to(ROOT).as_posix()
+        return _room(module) != "commands" or where.startswith("pipeline/commands/") or where == "pipeline/__main__.py"
+
+    assert _violations(folder, allowed) == []
+
+
+def test_the_room_rules_see_each_room_an_import_names(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n    from pipeline.commands import cli\nfrom pipeline import dag\n"
+                     "from ..runs import run_guard\nimport pipeline.config\n")
+    assert sorted(str(_room(module)) for _, module in _imports(probe, package="pipeline.onboarding")) == [
+        "None", "commands", "dag", "runs"]
 
 
 def test_the_rules_see_an_import_inside_a_function_and_a_relative_one(tmp_path):

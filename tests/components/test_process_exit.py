@@ -45,10 +45,10 @@ def test_a_message_is_printed_with_status_1_and_interrupts_end_with_130():
     assert result.stderr.splitlines()[-1] == "step failed: the input has no eval split"
     interrupted = _python("""
         import runpy
-        import pipeline.cli
+        import pipeline.commands.cli
         def interrupted(argv=None):
             raise KeyboardInterrupt
-        pipeline.cli.main = interrupted
+        pipeline.commands.cli.main = interrupted
         runpy.run_module("pipeline", run_name="__main__")
     """)
     assert interrupted.returncode == 130 and interrupted.stderr.strip().endswith("interrupted"), interrupted.stderr

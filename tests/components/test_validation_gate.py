@@ -7,7 +7,7 @@ import tensorflow_data_validation as tfdv
 
 from components.validation_gate import drift
 from components.validation_gate import executor as gate
-from pipeline.data import bundled_taxi_csv, row_to_example
+from pipeline.onboarding.example_data import bundled_taxi_csv, row_to_example
 
 SCHEMA = os.path.join(os.path.dirname(__file__), "..", "..", "schemas", "taxi", "schema.pbtxt")
 

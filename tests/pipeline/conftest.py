@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from pipeline.cli import main as cli_main
+from pipeline.commands.cli import main as cli_main
 from pipeline.config import PipelineConfig, load_config
-from pipeline.run_report import REPORT_FILE
+from pipeline.runs.run_report import REPORT_FILE
 
 CONFIG_TEXT = """\
 train: {epochs: 3}

@@ -11,7 +11,7 @@ import tensorflow as tf
 from components.settings import CHECK, PipelineConfig
 from components.core.model_module import CONSTANTS, FUNCTIONS
 from pipeline.config import ConfigError, load_config
-from pipeline.data import bundled_taxi_csv, row_to_example, write_taxi_span
+from pipeline.onboarding.example_data import bundled_taxi_csv, row_to_example, write_taxi_span
 
 
 def test_yaml_overrides_nested_sections_and_keeps_other_defaults(tmp_path):
@@ -219,7 +219,7 @@ def test_span_layout_holds_every_row_once(tmp_path):
 ], ids=["multiclass_with_2_classes", "binary_with_1_class", "regression_with_classes", "unknown_task"])
 def test_a_task_that_does_not_fit_its_classes_exits_2_naming_it(tmp_path, monkeypatch, capsys, task, classes,
                                                                  message):
-    from pipeline.cli import main as cli_main
+    from pipeline.commands.cli import main as cli_main
 
     monkeypatch.syspath_prepend(str(tmp_path))
     name = _module(tmp_path, f"task_model_{task}_{len(classes)}",

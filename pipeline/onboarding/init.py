@@ -1,0 +1,501 @@
+"""`python -m pipeline init`: a user's TFRecords (from `prepare-data --csv`, or their own) turned into a
+curated schema and a config that trains the schema-driven model (models/tabular.py), with no code.
+
+It reads the latest span under the data root as ingestion does (every record must be a tf.Example), in
+batches and in bounded memory (per column: counters, at most EXACT_DISTINCT distinct values and a sketch;
+a uniform sample of STATISTICS_ROWS records), computes TFDV statistics of the sample, infers a schema and
+curates it: presence as seen, string
+features open to new values (a new category is measured as drift, not refused), dates marked as times, a
+drift comparator on the label and every other feature the model uses, the label in the TRAINING environment
+only (its classes are the config's, checked by the Trainer), and a feature the model leaves out checked for
+its type only. It chooses the task from the label's values unless told, leaves out the columns that cannot
+help (constant, a unique value per row, too rare, several values per row) and says why, and writes
+<folder>/<name>.yaml and <folder>/schemas/<name>/schema.pbtxt. Bad input raises InitError naming the column,
+file or folder, before anything is written.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+
+import numpy as np
+
+from components.settings import IngestConfig
+from components.core.tasks import TaskError, task_for_label, task_named
+
+MOSTLY_MISSING = 0.5  # a label missing in more than this share of rows cannot be trained on
+UNIQUE_ID_MIN_ROWS = 20  # below this many rows, a column of distinct values is not called an id
+RARE = 0.01  # a column present in fewer than this share of records is too rare to learn from
+NUMBER_DRIFT = 0.3  # Jensen-Shannon divergence over quantile histograms (as the taxi schema)
+CATEGORY_DRIFT = 0.15  # L-infinity distance between the value distributions
+# The training init configures (README: Your own data): AdamW, a warm-up then a cosine learning rate over a
+# budget of about TARGET_STEPS steps (at least MIN_EPOCHS, at most MAX_EPOCHS passes), every pass validated on
+# VALIDATION_SHARE of the training split, the best pass kept, and a stop after a fifth of the budget's passes
+# in which neither the validation score nor the validation loss improved.
+TARGET_STEPS = 3000
+MIN_EPOCHS, MAX_EPOCHS = 20, 200
+VALIDATION_SHARE = 0.15
+VALIDATION_MIN_RECORDS = 30  # a table whose holdout would be smaller trains its whole budget, no holdout
+LEARNING_RATE = 0.002
+WEIGHT_DECAY = 0.0003
+# The eval split the gates score: a third of a table's records up to 30,000 of them, EVAL_RECORDS beyond (at
+# least a tenth): enough to resolve the gates' tolerances, and the rest trains.
+EVAL_RECORDS = 10_000
+# Regression: a label >= 0 whose mean lies this far above its median (in standard deviations, times 3:
+# Pearson's second skewness) is trained and predicted as log(1 + label)
+LOG_LABEL_SKEW = 0.5
+EXACT_DISTINCT = 10_000  # distinct values kept per column; beyond, their number is estimated
+SKETCH_SIZE = 4096  # hashes kept per column for that estimate (about 2% error)
+ID_SHARE = 0.98  # estimated distinct values in at least this share of the records: an id
+DECODE_BATCH = 4096  # records decoded at once
+STATISTICS_ROWS = 25_000  # the schema is inferred from TFDV statistics of a uniform sample of this many records
+
+
+class InitError(ValueError):
+    """The data or the arguments cannot make a project; the message names the column, file or folder."""
+
+
+class DistinctCounter:
+    """How many distinct values a column holds, in bounded memory: exact up to EXACT_DISTINCT values (they
+    are kept, so a label's classes are known), estimated beyond (the K smallest of their 64-bit hashes: a
+    KMV sketch, within a few percent)."""
+
+    def __init__(self):
+        self.values: set | None = set()  # None once there are more than EXACT_DISTINCT
+        self.smallest = np.zeros(0, np.uint64)
+
+    def add(self, values: np.ndarray) -> None:
+        import pandas as pd
+
+        if not len(values):
+            return
+        if self.values is not None:
+            self.values.update(np.unique(values).tolist())
+            if len(self.values) > EXACT_DISTINCT:
+                self.values = None
+        hashes = np.unique(pd.util.hash_array(values))
+        self.smallest = np.unique(np.concatenate([self.smallest, hashes[:SKETCH_SIZE]]))[:SKETCH_SIZE]
+
+    @property
+    def count(self) -> int:
+        if self.values is not None:
+            return len(self.values)
+        return int((SKETCH_SIZE - 1) / (float(self.smallest[-1]) / 2.0 ** 64))
+
+
+@dataclasses.dataclass
+class Column:
+    """One feature across the span's records: its kind, how often it is present, its distinct values."""
+    name: str
+    kind: str  # int | float | string
+    present: int = 0  # records that hold a value
+    multi_valued: bool = False
+    distinct_values: DistinctCounter = dataclasses.field(default_factory=DistinctCounter)
+    is_date: bool = False  # int64 seconds since the epoch (prepare-data wrote a date column)
+
+    @property
+    def distinct(self) -> int:
+        return self.distinct_values.count
+
+    def sorted_values(self) -> list:
+        """The distinct values (only while they are few enough to be known exactly), numbers before text."""
+        return sorted(self.distinct_values.values or (), key=lambda value: (isinstance(value, str), value))
+
+
+@dataclasses.dataclass
+class Project:
+    """What init decided; `render()` says it, `write()` writes the files."""
+    name: str
+    folder: str
+    data_root: str
+    records: int
+    task: str
+    label: str
+    classes: list[str]
+    inputs: dict[str, list[str]]  # kind (float, int, string, date) -> feature names the model uses
+    excluded: dict[str, str]  # feature -> why it is left out
+    task_reason: str
+    schema_text: str = ""
+    batch_size: int = 256
+    epochs: int = 10
+    eval_fraction: float = IngestConfig.eval_fraction
+    label_transform: str = "none"  # regression: none | log
+    label_transform_reason: str = ""
+
+    @property
+    def validates(self) -> bool:
+        """The training split is large enough to hold VALIDATION_MIN_RECORDS or more out for validation."""
+        return self.records * (1 - self.eval_fraction) * VALIDATION_SHARE >= VALIDATION_MIN_RECORDS
+
+    @property
+    def config_path(self) -> str:
+        return os.path.join(self.folder, f"{self.name}.yaml")
+
+    @property
+    def schema_path(self) -> str:
+        return os.path.join(self.folder, "schemas", self.name, "schema.pbtxt")
+
+    def render(self) -> str:
+        lines = [f"read {self.records:,} records from {self.data_root}",
+                 f"task: {self.task} ({self.task_reason})", f"label: {self.label}"]
+        if self.classes:
+            lines.append("classes: " + ", ".join(f"{i} {name!r}" for i, name in enumerate(self.classes))
+                         + (f" (positive: {self.classes[1]!r})" if len(self.classes) == 2 else ""))
+        for kind, names in self.inputs.items():
+            if names:
+                lines.append(f"{kind} features: {', '.join(names)}")
+        for name, reason in self.excluded.items():
+            lines.append(f"left out: {name} ({reason})")
+        if self.label_transform != "none":
+            lines.append(f"label transform: {self.label_transform} ({self.label_transform_reason})")
+        kept = (f"the best on a {VALIDATION_SHARE:.0%} validation slice of the training split kept"
+                if self.validates else "no validation slice (too few records)")
+        lines += [f"eval split: {self.eval_fraction:.0%} of the records",
+                  f"training: batch size {self.batch_size}, up to {self.epochs} epochs, {kept}",
+                  f"wrote {self.config_path}", f"wrote {self.schema_path}",
+                  "edit either to change what was decided (README: Your own data), then run:",
+                  f"  python -m pipeline run --config {os.path.relpath(self.config_path)}"]
+        return "\n".join(lines)
+
+    def config_text(self) -> str:
+        """The config as YAML; every string quoted (a name such as 2024, on or 1e3 reads back as text)."""
+        data_root = os.path.relpath(os.path.abspath(self.data_root), os.path.abspath(self.folder))
+        excluded = "".join(f"    - {_yaml_string(name)}  # {_comment(reason)}\n" for name, reason in self.excluded.items())
+        dates = self.inputs.get("date", [])
+        return (
+            f"# Written by `python -m pipeline init`; edit it freely. Paths are relative to this file's folder.\n"
+            f"pipeline_name: {_yaml_string(self.name)}\n"
+            f"data_root: {_yaml_string(data_root)}\n"
+            f"output_dir: {_yaml_string('output/' + self.name)}\n"
+            f"schema_path: {_yaml_string(f'schemas/{self.name}/schema.pbtxt')}\n"
+            f"task:\n"
+            f"  type: {self.task}  # {_comment(self.task_reason)}\n"
+            f"  label: {_yaml_string(self.label)}\n"
+            + (f"  classes: {_yaml_list(self.classes)}  # label ids 0, 1, ... in this order\n" if self.classes else "")
+            + ("  exclude:  # columns the model leaves out (the schema checks only their type)\n" + excluded
+               if excluded else "  exclude: []\n")
+            + (f"  dates: {_yaml_list(dates)}  # int64 seconds since 1970-01-01 UTC: the model derives calendar "
+               "features\n" if dates else "")
+            + (f"  label_transform: {self.label_transform}  # {_comment(self.label_transform_reason)}\n"
+               if self.task == "regression" else "")
+            + ("" if self.eval_fraction == IngestConfig.eval_fraction else
+               f"ingest:\n  eval_fraction: {self.eval_fraction:.4f}  # about {EVAL_RECORDS:,} records for the gates\n")
+            + "train:\n"
+            "  model: models.tabular  # built from the schema; write a module of your own to go further\n"
+            f"  batch_size: {self.batch_size}\n"
+            f"  epochs: {self.epochs}  # at most: about {TARGET_STEPS} training steps over {self.records:,} records\n"
+            f"  learning_rate: {LEARNING_RATE}\n"
+            "  schedule: cosine  # after the warmup, down to 0 at the last step\n"
+            f"  weight_decay: {WEIGHT_DECAY}  # AdamW\n"
+            + (f"  validation_share: {VALIDATION_SHARE}  # of the training split, held out to keep the best epoch\n"
+               f"  early_stopping_patience: {max(5, self.epochs // 5)}  # epochs with no better validation score or loss\n"
+               if self.validates else "  validation_share: 0  # too few records to hold some out\n")
+            + "evaluate:\n"
+            '  slice_feature: ""  # a feature to report metrics per value of\n'
+            "  absolute_bar: null  # a bar on the primary metric, on top of beating the trivial predictor\n")
+
+    def write(self, force: bool = False) -> None:
+        """Writes the config and the schema; InitError if either exists and `force` is off."""
+        for path in (self.config_path, self.schema_path):
+            if os.path.exists(path) and not force:
+                raise InitError(f"{path} already exists: choose another --name, or --force to overwrite it")
+        os.makedirs(os.path.dirname(self.schema_path), exist_ok=True)
+        with open(self.schema_path, "w", encoding="utf-8") as handle:
+            handle.write(self.schema_text)
+        with open(self.config_path, "w", encoding="utf-8") as handle:
+            handle.write(self.config_text())
+
+
+def _yaml_string(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)  # a JSON string is a YAML string, quotes and escapes included
+
+
+def _yaml_list(values: list[str]) -> str:
+    return "[" + ", ".join(_yaml_string(value) for value in values) + "]"
+
+
+def _comment(text: str) -> str:
+    return " ".join(str(text).split())  # a comment is one line
+
+
+KINDS = {"int64": "int", "float": "float", "large_binary": "string", "binary": "string"}  # decoded value types
+
+
+def read_columns(data_root: str) -> tuple[dict[str, Column], int, list[bytes]]:
+    """The latest span under `data_root`, read as ingestion reads it, a batch of records at a time. Output:
+    (column name -> Column, records, a uniform sample of at most STATISTICS_ROWS serialized records, the same
+    for the same data). InitError naming the folder, or the file and record that is no tf.Example with
+    features."""
+    import random
+    from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
+
+    from components.tfrecord_ingest.records import iter_records
+    from components.tfrecord_ingest.spans import IngestionError, list_record_files, resolve_spans
+    try:
+        (_, span_dir), = resolve_spans(data_root, 1)
+        files = list_record_files(span_dir)
+        decoder = ExamplesToRecordBatchDecoder()
+        columns: dict[str, Column] = {}
+        records = 0
+        sample: list[bytes] = []
+        chooser = random.Random(0)
+        for path in files:
+            batch: list[bytes] = []
+            first = 0
+            for index, record in iter_records(path):
+                if not batch:
+                    first = index
+                batch.append(record)
+                records += 1
+                if len(sample) < STATISTICS_ROWS:  # a reservoir: every record kept with the same chance
+                    sample.append(record)
+                elif (slot := chooser.randrange(records)) < STATISTICS_ROWS:
+                    sample[slot] = record
+                if len(batch) == DECODE_BATCH:
+                    _note_batch(columns, decoder, batch, path, first)
+                    batch = []
+            if batch:
+                _note_batch(columns, decoder, batch, path, first)
+    except IngestionError as error:
+        raise InitError(str(error)) from None
+    if not records:
+        raise InitError(f"{data_root}: no records")
+    for name, kind in _date_columns(data_root).items():
+        if name in columns and columns[name].kind == "int":
+            columns[name].is_date = kind == "date"
+    return columns, records, sample
+
+
+def _note_batch(columns: dict[str, Column], decoder, batch: list[bytes], path: str, first_index: int) -> None:
+    """Adds one batch of serialized records to `columns`. InitError naming the file and record for a record
+    that is no tf.Example, or one with no features."""
+    import pyarrow.compute as pc
+
+    from components.tfrecord_ingest.records import check_example
+    try:
+        decoded = decoder.DecodeBatch(batch)
+    except RuntimeError:
+        decoded = None
+    if decoded is None or decoded.num_columns == 0:
+        for offset, record in enumerate(batch):
+            problem = check_example(record)
+            if problem:
+                raise InitError(f"{path}: record {first_index + offset}: {problem}")
+    any_present = np.zeros(decoded.num_rows, bool)
+    for name, values in zip(decoded.schema.names, decoded.columns):
+        lengths = pc.fill_null(pc.list_value_length(values), 0).to_numpy(zero_copy_only=False)
+        held = lengths > 0
+        any_present |= held
+        kind = KINDS.get(str(values.type.value_type), "string")
+        column = columns.setdefault(name, Column(name, kind))
+        column.present += int(held.sum())
+        column.multi_valued |= bool((lengths > 1).any())
+        first = pc.list_element(pc.filter(values, held), 0) if held.any() else None
+        if first is not None:
+            first = first.to_numpy(zero_copy_only=False)
+            if kind == "string":
+                first = np.array([value.decode("utf-8", "replace") for value in first], dtype=object)
+            column.distinct_values.add(first)
+    if not any_present.all():
+        offset = int(np.argmin(any_present))
+        raise InitError(f"{path}: record {first_index + offset}: tf.Example with no features")
+
+
+def _date_columns(data_root: str) -> dict[str, str]:
+    """Column -> type, as prepare-data --csv recorded them for the data root ({} for other data)."""
+    from tfx.dsl.io import fileio
+
+    from pipeline.onboarding.csv_spans import COLUMNS_FILE
+    path = os.path.join(data_root, COLUMNS_FILE)
+    if not fileio.exists(path):
+        return {}
+    with fileio.open(path) as handle:
+        return json.loads(handle.read()).get("types", {})
+
+
+def choose_task(label: Column, asked: str | None) -> tuple[str, list[str], str]:
+    """Input: the label's column and the task asked for (None: choose). Output: (task name, classes, why).
+    InitError when the label cannot serve the task. A float label whose values are whole numbers (pandas
+    writes a 0/1 column with missing cells as 0.0/1.0) can be a class id."""
+    distinct = label.sorted_values()
+    whole = label.kind == "float" and bool(distinct) and all(float(value).is_integer() for value in distinct)
+    count = label.distinct
+    if asked:
+        try:
+            task = task_named(asked)
+        except TaskError as error:
+            raise InitError(f"--task {asked}: {error}") from None
+        problem = task.label_problem(label.kind, count, whole)
+        if problem:
+            sample = f" ({', '.join(map(str, distinct[:3]))}...)" if label.kind == "string" else ""
+            raise InitError(f"--task {asked}: the label {label.name!r} {problem}{sample}")
+        reason = "set with --task"
+    else:
+        task = task_for_label(label.kind, count, whole)
+        reason = f"{label.kind} label with {count:,} distinct values" + (", all whole" if whole and count == 2 else "")
+    classes = [str(int(value)) if whole else str(value) for value in distinct] if task.is_classification else []
+    return task.name, classes, reason
+
+
+def check_label(columns: dict[str, Column], label: str, records: int) -> Column:
+    """The label's column; InitError when it is absent, mostly or partly missing, or constant."""
+    if label not in columns:
+        raise InitError(f"--label {label}: no such column (columns: {', '.join(sorted(columns))})")
+    column = columns[label]
+    missing = records - column.present
+    if missing > MOSTLY_MISSING * records:
+        raise InitError(f"--label {label}: missing in {missing:,} of {records:,} records: too few labeled examples")
+    if missing:
+        raise InitError(f"--label {label}: missing in {missing:,} of {records:,} records, which cannot be trained "
+                        f"or evaluated on; leave those rows out (prepare-data --csv FILE --require {label}) and run "
+                        "init again")
+    if column.multi_valued:
+        raise InitError(f"--label {label}: several values in one record; a label is one value per example")
+    if column.distinct < 2:
+        raise InitError(f"--label {label}: every record has the same value ({column.sorted_values()[0]!r}): one "
+                        "class, nothing to learn")
+    return column
+
+
+def exclusions(columns: dict[str, Column], label: str, records: int, asked: list[str]) -> dict[str, str]:
+    """Feature -> why the model leaves it out: asked for, constant, too rare, a distinct value per record (an
+    id; not a date), or several values per record."""
+    unknown = sorted(set(asked) - set(columns))
+    if unknown:
+        raise InitError(f"--exclude: no such column(s): {', '.join(unknown)} (columns: {', '.join(sorted(columns))})")
+    if label in asked:
+        raise InitError(f"--exclude {label}: the label cannot be left out")
+    excluded = {name: "excluded with --exclude" for name in asked}
+    for name, column in sorted(columns.items()):
+        if name == label or name in excluded:
+            continue
+        if column.multi_valued:
+            excluded[name] = "several values per record"
+        elif column.present < RARE * records:
+            excluded[name] = f"present in {column.present:,} of {records:,} records: too rare to learn from"
+        elif column.distinct <= 1:
+            excluded[name] = "the same value wherever present"
+        elif (column.kind != "float" and not column.is_date and records >= UNIQUE_ID_MIN_ROWS
+              and column.present == records and column.distinct >= ID_SHARE * records):
+            excluded[name] = "a different value in every record: an id, not a feature"
+    return excluded
+
+
+def curated_schema(statistics, label: str, excluded: set[str], dates: set[str],
+                   sometimes_missing: set[str] = frozenset()) -> str:
+    """TFDV's inferred schema, curated: environments with the label in TRAINING only and unconstrained (its
+    classes and presence are the config's, checked by the Trainer); string features open to new values (no
+    domain: a new category is measured as drift and reported; list the values in a string_domain to refuse
+    others); dates marked as times (UNIX seconds); a drift comparator on the label and every feature the model
+    uses, but dates (a date moves on by nature); a feature the model leaves out keeps its type and nothing else
+    (a rare one may be absent from a whole split, and its values may change freely). `sometimes_missing`: the
+    features absent from some record (the statistics may have seen a sample in which they never were): no
+    feature of them is required in every record."""
+    import tensorflow_data_validation as tfdv
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    schema = tfdv.infer_schema(statistics)
+    schema.default_environment[:] = ["TRAINING", "SERVING"]
+    for feature in schema.feature:
+        feature.ClearField("domain_info")  # inferred string domains would refuse every new category
+        if feature.name == label:
+            feature.not_in_environment.append("SERVING")
+            feature.ClearField("presence")
+        if feature.name in excluded:  # no input of the model: only its type is checked
+            for constraint in ("presence", "value_count", "shape"):
+                feature.ClearField(constraint)
+            continue
+        if feature.name in sometimes_missing:
+            feature.ClearField("shape")  # a fixed shape requires the feature in every record
+            feature.presence.ClearField("min_fraction")
+            feature.value_count.min, feature.value_count.max = 1, 1
+        if feature.name in dates:
+            feature.time_domain.integer_format = schema_pb2.TimeDomain.UNIX_SECONDS
+        elif feature.type == schema_pb2.BYTES:
+            feature.drift_comparator.infinity_norm.threshold = CATEGORY_DRIFT
+        else:
+            comparator = feature.drift_comparator.jensen_shannon_divergence
+            comparator.threshold = NUMBER_DRIFT
+            comparator.source.type = comparator.source.QUANTILES
+    del schema.string_domain[:]
+    header = ("# Curated by `python -m pipeline init` from TFDV statistics of the data: presence as seen; string\n"
+              "# features open to new values (add a string_domain to refuse values outside a list); dates as UNIX\n"
+              "# seconds; a drift comparator on the label and every other feature the model uses (L-infinity on\n"
+              "# strings, Jensen-Shannon over quantiles on numbers); the label in the TRAINING environment only,\n"
+              "# its classes in the config; a left-out feature checked for its type only.\n"
+              "# Edit it to tighten or loosen what the ValidationGate blocks on.\n")
+    return header + text_format.MessageToString(schema, as_utf8=True)
+
+
+def sample_statistics(sample: list[bytes]):
+    """TFDV statistics of a sample of serialized tf.Examples, computed in memory (no Beam pipeline): what the
+    schema is inferred from. What a sample cannot know (which columns are ever missing, or multi-valued) comes
+    from read_columns' full pass: see curated_schema."""
+    import tensorflow_data_validation as tfdv
+    from tensorflow_data_validation.statistics.stats_impl import generate_statistics_in_memory
+    from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
+
+    record_batch = ExamplesToRecordBatchDecoder().DecodeBatch(sample)
+    return generate_statistics_in_memory(record_batch, tfdv.StatsOptions(use_sketch_based_topk_uniques=True))
+
+
+def eval_share(records: int) -> float:
+    """The share of records the eval split takes: a third up to 30,000 records, then EVAL_RECORDS of them (at
+    least a tenth)."""
+    if records <= 3 * EVAL_RECORDS:
+        return IngestConfig.eval_fraction
+    return round(max(0.1, EVAL_RECORDS / records), 4)
+
+
+def training_size(records: int, eval_fraction: float = IngestConfig.eval_fraction) -> tuple[int, int]:
+    """(batch size, epochs at most) giving about TARGET_STEPS steps, within MIN_EPOCHS and MAX_EPOCHS."""
+    train_rows = max(1, int(records * (1 - eval_fraction) * (1 - VALIDATION_SHARE)))
+    batch = 256 if train_rows >= 20_000 else 128 if train_rows >= 5_000 else 64 if train_rows >= 2_000 else 32
+    epochs = min(MAX_EPOCHS, max(MIN_EPOCHS, math.ceil(TARGET_STEPS * batch / train_rows)))
+    return batch, epochs
+
+
+def label_transform(statistics, label: str, task: str) -> tuple[str, str]:
+    """(transform, why) for a regression label from the sample's TFDV statistics: log for a label >= 0 with a
+    long right tail (Pearson's skewness 3 (mean - median) / std at least LOG_LABEL_SKEW), else none."""
+    if task != "regression":
+        return "none", ""
+    feature = next((f for f in statistics.datasets[0].features if f.path.step[-1:] == [label]), None)
+    if feature is None or not feature.HasField("num_stats"):
+        return "none", "no statistics of the label"
+    numbers = feature.num_stats
+    skew = 3 * (numbers.mean - numbers.median) / numbers.std_dev if numbers.std_dev > 0 else 0.0
+    facts = f"least {numbers.min:g}, median {numbers.median:g}, mean {numbers.mean:g}, skewness {skew:.2f}"
+    if numbers.min >= 0 and skew >= LOG_LABEL_SKEW:
+        return "log", f"a label >= 0 with a long right tail: {facts}"
+    return "none", facts
+
+
+def plan_project(folder: str, data_root: str, label: str, task: str | None = None, name: str | None = None,
+                 exclude: list[str] = ()) -> Project:
+    """Reads the data and decides everything; writes nothing. InitError naming what is wrong."""
+    name = name or os.path.basename(os.path.abspath(data_root).rstrip("/")) or "project"
+    if not name.replace("-", "").replace("_", "").isalnum() or not name.isascii():
+        raise InitError(f"--name {name!r}: letters, digits, '-' and '_' only (it names files and the pipeline)")
+    columns, records, sample = read_columns(data_root)
+    label_column = check_label(columns, label, records)
+    task, classes, task_reason = choose_task(label_column, task)
+    excluded = exclusions(columns, label, records, list(exclude))
+    kept = {n: c for n, c in sorted(columns.items()) if n != label and n not in excluded}
+    inputs = {kind: [n for n, c in kept.items() if c.kind == kind and not c.is_date] for kind in ("float", "int", "string")}
+    inputs["date"] = [n for n, c in kept.items() if c.is_date]
+    if not any(inputs.values()):
+        reasons = ("; ".join(f"{column}: {why}" for column, why in excluded.items())
+                   or "the label is the only column")
+        raise InitError(f"no column is left for the model to learn from ({reasons})")
+    sometimes_missing = {name for name, column in columns.items() if column.present < records}
+    statistics = sample_statistics(sample)
+    schema_text = curated_schema(statistics, label, set(excluded), set(inputs["date"]), sometimes_missing)
+    eval_fraction = eval_share(records)
+    batch, epochs = training_size(records, eval_fraction)
+    transform, transform_reason = label_transform(statistics, label, task)
+    return Project(name, folder, data_root, records, task, label, classes, inputs, excluded, task_reason,
+                   schema_text, batch, epochs, eval_fraction, transform, transform_reason)

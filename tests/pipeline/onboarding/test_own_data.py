@@ -1,0 +1,326 @@
+"""A user's own table with no code: `prepare-data --csv` writes a CSV as TFRecords, `init` writes a curated
+schema and a config for the schema-driven model, `run` trains, gates and pushes it. Bad input exits 2
+naming the column, file or line, and writes nothing into the user's folder."""
+import contextlib
+import io
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from pipeline.commands.cli import main as cli_main
+from pipeline.config import PROJECT_ROOT
+from pipeline.onboarding.example_data import bundled_taxi_csv
+from tests.pipeline.span_files import read_span
+
+PENGUINS_CSV = os.path.join(PROJECT_ROOT, "examples", "penguins.csv")
+
+
+def _cli(capsys, *argv) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = cli_main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _features(example: tf.train.Example) -> dict:
+    result = {}
+    for name, feature in example.features.feature.items():
+        kind = feature.WhichOneof("kind")
+        result[name] = list(getattr(feature, kind).value)
+    return result
+
+
+# ------------------------------------------------------------------------------------------- prepare-data
+
+def test_a_csv_becomes_typed_examples_with_missing_cells_absent(tmp_path, capsys):
+    code, out, err = _cli(capsys, "prepare-data", "--csv", PENGUINS_CSV, "--data", str(tmp_path / "data"))
+    assert code == 0, err
+    assert "wrote 344 tf.Examples" in out and "species" in out
+    examples = [_features(example) for example in read_span(str(tmp_path / "data" / "span-1"))]
+    assert len(examples) == 344  # dealt round-robin to the shards: the first row leads the first shard
+    first = examples[0]
+    assert first == {"species": [b"Adelie"], "island": [b"Torgersen"], "bill_length_mm": [pytest.approx(39.1)],
+                     "bill_depth_mm": [pytest.approx(18.7)], "flipper_length_mm": [181], "body_mass_g": [3750],
+                     "sex": [b"male"], "year": [2007]}
+    assert isinstance(first["flipper_length_mm"][0], int) and isinstance(first["bill_length_mm"][0], float)
+    # Adelie,Torgersen,NA,NA,NA,NA,NA,2007 (and one Gentoo alike): NA cells are absent features.
+    unmeasured = [example for example in examples if "bill_length_mm" not in example]
+    assert [set(example) for example in unmeasured] == [{"species", "island", "year"}] * 2
+    assert sum("sex" not in example for example in examples) == 11
+
+
+def test_quoted_delimiters_and_a_detected_delimiter_are_read_as_one_cell(tmp_path, capsys):
+    csv_file = tmp_path / "shops.csv"
+    csv_file.write_text('name;city;revenue;note\n"Smith; Sons";"Paris";1200.5;"said ""hi"""\n'
+                        'Jones;Lyon;;\nBrown;"Nice";300;"two\nlines"\n')
+    code, out, err = _cli(capsys, "prepare-data", "--csv", str(csv_file), "--data", str(tmp_path / "data"))
+    assert code == 0, err
+    assert "delimiter ';'" in out
+    examples = [_features(e) for e in read_span(str(tmp_path / "data" / "span-1"))]
+    assert examples[0] == {"name": [b"Smith; Sons"], "city": [b"Paris"], "revenue": [pytest.approx(1200.5)],
+                           "note": [b'said "hi"']}
+    assert examples[1] == {"name": [b"Jones"], "city": [b"Lyon"]}  # empty cells: absent
+    assert examples[2]["note"] == [b"two\nlines"]
+
+
+def test_rows_missing_a_required_column_are_left_out_and_counted(tmp_path, capsys):
+    code, out, err = _cli(capsys, "prepare-data", "--csv", PENGUINS_CSV, "--data", str(tmp_path / "data"),
+                          "--require", "sex")
+    assert code == 0, err
+    assert "left out 11 row(s)" in out
+    assert len(read_span(str(tmp_path / "data" / "span-1"))) == 333
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("a,b,c\n1,2,3\n4,5\n", r"ragged\.csv: line 3: 2 cells where the header names 3 columns"),
+    ("1.5,2,3\n4,5,6\n", r"ragged\.csv: line 1: the first row looks like data .* add a header row"),
+    ("a,b,a\n1,2,3\n", r"ragged\.csv: line 1: the header repeats the column name\(s\) a"),
+    ("a,,c\n1,2,3\n", r"ragged\.csv: line 1: the header has an empty column name \(column 2\)"),
+    ("", r"ragged\.csv: the file is empty"),
+], ids=["ragged_row", "no_header", "repeated_name", "empty_name", "empty_file"])
+def test_a_csv_that_is_no_table_exits_2_naming_the_line_and_writes_nothing(tmp_path, capsys, text, expected):
+    (tmp_path / "ragged.csv").write_text(text)
+    code, _, err = _cli(capsys, "prepare-data", "--csv", str(tmp_path / "ragged.csv"), "--data",
+                        str(tmp_path / "data"))
+    assert code == 2 and re.search(rf"^data error: .*{expected}", err, re.MULTILINE), err
+    assert not (tmp_path / "data" / "span-1").exists()
+
+
+def test_a_file_that_is_not_utf8_exits_2_naming_it_and_an_id_too_long_for_int64_stays_whole(tmp_path, capsys):
+    (tmp_path / "latin1.csv").write_bytes("city,revenue\nK\xf6ln,3\n".encode("latin-1"))
+    code, _, err = _cli(capsys, "prepare-data", "--csv", str(tmp_path / "latin1.csv"), "--data",
+                        str(tmp_path / "data"))
+    assert code == 2 and re.search(r"^data error: .*latin1\.csv: not UTF-8 text .*save it as UTF-8", err, re.M), err
+    assert not (tmp_path / "data" / "span-1").exists()
+
+    (tmp_path / "ids.csv").write_text("account,small\n12345678901234567890123,1\n7,2\n")
+    code, out, err = _cli(capsys, "prepare-data", "--csv", str(tmp_path / "ids.csv"), "--data", str(tmp_path / "d2"))
+    assert code == 0, err
+    assert [_features(e) for e in read_span(str(tmp_path / "d2" / "span-1"))] == [
+        {"account": [b"12345678901234567890123"], "small": [1]}, {"account": [b"7"], "small": [2]}]
+
+
+# ------------------------------------------------------------------------------------------------- init
+
+@pytest.fixture(scope="module")
+def penguin_records(tmp_path_factory):
+    root = tmp_path_factory.mktemp("penguin-records")
+    assert cli_main(["prepare-data", "--csv", PENGUINS_CSV, "--data", str(root / "data")]) == 0
+    return str(root / "data")
+
+
+def test_init_chooses_the_task_leaves_out_what_cannot_help_and_writes_a_schema_and_config(penguin_records,
+                                                                                          tmp_path, capsys,
+                                                                                          monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _cli(capsys, "init", "--data", penguin_records, "--label", "species", "--name", "birds")
+    assert code == 0, err
+    assert "task: multiclass (string label with 3 distinct values)" in out
+    assert "classes: 0 'Adelie', 1 'Chinstrap', 2 'Gentoo'" in out
+    assert "string features: island, sex" in out and "python -m pipeline run --config birds.yaml" in out
+    from pipeline.config import load_config
+    config = load_config(str(tmp_path / "birds.yaml"), data_root=penguin_records)
+    assert (config.task.type, config.task.label, config.task.classes) == (
+        "multiclass", "species", ["Adelie", "Chinstrap", "Gentoo"])
+    assert config.train.model == "models.tabular" and config.schema_path == str(tmp_path / "schemas/birds/schema.pbtxt")
+    import tensorflow_data_validation as tfdv
+    schema = tfdv.load_schema_text(config.schema_path)
+    features = {feature.name: feature for feature in schema.feature}
+    assert list(features["species"].not_in_environment) == ["SERVING"] and not features["species"].domain
+    assert all(feature.HasField("drift_comparator") for feature in schema.feature)
+    # String features are open to new values (a new island is drift, not an anomaly) until a domain is added.
+    assert features["island"].WhichOneof("domain_info") is None and not schema.string_domain
+
+
+def test_init_leaves_out_ids_and_constants_and_says_why(tmp_path, capsys, monkeypatch):
+    rows = ["id,region,size,price"] + [f"r{i},north,{i % 7},{10 + i * 0.5}" for i in range(60)]
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    assert cli_main(["prepare-data", "--csv", str(tmp_path / "t.csv"), "--data", str(tmp_path / "data")]) == 0
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _cli(capsys, "init", "--data", "data", "--label", "price")
+    assert code == 0, err
+    assert "task: regression (float label with 60 distinct values)" in out
+    assert "left out: id (a different value in every record: an id, not a feature)" in out
+    assert "left out: region (the same value wherever present)" in out and "int features: size" in out
+    assert (tmp_path / "data.yaml").exists()  # named after the data folder
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--label", "penguin"], r"--label penguin: no such column \(columns: bill_depth_mm, "),
+    (["--label", "species", "--task", "regression"], r"--task regression: the label 'species' holds strings"),
+    (["--label", "sex"], r"--label sex: missing in 11 of 344 records, .* --require sex"),
+    (["--label", "species", "--exclude", "beak"], r"--exclude: no such column\(s\): beak"),
+    (["--label", "species", "--task", "binary"], r"--task binary: the label 'species' has 3 distinct values, not 2"),
+    (["--label", "species", "--exclude", "island,sex,year,bill_length_mm,bill_depth_mm,flipper_length_mm,body_mass_g"],
+     r"no column is left for the model to learn from \(.*island: excluded with --exclude"),
+], ids=["label_absent", "regression_on_strings", "label_partly_missing", "unknown_exclusion", "binary_of_3",
+        "nothing_left"])
+def test_init_refuses_a_label_or_task_that_cannot_work_and_writes_nothing(penguin_records, tmp_path, capsys,
+                                                                          monkeypatch, argv, expected):
+    import re
+    monkeypatch.chdir(tmp_path)
+    code, _, err = _cli(capsys, "init", "--data", penguin_records, *argv)
+    assert code == 2 and re.search(rf"^init error: {expected}", err, re.MULTILINE), err
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("rows, label, expected", [
+    (["a,b"] + [f"{i},same" for i in range(30)], "b", r"--label b: every record has the same value \('same'\)"),
+    (["a,b"] + [f"{i}," for i in range(20)] + ["1,x"], "b", r"--label b: missing in 20 of 21 records: too few"),
+    (["a,b"] + [f"{i},{'yes' if i % 2 else 'no'}" for i in range(30)], "b --task multiclass",
+     r"--task multiclass: the label 'b' has 2 distinct values; a multi-class label has 3 or more"),
+], ids=["constant_label", "mostly_missing_label", "multiclass_of_2"])
+def test_init_refuses_a_constant_or_mostly_missing_label(tmp_path, capsys, monkeypatch, rows, label, expected):
+    import re
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    data = tmp_path / "in" / "data"
+    assert cli_main(["prepare-data", "--csv", str(tmp_path / "t.csv"), "--data", str(data)]) == 0
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    code, _, err = _cli(capsys, "init", "--data", str(data), "--label", *label.split())
+    assert code == 2 and re.search(rf"^init error: {expected}", err, re.MULTILINE), err
+    assert os.listdir(work) == []
+
+
+def test_init_refuses_an_empty_or_missing_folder_and_an_existing_config(penguin_records, tmp_path, capsys,
+                                                                         monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    code, _, err = _cli(capsys, "init", "--data", "empty", "--label", "y")
+    assert code == 2 and "init error: empty: no TFRecord files in the input directory" in err, err
+    code, _, err = _cli(capsys, "init", "--data", "nowhere", "--label", "y")
+    assert code == 2 and "init error: nowhere: input directory does not exist" in err, err
+    (tmp_path / "penguins.yaml").write_text("# mine\n")
+    code, _, err = _cli(capsys, "init", "--data", penguin_records, "--label", "species", "--name", "penguins")
+    assert code == 2 and "penguins.yaml already exists: choose another --name, or --force" in err, err
+    assert (tmp_path / "penguins.yaml").read_text() == "# mine\n" and not (tmp_path / "schemas").exists()
+    code, _, err = _cli(capsys, "init", "--data", penguin_records, "--label", "species", "--name", "penguins",
+                        "--force")
+    assert code == 0, err
+    assert "type: multiclass" in (tmp_path / "penguins.yaml").read_text()
+    # A curated schema whose config was moved away is not overwritten either.
+    (tmp_path / "penguins.yaml").rename(tmp_path / "moved.yaml")
+    (tmp_path / "schemas" / "penguins" / "schema.pbtxt").write_text("# curated by hand\n")
+    code, _, err = _cli(capsys, "init", "--data", penguin_records, "--label", "species", "--name", "penguins")
+    assert code == 2 and re.search(r"schemas/penguins/schema\.pbtxt already exists: choose another --name", err), err
+    assert (tmp_path / "schemas" / "penguins" / "schema.pbtxt").read_text() == "# curated by hand\n"
+    assert not (tmp_path / "penguins.yaml").exists()
+
+
+# ------------------------------------------------------------------------ three commands, no code, as a user
+
+def _user_command(folder, *argv):
+    """`python -m pipeline ...` in the user's own folder, outside the repo, as a user types it."""
+    result = subprocess.run([sys.executable, "-m", "pipeline", *argv], cwd=folder, capture_output=True, text=True,
+                            timeout=1800)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("example", ["penguins", "taxi_fare"])
+def test_a_csv_becomes_a_pushed_gated_model_in_three_commands_with_no_code(tmp_path_factory, example):
+    folder = tmp_path_factory.mktemp(f"user-{example}")
+    assert not str(folder).startswith(PROJECT_ROOT)
+    if example == "penguins":
+        csv_file, init_args, task = PENGUINS_CSV, ["--label", "species"], "multiclass"
+    else:
+        csv_file, task = bundled_taxi_csv(), "regression"
+        init_args = ["--label", "fare", "--exclude", "tips", "--name", "fares"]
+    _user_command(folder, "prepare-data", "--csv", csv_file, "--data", "data/" + example)
+    decided = _user_command(folder, "init", "--data", "data/" + example, *init_args)
+    assert f"task: {task}" in decided
+    summary = _user_command(folder, "run", "--config", "fares.yaml" if example == "taxi_fare" else f"{example}.yaml")
+    assert "blessed: yes" in summary and f"training: {task}" in summary, summary
+    pushed = next(line.split("pushed to: ", 1)[1] for line in summary.splitlines() if "pushed to: " in line)
+    assert pushed.startswith(str(folder)) and os.path.exists(os.path.join(pushed, "model.tflite"))
+    assert "beats_trivial: candidate" in summary and "(pass)" in summary
+    outputs = tf.saved_model.load(pushed).signatures["serving_raw"].structured_outputs
+    assert set(outputs) == ({"scores", "classes"} if task == "multiclass" else {"predictions"})
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("task", ["binary", "multiclass", "regression"])
+def test_a_model_that_predicts_a_constant_is_refused_by_the_trivial_predictor_gate(tmp_path, monkeypatch, task):
+    """The user's path with the schema-driven model swapped for one that predicts the same value for every
+    record (tests/pipeline/constant_model.py): no bar is configured, and the trivial-predictor gate refuses
+    it in every task; nothing is pushed."""
+    monkeypatch.chdir(tmp_path)
+    if task == "regression":
+        csv_file, init_args = bundled_taxi_csv(), ["--label", "fare", "--exclude", "tips"]
+    else:  # penguins: the species (3 classes), or the sex (2; rows without it left out)
+        csv_file, init_args = PENGUINS_CSV, ["--label", "species" if task == "multiclass" else "sex"]
+    assert cli_main(["prepare-data", "--csv", csv_file, "--data", "data/table", "--require", init_args[1]]) == 0
+    assert cli_main(["init", "--data", "data/table", *init_args]) == 0
+    config = (tmp_path / "table.yaml").read_text()
+    assert f"type: {task}" in config and "absolute_bar: null" in config
+    (tmp_path / "table.yaml").write_text(config.replace("model: models.tabular", "model: tests.pipeline.constant_model"))
+
+    out, err = io.StringIO(), io.StringIO()  # not capsys: the run's log handlers outlive one test's capture
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli_main(["run", "--config", "table.yaml"])
+    out, err = out.getvalue(), err.getvalue()
+
+    assert code == 0, err[-3000:]  # an unblessed model is a success: nothing pushed, as it should be
+    gates = {line.split(":")[0].strip(): line for line in out.splitlines() if line.startswith("    ") and "(" in line}
+    assert gates["beats_trivial"].endswith("(FAIL)"), out
+    assert "blessed: no" in out and "pushed to: nothing pushed" in out
+    assert not (tmp_path / "output" / "table" / "serving").exists() or not os.listdir(
+        tmp_path / "output" / "table" / "serving")
+
+
+def _label_statistics(values):
+    from pipeline.onboarding import init
+    examples = [tf.train.Example(features=tf.train.Features(feature={
+        "y": tf.train.Feature(float_list=tf.train.FloatList(value=[float(v)]))})).SerializeToString() for v in values]
+    return init.sample_statistics(examples)
+
+
+def test_init_trains_a_long_tailed_label_at_or_above_zero_as_its_log_and_others_as_they_are():
+    import numpy as np
+    from pipeline.onboarding.init import label_transform
+    rng = np.random.default_rng(0)
+    prices = _label_statistics(rng.lognormal(2.0, 0.9, 3000))
+    assert label_transform(prices, "y", "regression")[0] == "log"
+    assert label_transform(_label_statistics(rng.normal(0.0, 1.0, 3000)), "y", "regression")[0] == "none"
+    assert label_transform(_label_statistics(rng.uniform(1.0, 9.0, 3000)), "y", "regression")[0] == "none"
+    shifted = rng.lognormal(2.0, 0.9, 3000) - 5.0  # as skewed, but below 0: log(1 + label) would not exist
+    assert label_transform(_label_statistics(shifted), "y", "regression")[0] == "none"
+    assert label_transform(prices, "y", "binary") == ("none", "")
+
+
+def test_init_keeps_about_ten_thousand_eval_records_of_a_large_table_and_budgets_steps_by_its_size():
+    from pipeline.onboarding import init
+    assert init.eval_share(15_000) == pytest.approx(1 / 3)
+    assert init.eval_share(50_000) == pytest.approx(0.2)
+    assert init.eval_share(1_000_000) == pytest.approx(0.1)
+    for records in (300, 15_000, 60_000, 1_000_000):
+        share = init.eval_share(records)
+        batch, epochs = init.training_size(records, share)
+        rows = records * (1 - share) * (1 - init.VALIDATION_SHARE)
+        steps = epochs * -(-int(rows) // batch)
+        assert init.MIN_EPOCHS <= epochs <= init.MAX_EPOCHS
+        assert steps >= init.TARGET_STEPS or epochs == init.MAX_EPOCHS
+        assert steps < 2 * init.TARGET_STEPS or epochs == init.MIN_EPOCHS
+
+
+@pytest.mark.parametrize("records, holds_out", [(150, False), (334, True), (15_000, True)])
+def test_init_holds_validation_records_out_only_when_there_are_enough(tmp_path, records, holds_out):
+    import yaml
+    from pipeline.onboarding import init
+    from pipeline.config import load_config
+    share = init.eval_share(records)
+    batch, epochs = init.training_size(records, share)
+    schema = 'feature { name: "x" type: FLOAT }\nfeature { name: "y" type: INT }\n'
+    project = init.Project("t", str(tmp_path), str(tmp_path / "data"), records, "binary", "y", ["0", "1"],
+                           {"float": ["x"]}, {}, "set with --task", schema, batch, epochs, share)
+    project.write()
+    train = yaml.safe_load(project.config_text())["train"]
+    assert (train["validation_share"] > 0) == holds_out
+    assert ("early_stopping_patience" in train) == holds_out
+    assert load_config(project.config_path).train.validation_share == train["validation_share"]
