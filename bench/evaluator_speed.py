@@ -39,6 +39,7 @@ from components.core import contract  # noqa: E402
 from components.precision_evaluator import gates  # noqa: E402
 from pipeline.runs import mlmd  # noqa: E402
 from components.core.model_module import load_model_module  # noqa: E402
+from components.core.records import PredictionTarget  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 
 
@@ -102,9 +103,8 @@ def run_once(executor_class, inputs: dict, production: bool, beam_args: list[str
                   "baseline_model": [inputs["baseline_model"]]}
     if production:
         input_dict["production_model"] = [inputs.get("production_model", inputs["baseline_model"])]
-    from components.core.records import PredictionTarget
     module = load_model_module(load_config().train.model)
-    target = PredictionTarget(module.LABEL_KEY, module.TASK, tuple(module.CLASSES))
+    target = PredictionTarget.of(module)
     settings = {**dataclasses.asdict(load_config().evaluate), "target": dataclasses.asdict(target)}
     context = base_beam_executor.BaseBeamExecutor.Context(beam_pipeline_args=beam_args,
                                                           tmp_dir=os.path.join(work, "tmp"))

@@ -301,7 +301,7 @@ def yardsticks(task: str, splits: dict) -> dict:
     train_frame, eval_frame = _frame(train_x), _frame(eval_x)
     task_ = tasks.task_named(task)
     train_linear, eval_linear = _linear_inputs(train_frame, eval_frame)
-    if task_.is_classification:
+    if isinstance(task_, tasks.ClassificationTask):  # the yardsticks: a classifier or a regressor
         positive = slice(1, 2) if task == "binary" else slice(None)  # binary: the positive class's probability
         lgb = lightgbm.LGBMClassifier(verbose=-1).fit(train_frame, train_y).predict_proba(eval_frame)[:, positive]
         linear = LogisticRegression(max_iter=2000).fit(train_linear, train_y).predict_proba(eval_linear)[:, positive]
@@ -311,7 +311,8 @@ def yardsticks(task: str, splits: dict) -> dict:
     primary = task_.primary.name
     return {"lightgbm": float(task_.score(eval_y, lgb)[primary]),
             "linear": float(task_.score(eval_y, linear)[primary]),
-            "linear_model": "logistic regression" if task_.is_classification else "least squares (ridge)"}
+            "linear_model": ("logistic regression" if isinstance(task_, tasks.ClassificationTask)
+                             else "least squares (ridge)")}
 
 
 def safe_yardsticks(task: str, output: str, config_file: str) -> dict:

@@ -17,7 +17,7 @@ import typing
 from dataclasses import dataclass, field
 
 from components.core.contract import POLICIES, STRATEGIES, TFLITE_VARIANTS
-from components.core.tasks import TASK_NAMES
+from components.core.tasks import TASK_NAMES, TASKS, RegressionTask
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -72,13 +72,14 @@ STRATEGY = Check(lambda v: v in ("auto",) + STRATEGIES, "must be auto or one of 
 PRECISION = Check(lambda v: v in ("auto",) + POLICIES, "must be auto or one of " + ", ".join(POLICIES))
 AUTO_ON_OFF = Check(lambda v: v in ("auto", "on", "off"), "must be auto, on or off")
 SCHEDULE = Check(lambda v: v in ("constant", "cosine"), "must be constant or cosine")
-LABEL_TRANSFORM = Check(lambda v: v in ("none", "log"), "must be none or log")
+LABEL_TRANSFORM = Check(lambda v: v in RegressionTask.LABEL_TRANSFORMS,
+                        "must be " + " or ".join(RegressionTask.LABEL_TRANSFORMS))
 BELOW_HALF = Check(lambda v: 0 <= v < 0.5, "must be at least 0 and below 0.5")
 SEED = Check(lambda v: 0 <= v < 2**32, "must be between 0 and 2**32 - 1")  # NumPy's seed range
 TFLITE_VARIANT_LIST = Check(lambda v: v and set(v) <= set(TFLITE_VARIANTS),
                             "must list one or more of " + ", ".join(TFLITE_VARIANTS))
 BEAM_FLAGS = Check(_beam_flags, "must be Beam flags (--name=value, or --name then its value)")
-TASK_OR_EMPTY = Check(lambda v: v in ("",) + TASK_NAMES,
+TASK_OR_EMPTY = Check(lambda v: v == "" or v in TASKS,  # the shipped tasks and any registered one
                       "must be " + ", ".join(TASK_NAMES) + ', or "" (the model module declares it)')
 
 

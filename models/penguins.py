@@ -7,9 +7,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from components.core.tasks import MulticlassTask
 from models.layers import Standardize
 
-TASK = "multiclass"
+TASK = MulticlassTask()
 CLASSES = ("Adelie", "Chinstrap", "Gentoo")  # species 0, 1, 2
 MEASUREMENTS = ("culmen_length_mm", "culmen_depth_mm", "flipper_length_mm", "body_mass_g")
 INPUTS = {name: tf.io.FixedLenFeature([], tf.float32, default_value=0.0) for name in MEASUREMENTS}

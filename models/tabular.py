@@ -45,7 +45,7 @@ import numpy as np
 import tensorflow as tf
 
 from components.core.feature_names import derived_name, internal_names
-from components.core.tasks import TaskError, task_named
+from components.core.tasks import Task, TaskError, task_named
 from models.ensemble import EnsembleInputs, EnsembleModel, EnsembleOutputs, MembersMean
 from models.layers import MISSING_INT, CalendarFeatures, PiecewiseLinear, RobustScale, Vocabulary, keras_dtype
 
@@ -57,28 +57,26 @@ DATE_NOTE = "int64 seconds since 1970-01-01 UTC (a date alone: its midnight UTC)
 HIDDEN_UNITS = (128, 128)
 DROPOUT = 0.1
 ENSEMBLE_MEMBERS = 8
-LABEL_TRANSFORMS = ("none", "log")  # regression: the label as it is, or log(1 + label) (a label >= 0)
 _LAYER = "tabular.{}"  # the name of a layer derived from no column: a '.' keeps it apart from every column's
 
 
 def configure(schema_path: str, task_config) -> "SchemaModel":
     """Input: the curated schema's path and the config's `task` section (components.settings.TaskConfig).
     Output: the model module (components.core.model_module.ModelModule) for that schema and label. TaskError names what
-    is missing or wrong: the task type, the label, (classification) the classes, or a date that is not an int64
-    feature of the schema."""
+    is missing or wrong: the task type, the label, the classes the task needs, a task setting it does not take,
+    or a date that is not an int64 feature of the schema."""
     if not task_config.type:
         raise TaskError("models.tabular needs task.type in the config (binary, multiclass or regression)")
     if not task_config.label:
         raise TaskError("models.tabular needs task.label in the config: the label column")
-    if task_named(task_config.type).is_classification and not task_config.classes:
-        raise TaskError(f"models.tabular needs task.classes for a {task_config.type} task: the class names in label order")
-    transform = getattr(task_config, "label_transform", "none") or "none"
-    if transform not in LABEL_TRANSFORMS:
-        raise TaskError(f"task.label_transform: {transform!r} is not one of {', '.join(LABEL_TRANSFORMS)}")
-    if transform != "none" and task_named(task_config.type).is_classification:
-        raise TaskError(f"task.label_transform: {transform!r} applies to a regression label, not a {task_config.type} one")
-    model = SchemaModel(schema_path, task_config.type, task_config.label, tuple(task_config.classes),
-                        tuple(task_config.exclude), tuple(task_config.dates), transform)
+    task = task_named(task_config.type).configured(task_config)
+    classes = tuple(task.class_names(list(task_config.classes)))
+    problem = task.class_problem(classes)
+    if problem:
+        raise TaskError(f"models.tabular needs task.classes for a {task.name} task, the class names in label "
+                        f"order: {problem}")
+    model = SchemaModel(schema_path, task, task_config.label, classes, tuple(task_config.exclude),
+                        tuple(task_config.dates))
     if model.dates:
         model._schema_features()  # task.dates checked against the schema now, not when training starts
     return model
@@ -87,26 +85,20 @@ def configure(schema_path: str, task_config) -> "SchemaModel":
 class SchemaModel:
     """The ModelModule of one schema and label (see the module docstring)."""
 
-    def __init__(self, schema_path: str, task_name: str, label: str, classes: tuple[str, ...],
-                 exclude: tuple[str, ...], dates: tuple[str, ...] = (), label_transform: str = "none"):
-        self.TASK, self.LABEL_KEY = task_name, label
-        self.task = task_named(task_name)
-        self.CLASSES = classes if self.task.is_classification else ()
+    def __init__(self, schema_path: str, task: Task, label: str, classes: tuple[str, ...],
+                 exclude: tuple[str, ...], dates: tuple[str, ...] = ()):
+        self.TASK, self.LABEL_KEY, self.CLASSES = task, label, classes
+        self.task = task  # configured from the task section: its settings (a label transform) apply
         self._schema_path, self._exclude = schema_path, set(exclude)
         self.dates = tuple(dates)  # int64 features holding seconds since 1970-01-01 UTC
         # What a caller of the device model passes for each date (the export report lists it).
         self.INPUT_NOTES = {name: DATE_NOTE for name in self.dates}
         self._features = None  # name -> schema dtype, read on first use
-        self.label_transform = label_transform
-        # regression: the transformed training labels' mean, spread, least and greatest (from the sample)
-        self._label_range = (0.0, 1.0, -LabelOutput.OPEN, LabelOutput.OPEN)
+        self._training_labels = np.zeros(0)  # the training sample's labels, which the task's output layer fits
         self.DESCRIPTION = (
             f"numbers: robust scale, smooth clip and piecewise-linear encoding over up to {BINS} quantile bins; "
             f"categories: embeddings; an ensemble of {ENSEMBLE_MEMBERS} members sharing "
-            f"{'x'.join(map(str, HIDDEN_UNITS))} hidden units"
-            + ("" if self.task.is_classification else
-               f"; label transform {label_transform}, absolute-error loss, predictions clamped to the training "
-               "labels' range"))
+            f"{'x'.join(map(str, HIDDEN_UNITS))} hidden units{task.head_description()}")
 
     def _schema_features(self) -> dict[str, tf.dtypes.DType]:
         if self._features is None:
@@ -142,26 +134,15 @@ class SchemaModel:
         return {self.LABEL_KEY: tf.io.FixedLenFeature([], dtype, default_value=_missing_value(dtype))}
 
     def make_label(self, features: dict[str, tf.Tensor]) -> tf.Tensor:
-        """Classification: the class id of the label's value among CLASSES (-1 for any other value, which
-        the Trainer reports), float32 for binary; regression: the value as float32."""
-        value = features[self.LABEL_KEY]
-        if not self.task.is_classification:
-            return tf.cast(value, tf.float32)
-        if value.dtype.is_floating:  # a class id pandas wrote as a float (0.0, 1.0): compared as numbers
-            names = [float(name) if _is_number(name) else float("nan") for name in self.CLASSES]
-            matches = tf.equal(tf.expand_dims(value, -1), tf.constant(names, value.dtype))
-        else:
-            text = value if value.dtype == tf.string else tf.strings.as_string(value)
-            matches = tf.equal(tf.expand_dims(text, -1), tf.constant(list(self.CLASSES)))
-        class_id = tf.where(tf.reduce_any(matches, axis=-1), tf.argmax(tf.cast(matches, tf.int64), axis=-1),
-                            tf.constant(-1, tf.int64))
-        return tf.cast(class_id, self.task.label_dtype)
+        """The task's label of the label column's value (Task.parse_label): a class id among CLASSES (-1 for
+        any other value, which the Trainer reports), or the value as float32."""
+        return self.task.parse_label(features[self.LABEL_KEY], self.CLASSES)
 
     def build_preprocessing(self, sample: dict[str, np.ndarray]) -> keras.Model:
         """Input: training rows (name -> 1-D array) of the inputs and the label. Output: a Keras model, raw
         features (a dict keyed by the columns' names) -> model-ready tensors (module docstring)."""
-        if not self.task.is_classification and self.LABEL_KEY in sample:
-            self._label_range = label_range(sample[self.LABEL_KEY], self.label_transform)
+        if self.LABEL_KEY in sample:
+            self._training_labels = np.asarray(sample[self.LABEL_KEY])
         specs = self.INPUTS
         internal = internal_names(specs)
         inputs = {name: keras.Input(shape=(), name=internal[name], dtype=keras_dtype(spec.dtype))
@@ -223,44 +204,17 @@ class SchemaModel:
 
     def head(self, hidden):
         """Input: the last hidden tensor, [N*k, H] (k members per example). Output: the members' mean of the
-        task's output in float32 (class probabilities, the probability of the positive class, or the
-        prediction in the label's units)."""
+        task's output in float32 (Task.output_layer: class probabilities, the probability of the positive
+        class, or the prediction in the label's units)."""
         members = EnsembleOutputs(ENSEMBLE_MEMBERS, self.task.output_width(self.CLASSES),
                                   name=_LAYER.format("output"))(hidden)
-        if self.task.is_classification:  # a sigmoid (binary) or a softmax (multiclass) per member
-            members = keras.layers.Activation(self.task.output_activation, dtype="float32",
-                                              name=_LAYER.format("probabilities"))(members)
-        else:
-            members = LabelOutput(*self._label_range, log=self.label_transform == "log", dtype="float32",
-                                  name=_LAYER.format("prediction"))(members)
+        members = self.task.output_layer(self._training_labels, _LAYER.format(self.task.head_name))(members)
         return MembersMean(name=_LAYER.format("mean"))(members)
 
     def make_loss(self):
-        """The training loss, each member's prediction against the label: the task's (binary or categorical
-        cross-entropy) for classification; for regression the absolute error after the label transform."""
-        if self.task.is_classification:
-            return self.task.loss()
-        return TransformedAbsoluteError(log=self.label_transform == "log")
-
-
-def label_range(labels, transform: str) -> tuple[float, float, float, float]:
-    """Input: training labels and the label transform. Output: the transformed finite labels' mean, spread,
-    least and greatest (LabelOutput's constants)."""
-    values = np.asarray(labels, np.float64)
-    values = values[np.isfinite(values)]
-    if transform == "log":
-        values = np.log1p(np.maximum(values, 0.0))
-    if not values.size:
-        return (0.0, 1.0, -LabelOutput.OPEN, LabelOutput.OPEN)
-    return (float(values.mean()), float(max(values.std(), 1e-6)), float(values.min()), float(values.max()))
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+        """The training loss, each member's prediction against the label: the task's (Task.training_loss:
+        binary or categorical cross-entropy; for regression the absolute error after the label transform)."""
+        return self.task.training_loss()
 
 
 def _missing_value(dtype: tf.dtypes.DType):
@@ -312,54 +266,3 @@ class FillMissing(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "fill": self.fill}
-
-
-@keras.saving.register_keras_serializable(package="models.tabular")
-class LabelOutput(keras.layers.Layer):
-    """A regression output in the label's units: v = x * scale + offset clamped to [least, greatest], then
-    exp(v) - 1 with `log` (the label transform's inverse), else v. The four constants are (non-trainable)
-    weights, so that a warm start copies a base model's; training the rest of the network starts from
-    predictions of the labels' size. Builtins only (MUL, ADD, MINIMUM, MAXIMUM, EXP, SUB)."""
-
-    OPEN = 3e38  # no clamp
-
-    def __init__(self, offset: float = 0.0, scale: float = 1.0, least: float = -OPEN, greatest: float = OPEN,
-                 log: bool = False, **kwargs):
-        super().__init__(**kwargs)
-        self.initial = (float(offset), float(scale), float(least), float(greatest))
-        self.log = bool(log)
-
-    def build(self, input_shape):
-        for name, value in zip(("offset", "scale", "least", "greatest"), self.initial):
-            setattr(self, name, self.add_weight(shape=(), initializer=keras.initializers.Constant(value),
-                                                trainable=False, name=name))
-
-    def call(self, x):
-        value = keras.ops.minimum(keras.ops.maximum(x * self.scale + self.offset, self.least), self.greatest)
-        return keras.ops.exp(value) - 1.0 if self.log else value
-
-    def get_config(self):
-        offset, scale, least, greatest = self.initial
-        return {**super().get_config(), "offset": offset, "scale": scale, "least": least, "greatest": greatest,
-                "log": self.log}
-
-
-@keras.saving.register_keras_serializable(package="models.tabular")
-class TransformedAbsoluteError(keras.losses.Loss):
-    """Mean |T(label) - T(prediction)|, T(v) = log(1 + max(v, 0)) with `log`, else v: the absolute error
-    after the label transform. Its best constant is the labels' median (T keeps the order), which is what the
-    MAE rewards."""
-
-    def __init__(self, log: bool = False, name: str = "transformed_absolute_error", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.log = bool(log)
-
-    def call(self, y_true, y_pred):
-        y_true = keras.ops.reshape(keras.ops.cast(y_true, "float32"), (-1,))
-        y_pred = keras.ops.reshape(keras.ops.cast(y_pred, "float32"), (-1,))
-        if self.log:
-            y_true, y_pred = (keras.ops.log1p(keras.ops.maximum(v, 0.0)) for v in (y_true, y_pred))
-        return keras.ops.abs(y_true - y_pred)
-
-    def get_config(self):
-        return {**super().get_config(), "log": self.log}

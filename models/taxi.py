@@ -18,9 +18,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from components.core.tasks import BinaryTask
 from models.layers import ClippedLog1p, Standardize, Vocabulary, embed, keras_dtype
 
-TASK = "binary"
+TASK = BinaryTask()
 CLASSES = ("not_big_tipper", "big_tipper")  # label 0, label 1
 
 # Raw serving inputs: name -> how to parse it from a tf.Example (missing values get the default).

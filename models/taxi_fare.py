@@ -8,9 +8,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from components.core.tasks import RegressionTask
 from models import taxi
 
-TASK = "regression"
+TASK = RegressionTask()
 CLASSES = ()
 INPUTS = {name: spec for name, spec in taxi.INPUTS.items() if name != "fare"}
 LABEL_INPUTS = {"fare": tf.io.FixedLenFeature([], tf.float32, default_value=0.0)}

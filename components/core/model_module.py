@@ -12,7 +12,7 @@ import importlib
 import typing
 
 from components.core.feature_names import internal_names
-from components.core.tasks import TASK_NAMES, TaskError, task_named
+from components.core.tasks import TASKS, Task, TaskError, task_named
 
 if typing.TYPE_CHECKING:
     import keras
@@ -23,7 +23,7 @@ if typing.TYPE_CHECKING:
 class ModelModule(typing.Protocol):
     """The interface of a model module."""
 
-    TASK: str  # binary | multiclass | regression (components/core/tasks.py)
+    TASK: str | Task  # a task's name (binary | multiclass | regression, or a registered one), or the Task itself
     CLASSES: tuple[str, ...]  # classification: the class names by label id (binary: negative, positive); regression: ()
     INPUTS: dict[str, tf.io.FixedLenFeature]  # raw serving inputs: name -> how to parse it from a tf.Example
     LABEL_INPUTS: dict[str, tf.io.FixedLenFeature]  # raw features the label is derived from (training data only)
@@ -111,7 +111,7 @@ def _has(module, attribute: str) -> bool:
 
 def _check_agreement(module, name: str, task_config) -> None:
     """Raises ModelModuleError naming the `task` field that disagrees with what a hand-written module declares."""
-    declared = {"type": getattr(module, "TASK", None), "label": getattr(module, "LABEL_KEY", None),
+    declared = {"type": _task_name(getattr(module, "TASK", None)), "label": getattr(module, "LABEL_KEY", None),
                 "classes": list(getattr(module, "CLASSES", ()))}
     for field, value in declared.items():
         given = getattr(task_config, field)
@@ -128,14 +128,11 @@ def check_task(module: ModelModule, name: str) -> None:
     What needs TensorFlow to run (the label's dtype, the model's output) is checked by the Trainer
     (check_label_dtype, check_output_width): running TensorFlow here would start its runtime in the process
     before the Trainer sets devices and distribution up."""
-    if module.TASK not in TASK_NAMES:
-        raise ModelModuleError(f"{name!r}: TASK {module.TASK!r} is not one of {', '.join(TASK_NAMES)}")
-    task = task_named(module.TASK)
-    classes = tuple(module.CLASSES)
-    if task.is_classification and (len(set(classes)) != len(classes)
-                                   or not all(isinstance(c, str) and c for c in classes)):
-        raise ModelModuleError(f"{name!r}: CLASSES must be distinct, non-empty names, got {classes!r}")
-    problem = task.class_problem(classes)
+    try:
+        task = task_of(module)
+    except ModelModuleError:
+        raise ModelModuleError(f"{name!r}: TASK {module.TASK!r} is not one of {', '.join(TASKS)}") from None
+    problem = task.class_problem(tuple(module.CLASSES))
     if problem:
         raise ModelModuleError(f"{name!r}: {problem}")
 
@@ -145,12 +142,11 @@ def check_label_dtype(module: ModelModule, dtype) -> None:
     strings anywhere, floats for class ids."""
     import numpy as np
 
-    task = task_named(module.TASK)
+    task = task_of(module)
     kind = np.dtype(dtype).kind
     if kind in "OSU":
         raise TaskError(f"label {module.LABEL_KEY!r}: make_label returns strings; a {task.name} task needs "
-                        f"{task.label_dtype} labels" + (" (map the class names to their ids)"
-                                                        if task.is_classification else ""))
+                        f"{task.label_dtype} labels{task.string_label_advice()}")
     if task.label_dtype == "int64" and kind != "i":
         raise TaskError(f"label {module.LABEL_KEY!r}: make_label returns {np.dtype(dtype).name}; a {task.name} task "
                         "needs int64 class ids")
@@ -158,19 +154,28 @@ def check_label_dtype(module: ModelModule, dtype) -> None:
 
 def check_output_width(module: ModelModule, model) -> None:
     """Raises TaskError when the built model's output is not (batch, 1) or (batch, K) as the task needs."""
-    width = task_named(module.TASK).output_width(tuple(module.CLASSES))
+    task = task_of(module)
+    width = task.output_width(tuple(module.CLASSES))
     shape = tuple(model.output.shape)
     if len(shape) != 2 or shape[1] != width:
-        raise TaskError(f"a {module.TASK} task needs a model output of shape (batch, {width}); build_model's "
+        raise TaskError(f"a {task.name} task needs a model output of shape (batch, {width}); build_model's "
                         f"output has shape {shape}")
 
 
-def task_of(module: ModelModule):
-    """The Task the module declares (components/core/tasks.py); TaskError for an unknown one."""
+def task_of(module: ModelModule) -> Task:
+    """The Task the module declares (components/core/tasks.py): its TASK when that is a Task (a schema-driven
+    module's, configured with the task section's settings), else the task of that name; ModelModuleError for
+    an unknown one."""
+    if isinstance(module.TASK, Task):
+        return module.TASK
     try:
         return task_named(module.TASK)
     except TaskError as error:
         raise ModelModuleError(str(error)) from None
+
+
+def _task_name(task) -> str | None:
+    return task.name if isinstance(task, Task) else task
 
 
 def raw_signature_spec(inputs: dict, batch_size: int | None = None) -> dict:

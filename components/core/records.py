@@ -11,10 +11,10 @@ import os
 from dataclasses import dataclass, field
 
 from components.core import artifact_files, contract
-from components.core.tasks import LabelSummary, Task, task_named
+from components.core.tasks import BINARY, LabelSummary, Task, task_named
 
 INPUT_BOUND = 0.05  # a training whose device waits for input longer than this share of its time is input-bound
-LEGACY_TASK = "binary"  # a report or model from before reports named their task: the binary taxi model of its day
+LEGACY_TASK = BINARY  # a report or model from before reports named their task: the binary taxi model of its day
 
 
 # ------------------------------------------------------------------------------------------- trained model
@@ -78,6 +78,12 @@ class PredictionTarget:
     @property
     def task(self) -> Task:
         return task_named(self.task_name)
+
+    @classmethod
+    def of(cls, module) -> "PredictionTarget":
+        """What a model module's models predict (components.core.model_module.ModelModule)."""
+        from components.core.model_module import task_of
+        return cls(module.LABEL_KEY, task_of(module).name, tuple(module.CLASSES))
 
     def to_json(self) -> dict:
         return {"label_key": self.label_key, "task": self.task_name, "classes": list(self.classes)}

@@ -9,7 +9,11 @@ the device model read, the TFMA metrics the evaluator computes, the primary metr
 its direction, whether tolerances are absolute or relative, the default bar, the trivial predictor a model
 must beat, and how a batch of predictions is scored outside TFMA (the TFLite ladder). The Trainer, the
 evaluator, ModelExport, the schema-driven model, init, the config and the reports ask the Task; none of
-them branches on a task name. A fourth task is one more subclass here, added to TASKS.
+them branches on a task name or asks which kind of task it is. A Task also builds the schema-driven model's
+label parsing, output head and loss (`parse_label`, `output_layer`, `training_loss`), takes settings of its
+own from the config's `task` section (`configured`; regression: `label_transform`) and proposes them to
+`init` (`propose_settings`). A fourth task is one more subclass, here or in a user's own module, made known
+with `register_task`.
 
 Importing this module imports nothing heavy: Keras, TensorFlow and TFMA are imported inside the functions
 that need them, so the config can check task names without loading TensorFlow.
@@ -62,7 +66,11 @@ class Task:
     ladder and the device model read), label_dtype (what make_label returns), validation_metric (the Keras
     metric the training report shows per epoch), output_activation (of the model's last layer), default_bar
     (the absolute bar on the primary metric when the config sets none; None: the config must set one),
-    is_classification, reports_confusion_matrix."""
+    reports_confusion_matrix, settings (the config's `task` fields this task reads, with their defaults:
+    `configured` returns the task carrying the config's values), float_device_output (the full-int8 device
+    model keeps its last layer in float32: a value's 256 int8 levels over the calibration range would be
+    too coarse, where a probability's fixed 1/256 scale is not) and calibration_pool (the full-int8
+    calibration rows are chosen among this many times as many training records)."""
 
     name: str
     primary: Metric
@@ -73,11 +81,44 @@ class Task:
     validation_metric: str = ""
     output_activation: str = "linear"
     default_bar: float | None = None
-    is_classification: bool = True
     reports_confusion_matrix: bool = False
+    settings: dict = {}
+    head_name: str = "output"  # the schema-driven model's output layer is tabular.<head_name>
+    float_device_output: bool = False
+    calibration_pool: int = 1
+
+    def __init__(self, **settings):
+        unknown = sorted(set(settings) - set(self.settings))
+        if unknown:
+            raise TaskError(f"{', '.join(unknown)}: not a setting of a {self.name} task")
+        for name, value in {**self.settings, **settings}.items():
+            setattr(self, name, value)
 
     def __repr__(self) -> str:
         return f"Task({self.name})"
+
+    # -------------------------------------------------------------------------------------- settings
+    def configured(self, task_config) -> "Task":
+        """Input: the config's `task` section (components.settings.TaskConfig). Output: this task carrying the
+        section's values of its own settings. TaskError names a task setting the section sets (away from its
+        default) that this task does not take, or a value it does not allow."""
+        for task in TASKS.values():
+            for name, default in task.settings.items():
+                value = getattr(task_config, name, default)
+                if name not in self.settings and value not in (None, "", default):
+                    raise TaskError(f"task.{name}: {value!r} applies to a {task.name} task, not a {self.name} one")
+        values = {name: getattr(task_config, name, None) for name in self.settings}
+        configured = type(self)(**{name: value for name, value in values.items() if value not in (None, "")})
+        configured.check_settings()
+        return configured
+
+    def check_settings(self) -> None:
+        """Raises TaskError naming a setting whose value this task does not allow."""
+
+    def propose_settings(self, label_numbers: "LabelNumbers | None") -> dict[str, tuple[object, str]]:
+        """Input: the label's numbers in init's sample (None: none). Output: setting name -> (value, why), what
+        init writes into the config's `task` section for this task."""
+        return {}
 
     def metric(self, name: str) -> Metric:
         """The metric of this task called `name`; TaskError naming the task's metrics otherwise."""
@@ -128,11 +169,58 @@ class Task:
     def summarize_labels(self, labels: np.ndarray, classes: tuple[str, ...]) -> LabelSummary:
         """Input: every label of a split. Output: its LabelSummary."""
         labels = np.asarray(labels).reshape(-1)
-        counts = (tuple(int(c) for c in np.bincount(labels.astype(np.int64), minlength=len(classes)))
-                  if self.is_classification else ())
+        counts = self.class_counts(labels, classes)
         if not len(labels):
             return LabelSummary(0, 0.0, counts)
         return LabelSummary(len(labels), float(labels.mean()), counts)
+
+    def class_counts(self, labels: np.ndarray, classes: tuple[str, ...]) -> tuple[int, ...]:
+        """Examples per class id (() for a task without classes)."""
+        return ()
+
+    def class_names(self, values: list) -> list[str]:
+        """Input: a label column's distinct values (sorted; whole floats as whole numbers). Output: the task's
+        CLASSES for them, label id 0, 1, ... in this order ([] for a task without classes)."""
+        return []
+
+    def label_advice(self) -> str:
+        """What to do about labels the task does not allow (ends an error message)."""
+        return "leave those records out"
+
+    def string_label_advice(self) -> str:
+        """What to do when a model module's make_label returns strings (ends an error message)."""
+        return ""
+
+    # ---------------------------------------------------------------- the schema-driven model (models.tabular)
+    def parse_label(self, value, classes: tuple[str, ...]):
+        """Input: the label column's parsed tensor [N] and the CLASSES. Output: the label make_label returns,
+        in label_dtype."""
+        raise NotImplementedError
+
+    def output_layer(self, training_labels: np.ndarray, name: str):
+        """Input: the training sample's labels (as parse_label returns them) and the layer's name. Output: the
+        Keras layer that turns each ensemble member's raw output [N, k, width] into the task's output, float32
+        whatever the precision policy."""
+        raise NotImplementedError
+
+    def training_loss(self):
+        """The loss the schema-driven model trains each member with (after any label transform)."""
+        return self.loss()
+
+    def head_description(self) -> str:
+        """What the schema-driven model's head and loss are, beyond the task's defaults ("" for none)."""
+        return ""
+
+    # ---------------------------------------------------------------------------------- device model
+    def output_difference_scale(self, reference: np.ndarray) -> float:
+        """What a device model's output differences are divided by, so one tolerance serves any label scale:
+        1 for probabilities."""
+        return 1.0
+
+    def calibration_choice(self, predictions: np.ndarray, rows: int) -> np.ndarray:
+        """Input: the SavedModel's predictions on calibration_pool x `rows` training records. Output: the
+        positions of the full-int8 calibration rows among them (the first `rows`)."""
+        return np.arange(min(rows, len(predictions)))
 
     # --------------------------------------------------------------------------------------- training
     def loss(self):
@@ -190,7 +278,58 @@ class Task:
 _EPSILON = 1e-7  # Keras's clipping of probabilities inside its cross-entropies
 
 
-class BinaryTask(Task):
+class ClassificationTask(Task):
+    """What binary and multi-class classification share: named classes, a label that is a class id, a model
+    whose output is probabilities."""
+    head_name = "probabilities"
+
+    def class_problem(self, classes):
+        if len(set(classes)) != len(classes) or not all(isinstance(name, str) and name for name in classes):
+            return f"CLASSES must be distinct, non-empty names, got {classes!r}"
+        return ""
+
+    def class_counts(self, labels, classes):
+        return tuple(int(c) for c in np.bincount(np.asarray(labels).astype(np.int64), minlength=len(classes)))
+
+    def class_names(self, values):
+        return [str(value) for value in values]
+
+    def label_advice(self):
+        return "add such a class to task.classes in the config (in label order), or leave those records out"
+
+    def string_label_advice(self):
+        return " (map the class names to their ids)"
+
+    def parse_label(self, value, classes):
+        """The class id of the label's value among `classes` (-1 for any other value, which the Trainer
+        reports). A float column (pandas writes class ids as 0.0, 1.0) is compared as numbers."""
+        import tensorflow as tf
+
+        if value.dtype.is_floating:
+            names = [float(name) if _is_number(name) else float("nan") for name in classes]
+            matches = tf.equal(tf.expand_dims(value, -1), tf.constant(names, value.dtype))
+        else:
+            text = value if value.dtype == tf.string else tf.strings.as_string(value)
+            matches = tf.equal(tf.expand_dims(text, -1), tf.constant(list(classes)))
+        class_id = tf.where(tf.reduce_any(matches, axis=-1), tf.argmax(tf.cast(matches, tf.int64), axis=-1),
+                            tf.constant(-1, tf.int64))
+        return tf.cast(class_id, self.label_dtype)
+
+    def output_layer(self, training_labels, name):
+        """A sigmoid (binary) or a softmax (multiclass) per member."""
+        import keras
+        return keras.layers.Activation(self.output_activation, dtype="float32", name=name)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+class BinaryTask(ClassificationTask):
     """Two classes (negative, positive); the model outputs P(positive) [N, 1]; gates on AUC."""
     name = BINARY
     primary = AUC
@@ -201,8 +340,9 @@ class BinaryTask(Task):
     default_bar = 0.9
 
     def class_problem(self, classes):
-        return "" if len(classes) == 2 else (f"a binary task has exactly 2 (negative, positive) CLASSES, got "
-                                             f"{len(classes)}: {classes!r}")
+        return super().class_problem(classes) or (
+            "" if len(classes) == 2 else (f"a binary task has exactly 2 (negative, positive) CLASSES, got "
+                                          f"{len(classes)}: {classes!r}"))
 
     def label_problem(self, kind, distinct, whole):
         if kind == "float" and not whole:
@@ -255,7 +395,7 @@ class BinaryTask(Task):
         return f"a constant ({share:.4f}, the eval split's share of positives): AUC 0.5"
 
 
-class MulticlassTask(Task):
+class MulticlassTask(ClassificationTask):
     """Three or more classes; the model outputs K class probabilities [N, K]; gates on accuracy."""
     name = MULTICLASS
     primary = ACCURACY
@@ -267,7 +407,8 @@ class MulticlassTask(Task):
     reports_confusion_matrix = True
 
     def class_problem(self, classes):
-        return "" if len(classes) >= 3 else f"a multiclass task has 3 or more CLASSES, got {len(classes)}: {classes!r}"
+        return super().class_problem(classes) or (
+            "" if len(classes) >= 3 else f"a multiclass task has 3 or more CLASSES, got {len(classes)}: {classes!r}")
 
     def label_problem(self, kind, distinct, whole):
         if kind == "float" and not whole:
@@ -337,10 +478,65 @@ class RegressionTask(Task):
     relative_tolerance = True
     prediction_key = PREDICTIONS
     validation_metric = "mae"
-    is_classification = False
+    # label_transform (schema-driven model): "log" trains and predicts log(1 + label), for a label >= 0 with a
+    # long right tail such as a price; "none" the label as it is
+    settings = {"label_transform": "none"}
+    head_name = "prediction"
+    float_device_output = True
+    calibration_pool = 20
+    LABEL_TRANSFORMS = ("none", "log")
+    LOG_LABEL_SKEW = 0.5  # init proposes the log transform from this Pearson skewness of a label >= 0 on
 
     def class_problem(self, classes):
         return f"a regression task has no CLASSES, got {classes!r}" if classes else ""
+
+    def check_settings(self):
+        if self.label_transform not in self.LABEL_TRANSFORMS:
+            raise TaskError(f"task.label_transform: {self.label_transform!r} is not one of "
+                            f"{', '.join(self.LABEL_TRANSFORMS)}")
+
+    def propose_settings(self, label_numbers):
+        """log for a label >= 0 with a long right tail (Pearson's skewness 3 (mean - median) / std at least
+        LOG_LABEL_SKEW), else none."""
+        if label_numbers is None:
+            return {"label_transform": ("none", "no statistics of the label")}
+        numbers = label_numbers
+        skew = 3 * (numbers.mean - numbers.median) / numbers.std if numbers.std > 0 else 0.0
+        facts = f"least {numbers.least:g}, median {numbers.median:g}, mean {numbers.mean:g}, skewness {skew:.2f}"
+        if numbers.least >= 0 and skew >= self.LOG_LABEL_SKEW:
+            return {"label_transform": ("log", f"a label >= 0 with a long right tail: {facts}")}
+        return {"label_transform": ("none", facts)}
+
+    def parse_label(self, value, classes):
+        import tensorflow as tf
+        return tf.cast(value, tf.float32)
+
+    def output_layer(self, training_labels, name):
+        """The value in the label's units (task_layers.LabelOutput): the members' outputs scaled to the
+        transformed training labels' spread and clamped to their range."""
+        from components.core.task_layers import LabelOutput, label_range
+        return LabelOutput(*label_range(training_labels, self.label_transform), log=self.label_transform == "log",
+                           dtype="float32", name=name)
+
+    def training_loss(self):
+        """The absolute error after the label transform, which the MAE the gates score rewards."""
+        from components.core.task_layers import TransformedAbsoluteError
+        return TransformedAbsoluteError(log=self.label_transform == "log")
+
+    def head_description(self):
+        return (f"; label transform {self.label_transform}, absolute-error loss, predictions clamped to the "
+                "training labels' range")
+
+    def output_difference_scale(self, reference):
+        """The spread of the SavedModel's predictions (their mean absolute deviation)."""
+        reference = np.asarray(reference, np.float64)
+        return max(float(np.abs(reference - reference.mean()).mean()), 1e-12)
+
+    def calibration_choice(self, predictions, rows):
+        """`rows` records spread evenly over the range of the predictions, extremes included: every int8
+        activation range then spans what the model predicts on its training data."""
+        order = np.argsort(np.asarray(predictions).reshape(-1), kind="stable")
+        return np.unique(order[np.linspace(0, len(order) - 1, min(rows, len(order))).round().astype(int)])
 
     def label_problem(self, kind, distinct, whole):
         return "holds strings; choose binary or multiclass, or another label" if kind == "string" else ""
@@ -403,15 +599,34 @@ class RegressionTask(Task):
 
 
 TASKS = {task.name: task for task in (BinaryTask(), MulticlassTask(), RegressionTask())}
-TASK_NAMES = tuple(TASKS)
+TASK_NAMES = tuple(TASKS)  # the tasks that ship with the pipeline (register_task adds to TASKS)
 CLASSIFICATION_MAX_INTS = 20  # an integer label with at most this many distinct values is a class id
+
+
+def register_task(task: Task) -> Task:
+    """Makes a Task of one's own known by its name (config checks, reports, every step in this process), as
+    the three above are; returns it. TaskError when another task holds the name."""
+    known = TASKS.get(task.name)
+    if known is not None and type(known) is not type(task):
+        raise TaskError(f"a task named {task.name!r} is known already ({type(known).__name__})")
+    TASKS[task.name] = task
+    return task
 
 
 def task_named(name: str) -> Task:
     """The Task called `name`; TaskError naming the known tasks otherwise."""
     if name not in TASKS:
-        raise TaskError(f"unknown task {name!r} (one of {', '.join(TASK_NAMES)})")
+        raise TaskError(f"unknown task {name!r} (one of {', '.join(TASKS)})")
     return TASKS[name]
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelNumbers:
+    """A numeric label's statistics in init's sample, what propose_settings decides from."""
+    least: float
+    median: float
+    mean: float
+    std: float
 
 
 def task_for_label(kind: str, distinct: int, whole: bool) -> Task:

@@ -9,7 +9,6 @@ import os
 import tempfile
 from typing import Any
 
-import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
@@ -20,11 +19,12 @@ from tfx.types import artifact_utils
 from tfx.utils import io_utils, path_utils
 
 from components.core import artifact_files, contract, tasks
+from components.core.model_module import ModelModule, load_model_module, raw_signature_arguments, task_of
+from components.core.records import ExportReport, blessed_model, is_blessed, model_ready_dir
+from components.core.task_layers import load_keras_model
 from components.model_export import scoring, tflite
 from components.model_export.variants import judge_variants, recommended_variant
 from components.settings import ExportConfig, TaskConfig, section_from_dict
-from components.core.model_module import ModelModule, load_model_module, raw_signature_arguments, task_of
-from components.core.records import ExportReport, blessed_model, is_blessed, model_ready_dir
 
 _BATCH = 1024
 INPUTS_DESCRIPTION = "raw features"  # what every TFLite variant takes (the report's "inputs")
@@ -118,8 +118,8 @@ def convert_and_score(serving_model_dir: str, model_module: ModelModule, eval_sp
     variant -> why it could not be converted with builtin ops only)."""
     task = task_of(model_module)
     keras_dir = model_ready_dir(serving_model_dir)
-    preprocessing = keras.saving.load_model(os.path.join(keras_dir, contract.PREPROCESSING_FILE))
-    model = keras.saving.load_model(os.path.join(keras_dir, contract.MODEL_READY_FILE))
+    preprocessing = load_keras_model(os.path.join(keras_dir, contract.PREPROCESSING_FILE))
+    model = load_keras_model(os.path.join(keras_dir, contract.MODEL_READY_FILE))
     results, failed = {}, {}
     with tempfile.TemporaryDirectory() as scratch:
         device_model = tflite.write_device_savedmodel(preprocessing, model, model_module.INPUTS, task.prediction_key,
@@ -128,7 +128,7 @@ def convert_and_score(serving_model_dir: str, model_module: ModelModule, eval_sp
             logging.info("ModelExport: converting and scoring the %s TFLite variant", variant)
             try:
                 flatbuffer = tflite.convert(device_model, variant, representative,
-                                            float_output_layer=not task.is_classification)
+                                            float_output_layer=task.float_device_output)
             except tflite.ConversionError as error:
                 logging.warning("ModelExport: the %s TFLite variant was not converted: %s", variant, error)
                 failed[variant] = str(error)
@@ -166,9 +166,7 @@ def output_differences(task: tasks.Task, predictions: np.ndarray, reference: np.
     (their mean absolute deviation), so one tolerance serves any label scale. "mean_abs_diff_interval": the
     interval of the mean at `confidence`, over the per-example mean differences."""
     difference = np.abs(np.asarray(predictions, np.float64) - np.asarray(reference, np.float64))
-    if not task.is_classification:
-        reference = np.asarray(reference, np.float64)
-        difference = difference / max(float(np.abs(reference - reference.mean()).mean()), 1e-12)
+    difference = difference / task.output_difference_scale(reference)
     per_example = difference.reshape(len(difference), -1).mean(axis=1)
     low, high = scoring.mean_interval(per_example, confidence)
     return {"max_abs_diff": float(difference.max()), "mean_abs_diff": float(difference.mean()),
@@ -249,23 +247,17 @@ def _score_savedmodel(saved_model, model_module: ModelModule, task: tasks.Task, 
             "read": read}
 
 
-CALIBRATION_POOL = 20  # regression: calibration examples are chosen from this many times as many records
-
-
 def calibration_features(saved_model, model_module: ModelModule, task: tasks.Task, files: list[str],
                          rows: int) -> dict[str, np.ndarray]:
-    """The full-int8 calibration set: the first `rows` training records (classification), or for regression
-    `rows` records spread evenly over the range of the SavedModel's predictions on up to CALIBRATION_POOL x
-    `rows` records, extremes included: every int8 activation range then spans what the model predicts on
-    its training data, and only a prediction beyond all of that can saturate."""
-    if task.is_classification:
-        return raw_features(model_module, files, rows)
-    pool = raw_features(model_module, files, rows * CALIBRATION_POOL)
+    """The full-int8 calibration set: `rows` of the first task.calibration_pool x `rows` training records, as
+    the task chooses them from the SavedModel's predictions on those (Task.calibration_choice: the first
+    `rows` for classifiers; for regression spread evenly over the range of the predictions, extremes
+    included, so that every int8 activation range spans what the model predicts on its training data and
+    only a prediction beyond all of that can saturate)."""
+    pool = raw_features(model_module, files, rows * task.calibration_pool)
     predictions = saved_model.signatures[contract.RAW_SIGNATURE](**raw_signature_arguments(
-        model_module.INPUTS, {name: tf.constant(values) for name, values in pool.items()}))[
-        task.prediction_key].numpy().reshape(-1)
-    order = np.argsort(predictions, kind="stable")
-    chosen = np.unique(order[np.linspace(0, len(order) - 1, min(rows, len(order))).round().astype(int)])
+        model_module.INPUTS, {name: tf.constant(values) for name, values in pool.items()}))[task.prediction_key].numpy()
+    chosen = task.calibration_choice(predictions, rows)
     return {name: values[chosen] for name, values in pool.items()}
 
 

@@ -49,11 +49,11 @@ def read_labels(file_patterns: list[str], model_module: ModelModule, task: Task,
         task.check_labels(labels, tuple(model_module.CLASSES), f"{split} split: label {model_module.LABEL_KEY!r}")
     except TaskError as error:
         bad = task.invalid_labels(labels, tuple(model_module.CLASSES))
-        raise TaskError(f"{error}{_raw_values(files, model_module, bad, task.is_classification)}") from None
+        raise TaskError(f"{error}{_raw_values(files, model_module, bad)}: {task.label_advice()}") from None
     return labels
 
 
-def _raw_values(files: list[str], model_module: ModelModule, bad: np.ndarray, classification: bool) -> str:
+def _raw_values(files: list[str], model_module: ModelModule, bad: np.ndarray) -> str:
     """What the records whose labels are not allowed hold in the features the label is derived from: the
     most frequent values, with counts (read again only when reporting the error)."""
     values: dict[str, dict] = {name: {} for name in model_module.LABEL_INPUTS}
@@ -71,5 +71,4 @@ def _raw_values(files: list[str], model_module: ModelModule, bad: np.ndarray, cl
     for name, counts in values.items():
         common = sorted(counts.items(), key=lambda item: -item[1])[:5]
         described.append(f"{name!r}: " + ", ".join(f"{value!r} ({count:,})" for value, count in common))
-    advice = "add such a class to task.classes in the config (in label order), or " if classification else ""
-    return f"; those records hold {'; '.join(described)}: {advice}leave those records out"
+    return f"; those records hold {'; '.join(described)}"

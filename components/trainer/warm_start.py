@@ -15,9 +15,10 @@ import numpy as np
 from absl import logging
 
 from components.core import contract
-from components.core.records import model_ready_dir
-from components.trainer.export import build_float32
 from components.core.model_module import ModelModule
+from components.core.records import model_ready_dir
+from components.core.task_layers import load_keras_model
+from components.trainer.export import build_float32
 
 
 @dataclasses.dataclass
@@ -40,8 +41,8 @@ def load_warm_start(model_module: ModelModule, base_serving_dir: str | None, ena
         return WarmStart("", reason="no blessed model yet")
     folder = model_ready_dir(base_serving_dir)
     try:
-        preprocessing = keras.models.load_model(os.path.join(folder, contract.PREPROCESSING_FILE))
-        weights = keras.models.load_model(os.path.join(folder, contract.MODEL_READY_FILE)).get_weights()
+        preprocessing = load_keras_model(os.path.join(folder, contract.PREPROCESSING_FILE))
+        weights = load_keras_model(os.path.join(folder, contract.MODEL_READY_FILE)).get_weights()
     except (OSError, ValueError, TypeError) as error:
         return _skipped(base_serving_dir, f"the base model in {folder} cannot be loaded ({error})")
     try:  # a base from older model code (other preprocessing layers) does not fit what this code builds

@@ -81,7 +81,8 @@ def _add_data_commands(commands) -> None:
                                             "NAME.yaml and schemas/NAME/schema.pbtxt, for the schema-driven model")
     init.add_argument("--data", required=True, help="data root: TFRecord files or span-N/ folders (prepare-data --csv)")
     init.add_argument("--label", required=True, help="the column to predict")
-    init.add_argument("--task", choices=TASK_NAMES, help="default: chosen from the label's values")
+    init.add_argument("--task", help=f"{', '.join(TASK_NAMES)} or a registered task; default: chosen from the "
+                      "label's values")
     init.add_argument("--name", help="names the config, the schema folder and the pipeline (default: the data "
                                      "folder's name)")
     init.add_argument("--exclude", default="", help="comma-separated columns the model leaves out")

@@ -166,7 +166,7 @@ def release_nodes(config: PipelineConfig, data: DataNodes, training: TrainingNod
     evaluator = PrecisionEvaluator(
         examples=data.examples, model=model, baseline_model=baseline_model,
         production_model=training.production_model, settings=config.evaluate,
-        target=PredictionTarget(model_module.LABEL_KEY, model_module.TASK, tuple(model_module.CLASSES)))
+        target=PredictionTarget.of(model_module))
     blessing = evaluator.outputs[contract.BLESSING]
     export = ModelExport(examples=data.examples, schema=data.schema, model=model, baseline_model=baseline_model,
                          blessing=blessing, model_module=config.train.model, task_config=config.task,

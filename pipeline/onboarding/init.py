@@ -23,7 +23,7 @@ import os
 import numpy as np
 
 from components.settings import IngestConfig
-from components.core.tasks import TaskError, task_for_label, task_named
+from components.core.tasks import LabelNumbers, TaskError, task_for_label, task_named
 
 MOSTLY_MISSING = 0.5  # a label missing in more than this share of rows cannot be trained on
 UNIQUE_ID_MIN_ROWS = 20  # below this many rows, a column of distinct values is not called an id
@@ -45,7 +45,6 @@ WEIGHT_DECAY = 0.0003
 EVAL_RECORDS = 10_000
 # Regression: a label >= 0 whose mean lies this far above its median (in standard deviations, times 3:
 # Pearson's second skewness) is trained and predicted as log(1 + label)
-LOG_LABEL_SKEW = 0.5
 EXACT_DISTINCT = 10_000  # distinct values kept per column; beyond, their number is estimated
 SKETCH_SIZE = 4096  # hashes kept per column for that estimate (about 2% error)
 ID_SHARE = 0.98  # estimated distinct values in at least this share of the records: an id
@@ -121,8 +120,8 @@ class Project:
     batch_size: int = 256
     epochs: int = 10
     eval_fraction: float = IngestConfig.eval_fraction
-    label_transform: str = "none"  # regression: none | log
-    label_transform_reason: str = ""
+    # the task's own settings (Task.propose_settings), setting -> (value, why): a regression's label_transform
+    task_settings: dict[str, tuple[object, str]] = dataclasses.field(default_factory=dict)
 
     @property
     def validates(self) -> bool:
@@ -148,8 +147,10 @@ class Project:
                 lines.append(f"{kind} features: {', '.join(names)}")
         for name, reason in self.excluded.items():
             lines.append(f"left out: {name} ({reason})")
-        if self.label_transform != "none":
-            lines.append(f"label transform: {self.label_transform} ({self.label_transform_reason})")
+        defaults = task_named(self.task).settings
+        for setting, (value, reason) in self.task_settings.items():
+            if value != defaults.get(setting):
+                lines.append(f"{setting.replace('_', ' ')}: {value} ({reason})")
         kept = (f"the best on a {VALIDATION_SHARE:.0%} validation slice of the training split kept"
                 if self.validates else "no validation slice (too few records)")
         lines += [f"eval split: {self.eval_fraction:.0%} of the records",
@@ -178,8 +179,8 @@ class Project:
                if excluded else "  exclude: []\n")
             + (f"  dates: {_yaml_list(dates)}  # int64 seconds since 1970-01-01 UTC: the model derives calendar "
                "features\n" if dates else "")
-            + (f"  label_transform: {self.label_transform}  # {_comment(self.label_transform_reason)}\n"
-               if self.task == "regression" else "")
+            + "".join(f"  {setting}: {value}  # {_comment(reason)}\n"
+                      for setting, (value, reason) in self.task_settings.items())
             + ("" if self.eval_fraction == IngestConfig.eval_fraction else
                f"ingest:\n  eval_fraction: {self.eval_fraction:.4f}  # about {EVAL_RECORDS:,} records for the gates\n")
             + "train:\n"
@@ -335,7 +336,7 @@ def choose_task(label: Column, asked: str | None) -> tuple[str, list[str], str]:
     else:
         task = task_for_label(label.kind, count, whole)
         reason = f"{label.kind} label with {count:,} distinct values" + (", all whole" if whole and count == 2 else "")
-    classes = [str(int(value)) if whole else str(value) for value in distinct] if task.is_classification else []
+    classes = task.class_names([int(value) if whole else value for value in distinct])
     return task.name, classes, reason
 
 
@@ -458,20 +459,13 @@ def training_size(records: int, eval_fraction: float = IngestConfig.eval_fractio
     return batch, epochs
 
 
-def label_transform(statistics, label: str, task: str) -> tuple[str, str]:
-    """(transform, why) for a regression label from the sample's TFDV statistics: log for a label >= 0 with a
-    long right tail (Pearson's skewness 3 (mean - median) / std at least LOG_LABEL_SKEW), else none."""
-    if task != "regression":
-        return "none", ""
+def label_numbers(statistics, label: str) -> LabelNumbers | None:
+    """A numeric label's least, median, mean and spread from the sample's TFDV statistics (None: none)."""
     feature = next((f for f in statistics.datasets[0].features if f.path.step[-1:] == [label]), None)
     if feature is None or not feature.HasField("num_stats"):
-        return "none", "no statistics of the label"
+        return None
     numbers = feature.num_stats
-    skew = 3 * (numbers.mean - numbers.median) / numbers.std_dev if numbers.std_dev > 0 else 0.0
-    facts = f"least {numbers.min:g}, median {numbers.median:g}, mean {numbers.mean:g}, skewness {skew:.2f}"
-    if numbers.min >= 0 and skew >= LOG_LABEL_SKEW:
-        return "log", f"a label >= 0 with a long right tail: {facts}"
-    return "none", facts
+    return LabelNumbers(numbers.min, numbers.median, numbers.mean, numbers.std_dev)
 
 
 def plan_project(folder: str, data_root: str, label: str, task: str | None = None, name: str | None = None,
@@ -496,6 +490,6 @@ def plan_project(folder: str, data_root: str, label: str, task: str | None = Non
     schema_text = curated_schema(statistics, label, set(excluded), set(inputs["date"]), sometimes_missing)
     eval_fraction = eval_share(records)
     batch, epochs = training_size(records, eval_fraction)
-    transform, transform_reason = label_transform(statistics, label, task)
+    task_settings = task_named(task).propose_settings(label_numbers(statistics, label))
     return Project(name, folder, data_root, records, task, label, classes, inputs, excluded, task_reason,
-                   schema_text, batch, epochs, eval_fraction, transform, transform_reason)
+                   schema_text, batch, epochs, eval_fraction, task_settings)

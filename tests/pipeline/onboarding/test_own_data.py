@@ -283,15 +283,20 @@ def _label_statistics(values):
 
 def test_init_trains_a_long_tailed_label_at_or_above_zero_as_its_log_and_others_as_they_are():
     import numpy as np
-    from pipeline.onboarding.init import label_transform
+    from components.core.tasks import task_named
+    from pipeline.onboarding.init import label_numbers
+
+    def proposed(values, task="regression"):
+        return task_named(task).propose_settings(label_numbers(_label_statistics(values), "y"))
+
     rng = np.random.default_rng(0)
-    prices = _label_statistics(rng.lognormal(2.0, 0.9, 3000))
-    assert label_transform(prices, "y", "regression")[0] == "log"
-    assert label_transform(_label_statistics(rng.normal(0.0, 1.0, 3000)), "y", "regression")[0] == "none"
-    assert label_transform(_label_statistics(rng.uniform(1.0, 9.0, 3000)), "y", "regression")[0] == "none"
+    prices = rng.lognormal(2.0, 0.9, 3000)
+    assert proposed(prices)["label_transform"][0] == "log"
+    assert proposed(rng.normal(0.0, 1.0, 3000))["label_transform"][0] == "none"
+    assert proposed(rng.uniform(1.0, 9.0, 3000))["label_transform"][0] == "none"
     shifted = rng.lognormal(2.0, 0.9, 3000) - 5.0  # as skewed, but below 0: log(1 + label) would not exist
-    assert label_transform(_label_statistics(shifted), "y", "regression")[0] == "none"
-    assert label_transform(prices, "y", "binary") == ("none", "")
+    assert proposed(shifted)["label_transform"][0] == "none"
+    assert proposed(prices, "binary") == {}  # a classifier takes no label transform
 
 
 def test_init_keeps_about_ten_thousand_eval_records_of_a_large_table_and_budgets_steps_by_its_size():
