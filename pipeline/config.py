@@ -20,6 +20,7 @@ import yaml
 
 from components.settings import (CHECK, PROJECT_ROOT, EvaluateConfig, ExportConfig, IngestConfig,  # noqa: F401
                                  PipelineConfig, ResourcesConfig, StepResources, TrainConfig)
+from components.core.file_system import local_path
 from components.core.tasks import Task
 from components.core.model_module import ModelModuleError, check_task, load_model_module, task_of
 
@@ -28,28 +29,46 @@ class ConfigError(ValueError):
     """A config key is unknown, of the wrong type, or out of range; the message names it."""
 
 
-def load_config(path: str | None = None, check_references: bool = True, **overrides: typing.Any) -> PipelineConfig:
-    """Input: an optional YAML file and top-level overrides (None values ignored). Output: a checked config.
+class ReadConfig(typing.NamedTuple):
+    """A config as read_config returns it: every field checked, its references (the model module, the
+    schema) not yet."""
+    config: PipelineConfig
+    bar_given: bool  # evaluate.absolute_bar was set (by the file or an override), not left to its default
 
-    With `check_references` (the default), `train.model` is imported and `schema_path` parsed now, so that a
-    wrong name fails here, naming the key, rather than steps later; `status` skips this.
-    """
+
+def read_config(path: str | None = None, **overrides: typing.Any) -> ReadConfig:
+    """Input: an optional YAML file and top-level overrides (None values ignored). Output: the config, each
+    field checked; ConfigError naming the file and line or the key otherwise. Reads the file once and imports
+    no TensorFlow, TFX or Beam (the nothing-new check runs on what it returns)."""
     raw: dict = {}
     if path:
         raw = _relative_to(os.path.dirname(os.path.abspath(path)), _read_yaml(path))
     raw.update({key: value for key, value in overrides.items() if value is not None})
-    config = _build(PipelineConfig, raw, prefix="")
-    config = _local_paths_as_paths(config)
+    config = _local_paths_as_paths(_build(PipelineConfig, raw, prefix=""))
     check_no_secrets(config)
-    if check_references:
-        check_schema(config.schema_path)
-        task = check_model_module(config)
-        if task.default_bar != config.evaluate.absolute_bar and "absolute_bar" not in (raw.get("evaluate") or {}):
-            raise ConfigError(f"evaluate.absolute_bar: the default bar ({config.evaluate.absolute_bar}) is for a "
-                              f"binary task's AUC; {config.train.model} is a {task.name} model, whose "
-                              f"{task.primary.name} needs a bar of its own: set evaluate.absolute_bar, or null "
-                              f"for none (beating the trivial predictor still applies)")
+    return ReadConfig(config, "absolute_bar" in (raw.get("evaluate") or {}))
+
+
+def with_references_checked(read: ReadConfig) -> PipelineConfig:
+    """Input: what read_config returned. Output: its config, once `train.model` imports and fits its task,
+    `schema_path` parses, and a task that is not binary has a bar of its own; ConfigError naming the key
+    otherwise."""
+    config = read.config
+    check_schema(config.schema_path)
+    task = check_model_module(config)
+    if task.default_bar != config.evaluate.absolute_bar and not read.bar_given:
+        raise ConfigError(f"evaluate.absolute_bar: the default bar ({config.evaluate.absolute_bar}) is for a "
+                          f"binary task's AUC; {config.train.model} is a {task.name} model, whose "
+                          f"{task.primary.name} needs a bar of its own: set evaluate.absolute_bar, or null "
+                          f"for none (beating the trivial predictor still applies)")
     return config
+
+
+def load_config(path: str | None = None, check_references: bool = True, **overrides: typing.Any) -> PipelineConfig:
+    """read_config, then (`check_references`, the default) its references checked, so that a wrong name fails
+    here, naming the key, rather than steps later; `status` skips them."""
+    read = read_config(path, **overrides)
+    return with_references_checked(read) if check_references else read.config
 
 
 # Beam flags whose value is a credential: a compiled job carries every Beam flag in plain text in each step's
@@ -96,8 +115,6 @@ def _relative_to(folder: str, raw: dict) -> dict:
 def _local_paths_as_paths(config: PipelineConfig) -> PipelineConfig:
     """`file://` URIs become plain paths (os calls and MLMD take them only so); an output directory that is
     not local is a ConfigError: MLMD's SQLite database and the run lock live there."""
-    from components.core.artifact_files import local_path
-
     config = dataclasses.replace(config, **{key: local_path(getattr(config, key)) for key in PATH_KEYS})
     if "://" in config.output_dir:
         raise ConfigError(f"output_dir: {config.output_dir!r} must be a local path: MLMD's SQLite database and the "

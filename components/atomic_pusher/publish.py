@@ -40,6 +40,7 @@ from typing import Callable, Iterator
 from tfx.dsl.io import fileio
 
 from components.core import artifact_files
+from components.core.file_system import local_path
 
 STAGING_PREFIX = ".staging-"
 COMPLETE_MARKER = "_PUBLISHED"  # object stores: written last, after saved_model.pb
@@ -67,7 +68,7 @@ def publish(files: dict[str, str], push_dir: str, copy: Callable[[str, str], obj
     """
     copy = copy or _copy_file
     if artifact_files.is_local(push_dir):
-        return _publish_local(files, artifact_files.local_path(push_dir), copy)
+        return _publish_local(files, local_path(push_dir), copy)
     return _publish_object_store(files, push_dir, copy)
 
 

@@ -39,11 +39,6 @@ def is_local(uri: str) -> bool:
     return "://" not in uri or uri.startswith("file://")
 
 
-def local_path(uri: str) -> str:
-    """A local path as the OS takes it: `file:///srv/models` -> `/srv/models`; anything else as it is."""
-    return uri[len("file://"):] if uri.startswith("file://") else uri
-
-
 def write_bytes(path: str, data: bytes) -> None:
     """Writes `data` to `path`, creating its parent folders (a no-op on object stores, which have none)."""
     fileio.makedirs(os.path.dirname(path.rstrip("/")))

@@ -8,6 +8,11 @@ import shutil
 import types
 
 
+def local_path(uri: str) -> str:
+    """A local path as the OS takes it: `file:///srv/models` -> `/srv/models`; anything else as it is."""
+    return uri[len("file://"):] if uri.startswith("file://") else uri
+
+
 def file_system(path: str) -> types.SimpleNamespace:
     """Input: a local path or a URI. Output: exists, isdir, listdir, makedirs, remove, rmtree, rename (over an
     existing target), open, size and mtime_nsec (whole seconds in nanoseconds, as tf.io.gfile reports local

@@ -279,13 +279,21 @@ def run_status(args) -> int:
 
 
 def run_pipeline(args, write_demo_data: bool = False) -> int:
+    from pipeline.config import ConfigError, read_config, with_references_checked
     overrides = dict(data_root=args.data, output_dir=args.output, artifact_root=args.pipeline_root,
                      serving_dir=args.serving_dir)
-    if not args.force and (line := _nothing_new(args.config, overrides)):
+    try:
+        read = read_config(args.config, **overrides)  # the run's one read of the file
+    except (ConfigError, OSError) as error:
+        print(f"config error: {error}", file=sys.stderr)
+        return 2
+    if not args.force and (line := _nothing_new(read.config)):
         print(line)  # decided before TensorFlow, TFX or Beam load; nothing touched, the last report stays
         return 0
-    config = load_checked_config(args, **overrides)
-    if config is None:
+    try:
+        config = with_references_checked(read)
+    except (ConfigError, OSError) as error:
+        print(f"config error: {error}", file=sys.stderr)
         return 2
     from components.core.artifact_files import register_filesystems_for
     try:
@@ -301,8 +309,7 @@ def run_pipeline(args, write_demo_data: bool = False) -> int:
     from pipeline.runs import nothing_new
     try:
         with locked_run(config):  # the report and the nothing-new record are written under the same lock as the run
-            light = nothing_new.light_config(args.config, **overrides)
-            fingerprint = light and nothing_new.run_fingerprint(light)  # what this run reads, taken before it
+            fingerprint = nothing_new.run_fingerprint(config)  # what this run reads, taken before it
             nothing_new.forget_last_run(config)  # a run that fails or is killed leaves no record
             known_runs = recorded_run_ids(config)
             code = _run_and_report(config, args.verbose, known_runs=known_runs)
@@ -327,12 +334,12 @@ def _record_run(config, fingerprint: dict, run_id: str) -> None:
         print(f"nothing-new record not written: {error}", file=sys.stderr)
 
 
-def _nothing_new(config_path: str | None, overrides: dict) -> str | None:
+def _nothing_new(config) -> str | None:
     """The nothing-new line (pipeline/runs/nothing_new.py) when the last successful run read the same data,
     config, schema and code, else None; None too when the check itself fails: then the pipeline runs."""
     try:
         from pipeline.runs.nothing_new import check
-        return check(config_path, **overrides)
+        return check(config)
     except Exception:  # noqa: BLE001 - a check that cannot decide must never stop a run
         return None
 

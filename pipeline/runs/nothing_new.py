@@ -8,7 +8,7 @@ touches nothing: no MLMD run, no report, no lock file.
 The fingerprint (`run_fingerprint`) has four parts:
   data    the spans ingestion would read now: components.tfrecord_ingest.spans.fingerprint_input, the
           digest ingestion records (a local data root is read without TensorFlow);
-  config  dataclasses.asdict of the config, loaded as load_config loads it, without checking its references;
+  config  dataclasses.asdict of the config, as read_config reads it (references unchecked);
   schema  the schema file's bytes;
   code    every .py file of the project's components/, models/ and pipeline/, and the model module's
           file and the .py files beside it (`code_digest`). Not pipeline.runs.code_fingerprint.code_fingerprint:
@@ -37,37 +37,13 @@ import sqlite3
 import sys
 from typing import Iterator
 
-from pipeline.config import PATH_KEYS, PROJECT_ROOT, ConfigError, PipelineConfig, check_no_secrets
+from pipeline.config import PROJECT_ROOT, PipelineConfig
 from components.tfrecord_ingest.spans import IngestionError, fingerprint_input
-from pipeline import config as config_module
 
 RECORD_FILE = "last_run.json"
 CODE_DIRS = tuple(os.path.join(PROJECT_ROOT, name) for name in ("components", "models", "pipeline"))
 # MLMD's Execution.State values for an execution not finished (NEW, RUNNING).
 UNFINISHED_STATES = (1, 2)
-
-
-def light_config(path: str | None = None, **overrides) -> PipelineConfig | None:
-    """The config as load_config(path, check_references=False, **overrides) returns it, without TensorFlow
-    (load_config makes `file://` paths plain through components.core.artifact_files, which imports TFX).
-    None when the config has an error (the full load then reports it) or an output directory that is not local."""
-    try:
-        raw: dict = {}
-        if path:
-            raw = config_module._relative_to(os.path.dirname(os.path.abspath(path)), config_module._read_yaml(path))
-        raw.update({key: value for key, value in overrides.items() if value is not None})
-        config = config_module._build(PipelineConfig, raw, prefix="")
-        config = dataclasses.replace(config, **{key: _local_path(getattr(config, key)) for key in PATH_KEYS})
-        if "://" in config.output_dir:
-            return None
-        check_no_secrets(config)
-    except (ConfigError, OSError):
-        return None
-    return config
-
-
-def _local_path(uri: str) -> str:
-    return uri[len("file://"):] if uri.startswith("file://") else uri
 
 
 def input_fingerprint(data_root: str, window: int = 1) -> str | None:
@@ -132,12 +108,12 @@ def module_file(name: str) -> str | None:
     return None
 
 
-def check(config_path: str | None = None, **overrides) -> str | None:
-    """Input: the command line's config file and overrides. Output: the line to print when nothing is new
-    since the last successful run (same data, config, schema and code, and MLMD's newest run is that run,
-    finished), else None: then the caller runs the pipeline. Touches nothing; never imports TensorFlow."""
-    config = light_config(config_path, **overrides)
-    if config is None or not os.path.isdir(config.output_dir):
+def check(config: PipelineConfig) -> str | None:
+    """Input: the run's config (pipeline.config.read_config's, references unchecked). Output: the line to print
+    when nothing is new since the last successful run (same data, config, schema and code, and MLMD's newest
+    run is that run, finished), else None: then the caller runs the pipeline. Touches nothing; never imports
+    TensorFlow."""
+    if not os.path.isdir(config.output_dir):
         return None
     with _shared_lock(config.output_dir) as held:
         if not held:  # a run holds the directory: the full path says so (exit 75)

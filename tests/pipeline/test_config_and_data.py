@@ -259,3 +259,17 @@ def test_the_settings_module_imports_no_component_package():
         alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     project = {name for name in imported if name.split(".")[0] in ("components", "pipeline", "models")}
     assert project == {"components.core.contract", "components.core.tasks"}, project
+
+
+def test_a_run_reads_its_config_file_once(tmp_path, monkeypatch, taxi_span_root):
+    """One read serves the nothing-new check, the references' check and the run's fingerprint."""
+    from pipeline import config as config_module
+    from pipeline.commands import cli
+
+    reads, read_yaml = [], config_module._read_yaml
+    monkeypatch.setattr(config_module, "_read_yaml", lambda path: reads.append(path) or read_yaml(path))
+    monkeypatch.setattr(cli, "_run_and_report", lambda config, verbose, known_runs: 0)  # the DAG is not the point
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text("train: {epochs: 1}\n")
+    code = cli.main(["run", "--config", str(config_file), "--data", taxi_span_root, "--output", str(tmp_path / "out")])
+    assert code == 0 and reads == [str(config_file)]

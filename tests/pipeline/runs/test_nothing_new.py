@@ -3,6 +3,7 @@ and exits 0 before TensorFlow, TFX or Beam load, touching nothing; any change, -
 failed or was killed means a real run. The light fingerprints stay equal to what the pipeline itself reads."""
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -14,9 +15,9 @@ import pytest
 from components.tfrecord_ingest import spans
 from components.tfrecord_ingest.spans import EDGE_BYTES
 from pipeline.commands import cli
-from pipeline.config import PROJECT_ROOT, load_config
+from pipeline.config import PROJECT_ROOT, ConfigError, load_config, read_config
 from pipeline.runs import nothing_new
-from pipeline.runs.nothing_new import RECORD_FILE, code_digest, input_fingerprint, light_config, run_fingerprint
+from pipeline.runs.nothing_new import RECORD_FILE, code_digest, input_fingerprint, run_fingerprint
 
 CONFIG_TEXT = "train: {epochs: 3}\nevaluate: {absolute_bar: 0.8}\nexport: {latency_examples: 50}\n"
 NOTHING_NEW = "nothing new since run "
@@ -89,19 +90,20 @@ def test_the_light_input_fingerprint_is_ingestions_own_as_the_data_changes(tmp_p
     (CONFIG_TEXT + "data_root: ../data\nschema_path: schema.pbtxt\n", {"output_dir": "file:///tmp/somewhere"}),
     ("train: {model: models.penguins, learning_rate: 1e-3}\ningest: {span_window: 2}\n", {"data_root": "d"}),
 ])
-def test_the_light_config_is_load_config_without_its_references(tmp_path, text, overrides):
+def test_the_config_the_check_reads_is_load_config_without_its_references(tmp_path, text, overrides):
     (tmp_path / "conf").mkdir()
     path = tmp_path / "conf" / "c.yaml"
     path.write_text(text)
-    assert light_config(str(path), **overrides) == load_config(str(path), check_references=False, **overrides)
+    assert read_config(str(path), **overrides).config == load_config(str(path), check_references=False, **overrides)
 
 
-@pytest.mark.parametrize("text", ["train: {epochs: -1}\n", "train: {epoch: 2}\n", "train: [\n",
-                                  "beam_pipeline_args: ['--s3_secret_access_key=x']\n"])
-def test_a_config_error_is_left_to_the_full_load(tmp_path, text):
+@pytest.mark.parametrize("text, key", [("train: {epochs: -1}\n", "train.epochs"), ("train: {epoch: 2}\n", "train.epoch"),
+                                       ("train: [\n", "line 2"),
+                                       ("beam_pipeline_args: ['--s3_secret_access_key=x']\n", "beam_pipeline_args")])
+def test_a_config_error_is_named_by_the_one_read_before_any_check(tmp_path, text, key):
     (tmp_path / "c.yaml").write_text(text)
-    assert light_config(str(tmp_path / "c.yaml")) is None
-    assert light_config(str(tmp_path / "missing.yaml")) is None
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        read_config(str(tmp_path / "c.yaml"))
 
 
 @pytest.fixture
@@ -123,8 +125,8 @@ def setup(tmp_path, monkeypatch, taxi_span_root):
 
 
 def _fingerprint(setup, **overrides):
-    return run_fingerprint(light_config(str(setup["config"]), data_root=str(setup["data"]),
-                                        output_dir=str(setup["output"]), **overrides))
+    return run_fingerprint(read_config(str(setup["config"]), data_root=str(setup["data"]),
+                                       output_dir=str(setup["output"]), **overrides).config)
 
 
 def test_the_fingerprint_changes_with_the_data_a_span_the_config_the_schema_and_the_code(setup, tmp_path):
@@ -155,8 +157,8 @@ def test_the_fingerprint_changes_with_the_data_a_span_the_config_the_schema_and_
     base = _fingerprint(setup)
     (setup["model"].parent / "helpers.py").write_text("X = 1\n")  # a module beside it
     assert changed() == {"code"}
-    assert run_fingerprint(light_config(str(setup["config"]), data_root=str(setup["data"]),
-                                        enable_cache=False)) is None  # no cache: every run retrains
+    assert run_fingerprint(read_config(str(setup["config"]), data_root=str(setup["data"]),
+                                       enable_cache=False).config) is None  # no cache: every run retrains
 
 
 def test_the_code_digest_covers_every_project_file_and_not_caches(tmp_path):
@@ -193,8 +195,8 @@ def _snapshot(folder) -> dict:
 
 
 def _check(setup, **overrides):
-    return nothing_new.check(str(setup["config"]), data_root=str(setup["data"]), output_dir=str(setup["output"]),
-                             **overrides)
+    return nothing_new.check(read_config(str(setup["config"]), data_root=str(setup["data"]),
+                                         output_dir=str(setup["output"]), **overrides).config)
 
 
 def test_the_check_says_nothing_new_only_after_this_very_run_and_touches_nothing(setup):
@@ -203,7 +205,7 @@ def test_the_check_says_nothing_new_only_after_this_very_run_and_touches_nothing
     output.mkdir()
     _fake_store(output / "metadata.sqlite", ["run-1", "run-2"], [3, 5, 3])
     assert _check(setup) is None  # no record
-    config = light_config(str(setup["config"]), data_root=str(setup["data"]), output_dir=str(output))
+    config = read_config(str(setup["config"]), data_root=str(setup["data"]), output_dir=str(output)).config
     nothing_new.record_run(config, run_fingerprint(config), "run-2")
     before = _snapshot(output)
     assert _check(setup) == ("nothing new since run run-2 (same data, config, schema and code): nothing to do; "
@@ -232,8 +234,9 @@ def test_the_check_says_nothing_new_only_after_this_very_run_and_touches_nothing
 
 LIGHT_PROCESS = """
 import json, sys
+from pipeline.config import read_config
 from pipeline.runs.nothing_new import check
-line = check(sys.argv[1], data_root=sys.argv[2], output_dir=sys.argv[3])
+line = check(read_config(sys.argv[1], data_root=sys.argv[2], output_dir=sys.argv[3]).config)
 heavy = sorted(name for name in ("tensorflow", "tfx", "apache_beam", "keras", "ml_metadata") if name in sys.modules)
 print(json.dumps({"line": line, "heavy": heavy}))
 """
@@ -242,7 +245,7 @@ print(json.dumps({"line": line, "heavy": heavy}))
 def test_the_check_imports_no_tensorflow_tfx_or_beam(setup):
     setup["output"].mkdir()
     _fake_store(setup["output"] / "metadata.sqlite", ["run-1"], [3])
-    config = light_config(str(setup["config"]), data_root=str(setup["data"]), output_dir=str(setup["output"]))
+    config = read_config(str(setup["config"]), data_root=str(setup["data"]), output_dir=str(setup["output"])).config
     nothing_new.record_run(config, run_fingerprint(config), "run-1")
     result = subprocess.run([sys.executable, "-c", LIGHT_PROCESS, str(setup["config"]), str(setup["data"]),
                              str(setup["output"])], capture_output=True, text=True, timeout=120, cwd=PROJECT_ROOT,
@@ -257,7 +260,10 @@ def test_the_check_imports_no_tensorflow_tfx_or_beam(setup):
 def test_force_skips_the_check(setup, monkeypatch):
     asked = []
     monkeypatch.setattr(nothing_new, "check", lambda *a, **k: asked.append(1) or "nothing new since run x")
-    monkeypatch.setattr(cli, "load_checked_config", lambda *a, **k: None)  # stop right after the check
+    def stop(read):  # right after the check
+        raise ConfigError("stopped after the check")
+
+    monkeypatch.setattr("pipeline.config.with_references_checked", stop)
     argv = ["run", "--config", str(setup["config"]), "--data", str(setup["data"]), "--output", str(setup["output"])]
     assert cli.main(argv) == 0 and asked == [1]
     assert cli.main(argv + ["--force"]) == 2 and asked == [1]
@@ -267,7 +273,7 @@ def test_force_skips_the_check(setup, monkeypatch):
 @pytest.mark.parametrize("ending", [1, 2, KeyboardInterrupt])
 def test_a_run_that_fails_or_is_interrupted_leaves_no_record(setup, monkeypatch, ending):
     setup["output"].mkdir()
-    config = light_config(str(setup["config"]), data_root=str(setup["data"]), output_dir=str(setup["output"]))
+    config = read_config(str(setup["config"]), data_root=str(setup["data"]), output_dir=str(setup["output"])).config
     nothing_new.record_run(config, {"data": "stale"}, "run-0")
 
     def run_and_report(*args, **kwargs):
