@@ -15,6 +15,6 @@ class ConstantModel(tabular.SchemaModel):
 
 
 def configure(schema_path: str, task_config) -> ConstantModel:
-    tabular.configure(schema_path, task_config)  # the same checks of the task section
-    return ConstantModel(schema_path, task_config.type, task_config.label, tuple(task_config.classes),
-                         tuple(task_config.exclude), tuple(task_config.dates))
+    model = tabular.configure(schema_path, task_config)  # the same checks of the task section, the same task
+    return ConstantModel(schema_path, model.task, model.LABEL_KEY, model.CLASSES, tuple(task_config.exclude),
+                         model.dates)
