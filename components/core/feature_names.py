@@ -12,18 +12,23 @@ them. Plain Python only: importing this module imports nothing else.
 from __future__ import annotations
 
 import hashlib
+import keyword
 import re
 from typing import Iterable
 
 _VALID = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}\Z")
 _INVALID_RUN = re.compile(r"[^A-Za-z0-9_]+")
+# Valid-looking names that no argument may take: Python's keywords (a signature's arguments are Python
+# parameters) and `self` (the first parameter of the methods that call a signature or a TFLite runner).
+RESERVED = frozenset(keyword.kwlist) | {"self"}
 DERIVED_SEPARATOR = "."  # between an internal name and what a layer derives from it (see derived_name)
 
 
 def internal_names(columns: Iterable[str]) -> dict[str, str]:
     """Input: column names (any text). Output: column -> its internal name: letters, digits and `_`, starting
-    with a letter, at most 73 characters, unique among the columns even without regard to case. A column
-    whose name already is such a name, and differs in more than case from every other column, keeps it;
+    with a letter, at most 73 characters, unique among the columns even without regard to case, never a
+    Python keyword or `self` (RESERVED). A column whose name already is such a name, and differs in more than
+    case from every other column, keeps it;
     any other gets its characters outside that set replaced by `_` and 8 hex digits of its name's SHA-256
     added, so the same column gets the same name in every run."""
     columns = list(columns)
@@ -32,7 +37,7 @@ def internal_names(columns: Iterable[str]) -> dict[str, str]:
         folded[column.lower()] = folded.get(column.lower(), 0) + 1
     names = {}
     for column in columns:
-        if _VALID.match(column) and folded[column.lower()] == 1:
+        if _VALID.match(column) and column not in RESERVED and folded[column.lower()] == 1:
             names[column] = column
             continue
         stem = _INVALID_RUN.sub("_", column).strip("_")[:64]
