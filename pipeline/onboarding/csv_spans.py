@@ -157,7 +157,8 @@ def read_header(path: str, delimiter: str) -> list[str]:
 
 def _blocks(path: str, delimiter: str, header: list[str]):
     """The data rows in blocks: {column (the stripped header name): pyarrow array of its text cells}.
-    Raises CsvError naming the line of a row whose cell count differs from the header's."""
+    Raises CsvError naming the line of a row whose cell count differs from the header's, or of a row that
+    repeats the header (two exports joined into one file)."""
     import pyarrow as pa
     import pyarrow.csv as pa_csv
 
@@ -177,8 +178,17 @@ def _blocks(path: str, delimiter: str, header: list[str]):
                                                   strings_can_be_null=False, quoted_strings_can_be_null=False,
                                                   null_values=[], check_utf8=True))
         names = [name.strip() for name in header]
+        rows = 0
         for batch in reader:
-            yield {name: batch.column(i) for i, name in enumerate(names)}
+            block = {name: batch.column(i) for i, name in enumerate(names)}
+            repeated = _header_row(block)
+            if repeated is not None:
+                line = _line_of(path, delimiter, row_index=rows + repeated)
+                raise CsvError(f"{path}: line {line} repeats the header row: two files joined into one? Prepare "
+                               f"each as a span of its own (prepare-data --csv FILE --span N), or delete the "
+                               f"repeated header lines")
+            rows += batch.num_rows
+            yield block
     except pa.ArrowInvalid as error:
         if bad_rows:
             row = bad_rows[0]
@@ -188,6 +198,19 @@ def _blocks(path: str, delimiter: str, header: list[str]):
         if "UTF8" in str(error) or "UTF-8" in str(error):
             raise CsvError(f"{path}: not UTF-8 text ({_first_line(error)}); save it as UTF-8") from None
         raise CsvError(f"{path}: {_first_line(error)}") from None
+
+
+def _header_row(block: dict) -> int | None:
+    """The index of the block's first row whose every cell is its column's name (trimmed), or None."""
+    import pyarrow.compute as pc
+
+    same = None
+    for name, cells in block.items():
+        matches = pc.equal(pc.utf8_trim_whitespace(cells), name)
+        same = matches if same is None else pc.and_(same, matches)
+    if same is None or not pc.any(same).as_py():
+        return None
+    return int(np.flatnonzero(same.to_numpy(zero_copy_only=False))[0])
 
 
 def _first_line(error: Exception) -> str:

@@ -68,3 +68,19 @@ def test_columns_named_like_keywords_and_internal_words_train_and_serve(tmp_path
     runner = Interpreter(model_path=os.path.join(pushed, "model.tflite")).get_signature_runner()
     device = runner(**arguments)["predictions"].reshape(-1)
     assert np.isfinite(served).all() and device == pytest.approx(served, rel=0.05, abs=0.05)
+
+
+@pytest.mark.parametrize("later_span", [False, True], ids=["first_span", "a_later_span"])
+def test_a_header_repeated_mid_file_exits_2_naming_its_line_and_writes_nothing(tmp_path, later_span):
+    export = "x,y,label\n" + "".join(f"{i},{2 * i},{'yes' if i % 3 else 'no'}\n" for i in range(40))
+    joined = export + " x , y,label\n" + export.split("\n", 1)[1]  # `cat a.csv b.csv`: line 42 is b's header
+    data = tmp_path / "data"
+    if later_span:  # the types are fixed by span 1, and span 2 is read with them
+        (tmp_path / "one.csv").write_text(export)
+        assert _cli("prepare-data", "--csv", str(tmp_path / "one.csv"), "--data", str(data))[0] == 0
+    (tmp_path / "joined.csv").write_text(joined)
+    span = "2" if later_span else "1"
+    code, _, err = _cli("prepare-data", "--csv", str(tmp_path / "joined.csv"), "--data", str(data), "--span", span)
+    assert code == 2, err
+    assert "joined.csv: line 42 repeats the header row: two files joined into one?" in err, err
+    assert "--span N" in err and not (data / f"span-{span}").exists()
