@@ -17,15 +17,20 @@ class IngestionError(ValueError):
     """Bad input: the message names the file (and record index when there is one)."""
 
 
+class MissingInputError(IngestionError):
+    """No data to read: the data root or a span folder does not exist, or holds no file. Found before any
+    step runs (the pipeline fingerprints its input when it is built)."""
+
+
 def list_record_files(input_dir: str) -> list[str]:
     """Input: a directory. Output: its data files, sorted by name (hidden files and subdirectories skipped)."""
     files = file_system(input_dir)
     if not files.isdir(input_dir):
-        raise IngestionError(f"{input_dir}: input directory does not exist")
+        raise MissingInputError(f"{input_dir}: input directory does not exist")
     found = sorted(os.path.join(input_dir, name) for name in files.listdir(input_dir)
                    if not name.startswith((".", "_")) and not files.isdir(os.path.join(input_dir, name)))
     if not found:
-        raise IngestionError(f"{input_dir}: no TFRecord files in the input directory")
+        raise MissingInputError(f"{input_dir}: no TFRecord files in the input directory")
     return found
 
 
@@ -37,7 +42,7 @@ def resolve_spans(data_root: str, window: int = 1) -> list[tuple[int, str]]:
     """
     files = file_system(data_root)
     if not files.isdir(data_root):
-        raise IngestionError(f"{data_root}: input directory does not exist")
+        raise MissingInputError(f"{data_root}: input directory does not exist")
     if window < 1:
         raise IngestionError(f"{data_root}: span window must be at least 1, got {window}")
     spans = []

@@ -349,9 +349,14 @@ def _run_and_report(config, verbose: bool, known_runs: frozenset[str]) -> int:
     exit status. `known_runs`: the run ids MLMD held before this run, so the report is this run's own."""
     from components.core.tasks import TaskError
     from components.tfrecord_ingest.records import IngestionError
+    from components.tfrecord_ingest.spans import MissingInputError
     from pipeline.dag.local_runner import run_locked
     try:
         summary = run_locked(config, verbose=verbose)
+    except MissingInputError as error:  # no data to read: an input error, named before any step ran
+        print(f"data error: {error}", file=sys.stderr)
+        write_report(config, f"data error: {error}", known_runs)
+        return 2
     except IngestionError as error:
         print(f"ingestion error: {error}", file=sys.stderr)
         write_report(config, f"ingestion error: {error}", known_runs)

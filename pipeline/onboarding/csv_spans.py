@@ -537,6 +537,8 @@ def write_csv_span(path: str, data_root: str, span: int = 1, delimiter: str | No
         raise CsvError(f"--span {span}: span numbers start at 1")
     if not os.path.isfile(path):
         raise CsvError(f"{path}: no such file")
+    if os.path.exists(data_root) and not os.path.isdir(data_root):
+        raise CsvError(f"--data {data_root}: a file; --data names the folder the spans are written into")
     date_formats = dict(date_formats or {})
     missing_tokens = tuple(token.lower() for token in missing_tokens)
     delimiter = delimiter or detect_delimiter(path)

@@ -471,6 +471,9 @@ def label_numbers(statistics, label: str) -> LabelNumbers | None:
 def plan_project(folder: str, data_root: str, label: str, task: str | None = None, name: str | None = None,
                  exclude: list[str] = ()) -> Project:
     """Reads the data and decides everything; writes nothing. InitError naming what is wrong."""
+    if os.path.isfile(data_root):
+        raise InitError(f"--data {data_root}: a file; --data is the folder prepare-data wrote (prepare-data --csv "
+                        f"{data_root} --data data/NAME, then init --data data/NAME)")
     name = name or os.path.basename(os.path.abspath(data_root).rstrip("/")) or "project"
     if not name.replace("-", "").replace("_", "").isalnum() or not name.isascii():
         raise InitError(f"--name {name!r}: letters, digits, '-' and '_' only (it names files and the pipeline)")

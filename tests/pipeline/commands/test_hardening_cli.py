@@ -161,13 +161,13 @@ def test_a_run_that_never_started_writes_its_own_report_and_leaves_the_previous_
 
     code, _, stderr = _run(capsys, tmp_path)  # the data directory does not exist: create_pipeline raises
 
-    assert code == 1 and "ingestion error:" in stderr and "does not exist" in stderr, stderr
+    assert code == 2 and "data error:" in stderr and "does not exist" in stderr, stderr
     assert open(previous_page, "rb").read() == previous_bytes
     pages = sorted(os.listdir(os.path.join(config.output_dir, run_report.REPORTS_DIR)))
     [own] = [page for page in pages if page.startswith(NOT_STARTED_PREFIX)]
     assert len(pages) == 2
     text = open(os.path.join(config.output_dir, run_report.REPORTS_DIR, own)).read()
-    assert "NEVER STARTED: ingestion error:" in text and "This run never started" in text
+    assert "NEVER STARTED: data error:" in text and "This run never started" in text
     assert previous_id not in text
     assert open(os.path.join(config.output_dir, run_report.REPORT_FILE)).read() == text  # the latest attempt
     assert f"run report: {os.path.join(config.output_dir, run_report.REPORT_FILE)}" in stderr

@@ -94,14 +94,14 @@ def test_a_run_that_never_started_leaves_every_report_as_it_was(unchanged_produc
 
     code, stderr = _run(unchanged_production, tmp_path / "no-such-data", capsys)  # fails inside create_pipeline
 
-    assert code == 1 and "ingestion error:" in stderr and "does not exist" in stderr, stderr
+    assert code == 2 and "data error:" in stderr and "does not exist" in stderr, stderr
     after = set(os.listdir(reports))
     [own] = after - set(before)
     assert own.startswith(NOT_STARTED_PREFIX)
     for name, content in before.items():
         assert open(os.path.join(reports, name), "rb").read() == content, f"{name} was rewritten"
     page = open(os.path.join(reports, own)).read()
-    assert "NEVER STARTED: ingestion error:" in page and "This run never started" in page
+    assert "NEVER STARTED: data error:" in page and "This run never started" in page
     assert open(os.path.join(unchanged_production.config.output_dir, REPORT_FILE)).read() == page
 
 
@@ -165,8 +165,9 @@ def test_tfrecord_faults_name_the_file_and_record(unchanged_production, capsys, 
 
     code, stderr = _run(unchanged_production, data_root, capsys)
 
-    assert code == 1
-    assert "ingestion error:" in stderr and expected in stderr, stderr
+    no_data = make_fault in (_empty_directory, _missing_directory)  # an input error, named before any step runs
+    assert code == (2 if no_data else 1)
+    assert ("data error:" if no_data else "ingestion error:") in stderr and expected in stderr, stderr
     assert count_outputs(unchanged_production.config, "TFRecordIngest", contract.EXAMPLES) == examples_before
 
 

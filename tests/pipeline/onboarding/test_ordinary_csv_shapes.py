@@ -84,3 +84,17 @@ def test_a_header_repeated_mid_file_exits_2_naming_its_line_and_writes_nothing(t
     assert code == 2, err
     assert "joined.csv: line 42 repeats the header row: two files joined into one?" in err, err
     assert "--span N" in err and not (data / f"span-{span}").exists()
+
+
+def test_a_file_where_a_folder_is_wanted_and_a_missing_data_root_exit_2_saying_what_is_wanted(tmp_path):
+    (tmp_path / "s.csv").write_text("x,label\n1,a\n2,b\n")
+    code, _, err = _cli("init", "--data", str(tmp_path / "s.csv"), "--label", "label")
+    assert code == 2 and "s.csv: a file; --data is the folder prepare-data wrote" in err, err
+    code, _, err = _cli("prepare-data", "--csv", str(tmp_path / "s.csv"), "--data", str(tmp_path / "s.csv"))
+    assert code == 2 and "s.csv: a file; --data names the folder the spans are written into" in err, err
+    assert (tmp_path / "s.csv").read_text() == "x,label\n1,a\n2,b\n"
+    (tmp_path / "c.yaml").write_text("train: {epochs: 1}\n")
+    code, _, err = _cli("run", "--config", str(tmp_path / "c.yaml"), "--data", str(tmp_path / "nowhere"),
+                        "--output", str(tmp_path / "out"))
+    assert code == 2 and "data error: " in err and "nowhere: input directory does not exist" in err, err
+    assert not (tmp_path / "out" / "serving").exists()  # no step ran (the run report says it never started)
