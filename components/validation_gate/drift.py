@@ -4,11 +4,16 @@ Pure functions over TFDV protos (no TFX): testable with statistics generated on 
 """
 from __future__ import annotations
 
+import math
+
 import tensorflow_data_validation as tfdv
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
 
 MEASURE_NAMES = {"L_INFTY": "L-infinity distance", "JENSEN_SHANNON_DIVERGENCE": "Jensen-Shannon divergence",
                  "NORMALIZED_ABSOLUTE_DIFFERENCE": "normalized absolute difference"}
+# The curated schema's field that holds each measure's threshold (a feature's drift_comparator).
+COMPARATOR_FIELDS = {"L_INFTY": "infinity_norm", "JENSEN_SHANNON_DIVERGENCE": "jensen_shannon_divergence",
+                     "NORMALIZED_ABSOLUTE_DIFFERENCE": "normalized_abs_difference"}
 
 
 def measure_drift(current: statistics_pb2.DatasetFeatureStatisticsList,
@@ -34,8 +39,17 @@ def drifted(measured: dict) -> list[tuple[str, dict]]:
 
 
 def describe_drift(split: str, feature: str, measured: dict, previous_span: int | None) -> str:
-    """One line of the error a drift-blocked run ends with, for one measurement of one feature."""
+    """One line of the error a drift-blocked run ends with, for one measurement of one feature, with the
+    schema setting that would accept it."""
     name = MEASURE_NAMES.get(measured["measure"], measured["measure"])
     against = f" vs span {previous_span}" if previous_span is not None else ""
+    field = COMPARATOR_FIELDS.get(measured["measure"], measured["measure"].lower())
+    accepting = math.ceil(measured["value"] * 100 + 1e-9) / 100 + 0.01  # above the value measured
     return (f"  {split}: {feature}: drift {name} {measured['value']:.3f} > threshold "
-            f"{measured['threshold']:.3f}{against}")
+            f"{measured['threshold']:.3f}{against} (accepted with feature {{ name: \"{feature}\" drift_comparator "
+            f"{{ {field} {{ threshold: {accepting:.2f} }} }} }})")
+
+
+ACCEPT_ADVICE = ("a change that is real is accepted by raising the feature's drift_comparator threshold in the curated "
+                 "schema (the config's schema_path) as shown, then running again (python -m pipeline run --config "
+                 "...); until a span is accepted, each new span is compared with the last one accepted")

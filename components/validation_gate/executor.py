@@ -77,9 +77,10 @@ def describe(report: dict) -> str:
              for split, features in report["splits"].items()
              for feature, info in features.items() if info["blocking"]]
     drift_report = report.get("drift") or {"splits": {}}
-    lines += [drift.describe_drift(split, feature, measured, drift_report.get("previous_span"))
-              for split, features in drift_report["splits"].items()
-              for feature, measured in drift.drifted(features)]
+    drifted = [drift.describe_drift(split, feature, measured, drift_report.get("previous_span"))
+               for split, features in drift_report["splits"].items()
+               for feature, measured in drift.drifted(features)]
+    lines += drifted + ([f"  {drift.ACCEPT_ADVICE}"] if drifted else [])
     return ("the data breaks the curated schema or drifted from the previous span; training did not start:\n"
             + "\n".join(lines))
 

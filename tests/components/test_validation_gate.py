@@ -50,6 +50,9 @@ def test_drift_is_measured_with_the_schema_comparators_and_only_a_shift_crosses_
     assert feature == "fare" and fare["value"] > fare["threshold"] == 0.3
     line = drift.describe_drift("train", "fare", fare, previous_span=4)
     assert "train: fare: drift Jensen-Shannon divergence" in line and "> threshold 0.300 vs span 4" in line
+    accepting = float(line.rsplit("threshold: ", 1)[1].split()[0])
+    assert fare["value"] < accepting <= fare["value"] + 0.02  # the setting that accepts this span, and no more
+    assert 'feature { name: "fare" drift_comparator { jensen_shannon_divergence { threshold: ' in line
 
 
 def test_clean_taxi_rows_pass_and_broken_ones_block_naming_each_feature(tmp_path):
@@ -87,4 +90,7 @@ def test_a_feature_with_two_comparators_keeps_both_and_a_breach_of_either_blocks
     assert by_measure["L_INFTY"]["drifted"] and not by_measure["JENSEN_SHANNON_DIVERGENCE"]["drifted"]
     assert [(feature, entry["measure"]) for feature, entry in drift.drifted(measured)] == [("payment_type", "L_INFTY")]
     report = {"blocking": False, "splits": {}, "drift": {"previous_span": 1, "splits": {"train": measured}}}
-    assert "train: payment_type: drift L-infinity distance" in gate.describe(report)
+    message = gate.describe(report)
+    assert "train: payment_type: drift L-infinity distance" in message
+    assert 'name: "payment_type" drift_comparator { infinity_norm { threshold: ' in message
+    assert "the config's schema_path" in message and "python -m pipeline run --config" in message
