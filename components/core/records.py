@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from components.core import artifact_files, contract
 from components.core.tasks import BINARY, LabelSummary, Task, task_named
 
-INPUT_BOUND = 0.05  # a training whose device waits for input longer than this share of its time is input-bound
+INPUT_BOUND = 0.05  # a training slower than on in-memory batches by more than this share waited for something...
+HOST_BOUND = 2.0  # ...for input only when the host delivers less than this many times the model's rate
 LEGACY_TASK = BINARY  # a report or model from before reports named their task: the binary taxi model of its day
 
 
@@ -167,15 +168,23 @@ class TrainingReport:
 
     @property
     def input_bound(self) -> bool:
-        """The device waited for input for more than INPUT_BOUND of its time."""
-        return (self.input_wait_fraction or 0.0) > INPUT_BOUND
+        """Training ran slower than on in-memory batches by more than INPUT_BOUND and the host's own ceiling
+        says input is why: it delivers less than HOST_BOUND times the model's rate."""
+        return (self.input_wait_fraction or 0.0) > INPUT_BOUND and self.headroom is not None and (
+            self.headroom < HOST_BOUND)
 
     def input_line(self) -> str:
-        """The input wait, and "input-bound" with the host's headroom when the host is the bottleneck."""
+        """The input wait with the host's headroom; "input-bound" when the host is the bottleneck, and what
+        else the time went to when training was slow although the host had room to spare."""
         wait = "n/a" if self.input_wait_fraction is None else f"{100 * self.input_wait_fraction:.1f}%"
         headroom = "" if self.headroom is None else f", host feeds {self.headroom:.1f}x the model's rate"
         if self.input_bound:
             return f"input-bound: input wait {wait}{headroom}"
+        if (self.input_wait_fraction or 0.0) > INPUT_BOUND:
+            cause = ("not input, the host feeds {:.1f}x the model's rate".format(self.headroom)
+                     if self.headroom is not None else "the host's ceiling was not measured")
+            return (f"{wait} slower than on in-memory batches ({cause}): the time went to validation passes, "
+                    "callbacks, checkpoints or other load on the machine")
         return f"input wait {wait}{headroom}"
 
     @property

@@ -61,3 +61,10 @@ def test_the_input_line_says_input_bound_with_the_hosts_headroom_when_the_device
     assert starved.input_bound
     assert starved.input_line() == "input-bound: input wait 26.0%, host feeds 1.2x the model's rate"
     assert _training(input_wait_fraction=None).input_line() == "input wait n/a"
+    slow_elsewhere = _training(input_wait_fraction=0.348, host_examples_per_second=67680.0)  # 56.4x the model
+    assert not slow_elsewhere.input_bound and "input-bound" not in slow_elsewhere.input_line()
+    assert slow_elsewhere.input_line() == (
+        "34.8% slower than on in-memory batches (not input, the host feeds 56.4x the model's rate): the time went "
+        "to validation passes, callbacks, checkpoints or other load on the machine")
+    unmeasured = _training(input_wait_fraction=0.2, host_examples_per_second=0.0)
+    assert not unmeasured.input_bound and "the host's ceiling was not measured" in unmeasured.input_line()
