@@ -187,7 +187,7 @@ def test_the_report_is_written_while_the_run_still_holds_the_output_directory(ca
 
     monkeypatch.setattr(run_report, "write_run_report", write_and_check_the_lock)
     code, _, _ = _run(capsys, tmp_path)
-    assert code == 1 and held == [True]
+    assert code == 2 and held == [True]  # no data: an input error (exit 2), reported under the lock
 
 
 def test_deleting_the_holder_file_lets_no_second_run_in(tmp_path):
