@@ -217,10 +217,11 @@ class Task:
         1 for probabilities."""
         return 1.0
 
-    def calibration_choice(self, predictions: np.ndarray, rows: int) -> np.ndarray:
-        """Input: the SavedModel's predictions on calibration_pool x `rows` training records. Output: the
-        positions of the full-int8 calibration rows among them (the first `rows`)."""
-        return np.arange(min(rows, len(predictions)))
+    def calibration_choice(self, pool_rows: int, predictions, rows: int) -> np.ndarray:
+        """Input: how many training records the calibration pool holds (up to calibration_pool x `rows`), a
+        function that returns the SavedModel's predictions on them (called only by a task that needs them),
+        and `rows`. Output: the positions of the full-int8 calibration rows in the pool (the first `rows`)."""
+        return np.arange(min(rows, pool_rows))
 
     # --------------------------------------------------------------------------------------- training
     def loss(self):
@@ -532,10 +533,10 @@ class RegressionTask(Task):
         reference = np.asarray(reference, np.float64)
         return max(float(np.abs(reference - reference.mean()).mean()), 1e-12)
 
-    def calibration_choice(self, predictions, rows):
+    def calibration_choice(self, pool_rows, predictions, rows):
         """`rows` records spread evenly over the range of the predictions, extremes included: every int8
         activation range then spans what the model predicts on its training data."""
-        order = np.argsort(np.asarray(predictions).reshape(-1), kind="stable")
+        order = np.argsort(np.asarray(predictions()).reshape(-1), kind="stable")
         return np.unique(order[np.linspace(0, len(order) - 1, min(rows, len(order))).round().astype(int)])
 
     def label_problem(self, kind, distinct, whole):

@@ -255,9 +255,13 @@ def calibration_features(saved_model, model_module: ModelModule, task: tasks.Tas
     included, so that every int8 activation range spans what the model predicts on its training data and
     only a prediction beyond all of that can saturate)."""
     pool = raw_features(model_module, files, rows * task.calibration_pool)
-    predictions = saved_model.signatures[contract.RAW_SIGNATURE](**raw_signature_arguments(
-        model_module.INPUTS, {name: tf.constant(values) for name, values in pool.items()}))[task.prediction_key].numpy()
-    chosen = task.calibration_choice(predictions, rows)
+
+    def predictions() -> np.ndarray:  # called only by a task that chooses by them
+        return saved_model.signatures[contract.RAW_SIGNATURE](**raw_signature_arguments(
+            model_module.INPUTS, {name: tf.constant(values) for name, values in pool.items()}))[
+            task.prediction_key].numpy()
+
+    chosen = task.calibration_choice(len(next(iter(pool.values()))), predictions, rows)
     return {name: values[chosen] for name, values in pool.items()}
 
 
