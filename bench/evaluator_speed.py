@@ -18,7 +18,6 @@ candidate's overall AUC; the reports stay under `--work` (default: a temporary f
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import json
 import logging
@@ -38,9 +37,8 @@ from tfx.types import artifact_utils, standard_artifacts  # noqa: E402
 from components.core import contract  # noqa: E402
 from components.precision_evaluator import gates  # noqa: E402
 from pipeline.runs import mlmd  # noqa: E402
-from components.core.model_module import load_model_module  # noqa: E402
-from components.core.records import PredictionTarget  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
+from pipeline.dag.wiring import step_settings  # noqa: E402
 
 
 def latest_inputs(output_dir: str) -> dict[str, object]:
@@ -103,14 +101,13 @@ def run_once(executor_class, inputs: dict, production: bool, beam_args: list[str
                   "baseline_model": [inputs["baseline_model"]]}
     if production:
         input_dict["production_model"] = [inputs.get("production_model", inputs["baseline_model"])]
-    module = load_model_module(load_config().train.model)
-    target = PredictionTarget.of(module)
-    settings = {**dataclasses.asdict(load_config().evaluate), "target": dataclasses.asdict(target)}
+    config = load_config()
+    settings = step_settings(config, config.evaluate).to_json()  # the record the pipeline hands the step
     context = base_beam_executor.BaseBeamExecutor.Context(beam_pipeline_args=beam_args,
                                                           tmp_dir=os.path.join(work, "tmp"))
     started = time.monotonic()
     executor_class(context).Do(input_dict, {"evaluation": [evaluation], "blessing": [blessing]},
-                               {"settings": json.dumps(settings)})
+                               {contract.SETTINGS: settings})
     seconds = time.monotonic() - started
     with open(os.path.join(evaluation.uri, contract.PRECISION_REPORT_FILE)) as handle:
         return seconds, json.load(handle)

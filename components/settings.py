@@ -12,11 +12,13 @@ components never import the pipeline, and this module imports no component packa
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import typing
 from dataclasses import dataclass, field
 
 from components.core.contract import POLICIES, STRATEGIES, TFLITE_VARIANTS
+from components.core.tasks import PredictionTarget
 from components.core.tasks import TASK_NAMES, TASKS, RegressionTask
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,6 +35,8 @@ class Check(typing.NamedTuple):
 def setting(default: typing.Any, check: Check | None = None) -> typing.Any:
     """Input: a config field's default and the Check its value must pass (None: any value of the field's
     type). Output: the dataclass field (a list default copied per instance)."""
+    if default is REQUIRED:  # no default: "" until the config gives it, and the config loader insists
+        return field(default="", metadata={CHECK: check, REQUIRED: True})
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata={CHECK: check})
     return field(default=default, metadata={CHECK: check})
@@ -63,6 +67,7 @@ def _beam_flags(args: list[str]) -> bool:
 
 
 NOT_EMPTY = Check(lambda v: bool(v.strip()), "must not be empty")
+REQUIRED = "required"  # the field metadata key of a setting with no default: the config must give it
 POSITIVE = Check(lambda v: v > 0, "must be positive")
 NOT_NEGATIVE = Check(lambda v: v >= 0, "must not be negative")
 OPTIONAL_NOT_NEGATIVE = Check(lambda v: v is None or v >= 0, "must not be negative (or null: none)")
@@ -110,7 +115,9 @@ class IngestConfig:
 
 @dataclass
 class TrainConfig:
-    model: str = setting("models.taxi", NOT_EMPTY)  # a module defining components/core/model_module.py's ModelModule
+    # a module defining components/core/model_module.py's ModelModule; the default, the schema-driven model,
+    # is built from the curated schema and the `task` section
+    model: str = setting("models.tabular", NOT_EMPTY)
     batch_size: int = setting(256, POSITIVE)  # per replica; the global batch is this times the replicas in sync
     epochs: int = setting(10, POSITIVE)  # passes over the training data
     # for one replica's batch; scaled linearly with replicas x accumulation
@@ -162,11 +169,10 @@ class EvaluateConfig:
     """The gates decide on the task's primary metric (binary AUC, multiclass accuracy, regression MAE), in
     its direction; tolerances are in the metric's units, or a fraction of the reference's value for
     regression (components/precision_evaluator/gates.py)."""
-    slice_feature: str = setting("payment_type")  # metrics are also reported per value of this feature ("" = none)
+    slice_feature: str = setting("")  # metrics are also reported per value of this feature ("" = none)
     # the primary metric must reach this (AUC and accuracy at least, MAE at most; null = no bar): on top of
-    # beating the trivial predictor, which every blessed model must. The default is a binary task's AUC bar: a
-    # multi-class or regression config must set its own (or null)
-    absolute_bar: float | None = setting(0.9, OPTIONAL_NOT_NEGATIVE)
+    # beating the trivial predictor, which every blessed model must
+    absolute_bar: float | None = setting(None, OPTIONAL_NOT_NEGATIVE)
     # how much worse than the FP32 baseline the candidate may be before the data refuse it
     max_drop_vs_fp32: float = setting(0.005, NOT_NEGATIVE)
     # how much worse than the production model (the latest blessed one) a model may be
@@ -224,16 +230,16 @@ class ResourcesConfig:
 
 @dataclass
 class PipelineConfig:
-    pipeline_name: str = setting("taxi-accel", NOT_EMPTY)  # names the run's MLMD contexts and the compiled pipeline
+    pipeline_name: str = setting(REQUIRED, NOT_EMPTY)  # names the run's MLMD contexts and the compiled pipeline
     # TFRecord files, or span-N/ folders of them (see ingest.span_window)
-    data_root: str = setting("data/taxi", NOT_EMPTY)
+    data_root: str = setting(REQUIRED, NOT_EMPTY)
     # local: MLMD (SQLite), the run lock and reports; by default artifacts and serving too
     output_dir: str = setting("output", NOT_EMPTY)
     # pipeline root, where artifacts live: a path or a URI (gs://, s3://); default <output_dir>/pipeline
     artifact_root: str = setting("")
     serving_dir: str = setting("")  # where blessed models are pushed, a path or a URI; default <output_dir>/serving
     # the curated TFDV schema (a text proto) the data is validated against and the model may be built from
-    schema_path: str = setting(os.path.join(PROJECT_ROOT, "schemas", "taxi", "schema.pbtxt"), NOT_EMPTY)
+    schema_path: str = setting(REQUIRED, NOT_EMPTY)
     enable_cache: bool = setting(True)  # reuse a step's outputs when its inputs, settings and code are unchanged
     # flags for every Beam step (the runner, its options; no credential: those come from the environment)
     beam_pipeline_args: list[str] = setting(["--direct_running_mode=in_memory"], BEAM_FLAGS)
@@ -255,3 +261,28 @@ class PipelineConfig:
     @property
     def push_dir(self) -> str:
         return self.serving_dir or os.path.join(self.output_dir, "serving")
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    """What one step of the DAG is told, as one record: its own config section (a TrainConfig, EvaluateConfig or
+    ExportConfig), the config's `task` section, the model module's name and what the models predict. Built by the
+    wiring, carried as the step's JSON parameter (to_json) and read back by the step (from_json): the one road
+    settings take into every step."""
+    section: typing.Any
+    task: TaskConfig
+    model: str
+    target: PredictionTarget
+
+    def to_json(self) -> str:
+        return json.dumps({"section": dataclasses.asdict(self.section), "task": dataclasses.asdict(self.task),
+                           "model": self.model, "target": self.target.to_json()}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, section: type, step: str) -> "StepSettings":
+        """Input: to_json's output, the class of the step's config section and the step's name (for errors).
+        Output: the record. Raises ValueError naming the step and any key that is no field of a section."""
+        values = json.loads(text)
+        return cls(section_from_dict(section, values["section"], f"{step} settings", section.__name__),
+                   section_from_dict(TaskConfig, values["task"], f"{step} settings", "task"),
+                   values["model"], PredictionTarget.from_json(values["target"]))

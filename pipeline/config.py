@@ -18,57 +18,65 @@ import typing
 
 import yaml
 
-from components.settings import (CHECK, PROJECT_ROOT, EvaluateConfig, ExportConfig, IngestConfig,  # noqa: F401
+from components.settings import (CHECK, PROJECT_ROOT, REQUIRED, EvaluateConfig, ExportConfig, IngestConfig,  # noqa: F401
                                  PipelineConfig, ResourcesConfig, StepResources, TrainConfig)
 from components.core.file_system import local_path
-from components.core.tasks import Task
-from components.core.model_module import ModelModuleError, check_task, load_model_module, task_of
+from components.core.tasks import PredictionTarget
+from components.core.model_module import ModelModuleError, check_task, load_model_module
 
 
 class ConfigError(ValueError):
     """A config key is unknown, of the wrong type, or out of range; the message names it."""
 
 
-class ReadConfig(typing.NamedTuple):
-    """A config as read_config returns it: every field checked, its references (the model module, the
-    schema) not yet."""
-    config: PipelineConfig
-    bar_given: bool  # evaluate.absolute_bar was set (by the file or an override), not left to its default
+# The config a run without --config reads: the bundled taxi example's.
+DEFAULT_CONFIG = os.path.join(PROJECT_ROOT, "configs", "taxi.yaml")
 
 
-def read_config(path: str | None = None, **overrides: typing.Any) -> ReadConfig:
-    """Input: an optional YAML file and top-level overrides (None values ignored). Output: the config, each
-    field checked; ConfigError naming the file and line or the key otherwise. Reads the file once and imports
-    no TensorFlow, TFX or Beam (the nothing-new check runs on what it returns)."""
-    raw: dict = {}
-    if path:
-        raw = _relative_to(os.path.dirname(os.path.abspath(path)), _read_yaml(path))
-    raw.update({key: value for key, value in overrides.items() if value is not None})
+def read_config(path: str | None = None, **overrides: typing.Any) -> PipelineConfig:
+    """Input: a YAML file (None: DEFAULT_CONFIG) and top-level overrides (None values ignored; a section's
+    mapping overrides the file's keys of that section, not the whole section). Output: the
+    config, each field checked; ConfigError naming the file and line or the key otherwise (a required key
+    left out included). Reads the file once and imports no TensorFlow, TFX or Beam (the nothing-new check runs
+    on what it returns)."""
+    path = path or DEFAULT_CONFIG
+    raw = _relative_to(os.path.dirname(os.path.abspath(path)), _read_yaml(path))
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(raw.get(key), dict):  # a section: its keys over the file's
+            raw[key] = {**raw[key], **value}
+        elif value is not None:
+            raw[key] = value
     config = _local_paths_as_paths(_build(PipelineConfig, raw, prefix=""))
     check_no_secrets(config)
-    return ReadConfig(config, "absolute_bar" in (raw.get("evaluate") or {}))
+    _check_required(config, path)
+    return config
 
 
-def with_references_checked(read: ReadConfig) -> PipelineConfig:
-    """Input: what read_config returned. Output: its config, once `train.model` imports and fits its task,
-    `schema_path` parses, and a task that is not binary has a bar of its own; ConfigError naming the key
-    otherwise."""
-    config = read.config
+def with_references_checked(config: PipelineConfig) -> PipelineConfig:
+    """Input: what read_config returned. Output: the same config, once `schema_path` parses and `train.model`
+    imports and fits its task; ConfigError naming the key otherwise."""
     check_schema(config.schema_path)
-    task = check_model_module(config)
-    if task.default_bar != config.evaluate.absolute_bar and not read.bar_given:
-        raise ConfigError(f"evaluate.absolute_bar: the default bar ({config.evaluate.absolute_bar}) is for a "
-                          f"binary task's AUC; {config.train.model} is a {task.name} model, whose "
-                          f"{task.primary.name} needs a bar of its own: set evaluate.absolute_bar, or null "
-                          f"for none (beating the trivial predictor still applies)")
+    check_model_module(config)
     return config
 
 
 def load_config(path: str | None = None, check_references: bool = True, **overrides: typing.Any) -> PipelineConfig:
     """read_config, then (`check_references`, the default) its references checked, so that a wrong name fails
     here, naming the key, rather than steps later; `status` skips them."""
-    read = read_config(path, **overrides)
-    return with_references_checked(read) if check_references else read.config
+    config = read_config(path, **overrides)
+    return with_references_checked(config) if check_references else config
+
+
+def _check_required(config, path: str, prefix: str = "") -> None:
+    """Raises ConfigError naming the first setting with no default (components/settings.py) that `path` and
+    the overrides left empty."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if dataclasses.is_dataclass(value):
+            _check_required(value, path, prefix + field.name + ".")
+        elif field.metadata.get(REQUIRED) and not value:
+            raise ConfigError(f"{path}: {prefix}{field.name} is required (it has no default); see "
+                              f"docs/configuration.md")
 
 
 # Beam flags whose value is a credential: a compiled job carries every Beam flag in plain text in each step's
@@ -185,8 +193,27 @@ def _read_yaml(path: str) -> dict:
     return raw
 
 
-def check_model_module(config: PipelineConfig) -> Task:
-    """Output: the model module's task. Raises ConfigError naming `train.model` when the model module does not
+# What each model module checked in this process predicts, by _module_key: the wiring reads it here rather than
+# loading the module a second time.
+_CHECKED_TARGETS: dict[tuple, PredictionTarget] = {}
+
+
+def _module_key(config: PipelineConfig) -> tuple:
+    """What a model module's loading depends on: its name, the `task` section and the schema file (its path, and
+    for a local file its size and modification time)."""
+    schema = config.schema_path
+    stat = os.stat(schema) if "://" not in schema and os.path.exists(schema) else None
+    return (config.train.model, repr(config.task), schema, stat and (stat.st_size, stat.st_mtime_ns))
+
+
+def prediction_target(config: PipelineConfig) -> PredictionTarget:
+    """What the config's model module predicts: checked and remembered by check_model_module (loaded here only
+    when this process has not checked it)."""
+    return _CHECKED_TARGETS.get(_module_key(config)) or check_model_module(config)
+
+
+def check_model_module(config: PipelineConfig) -> PredictionTarget:
+    """Output: what the model module predicts (its task, label and classes). Raises ConfigError naming `train.model` when the model module does not
     import, lacks part of components.core.model_module.ModelModule, or its task and classes do not fit (the message names
     the module and what is wrong), or the `task` section disagrees with it; naming `evaluate.gate_metrics`
     when a metric there is not one of the task's."""
@@ -198,13 +225,15 @@ def check_model_module(config: PipelineConfig) -> Task:
         where = (f" (a module path such as models.taxi, importable from {PROJECT_ROOT} or the PYTHONPATH)"
                  if error.not_found else "")
         raise ConfigError(f"train.model: {error}{where}") from None
-    task = task_of(module)
+    target = PredictionTarget.of(module)
+    task = target.task
     allowed = [metric.name for metric in task.gateable()]
     for metric in gate_metrics:
         if metric not in allowed:
             raise ConfigError(f"evaluate.gate_metrics: {metric!r} is not a metric a {task.name} task can be gated "
                               f"on (one of {', '.join(allowed)})")
-    return task
+    _CHECKED_TARGETS[_module_key(config)] = target
+    return target
 
 
 def check_schema(path: str) -> None:

@@ -67,7 +67,8 @@ def _rows(section, prefix: str, comments: dict) -> list[str]:
             continue
         check = field.metadata.get(settings.CHECK)
         description = comments.get((type(section).__name__, field.name), "").replace("|", "\\|")
-        rows.append(f"| `{prefix}{field.name}` | {_type_name(hint)} | {_default(value)} | "
+        default = "required" if field.metadata.get(settings.REQUIRED) else _default(value)
+        rows.append(f"| `{prefix}{field.name}` | {_type_name(hint)} | {default} | "
                     f"{check.message if check else 'any value of its type'} | {description} |")
     return rows
 

@@ -32,11 +32,9 @@ EVAL_FRACTION = "eval_fraction"
 SPAN_WINDOW = "span_window"
 INPUT_FINGERPRINT = "input_fingerprint"
 SETTINGS = "settings"  # the evaluator's and ModelExport's config section, as JSON
-MODEL_MODULE = "model_module"
 PUSH_DIR = "push_dir"
 CHECKPOINT_ROOT = "checkpoint_root"  # Trainer custom_config: where interrupted trainings keep checkpoints
 CODE_FINGERPRINT = "code_fingerprint"  # Trainer custom_config (and custom steps' executor flag): cache key only
-TASK_CONFIG = "task"  # Trainer custom_config and a ModelExport parameter: the config's `task` section
 
 # ------------------------------------------------------------------------ artifact custom properties
 SPANS_PROPERTY = "spans"  # Examples (and artifacts made from them): the span numbers read, comma-separated

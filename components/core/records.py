@@ -1,8 +1,8 @@
 """Typed records that steps hand each other, with the JSON they are written as: what a trained model is
-(ModelFacts), what a training did (TrainingReport), what the models predict (PredictionTarget), each gate
-check and the evaluator's verdict (GateCheck, EvaluationReport), what ModelExport made (ExportReport), and
-reading a ModelBlessing. The writer builds the record and writes `to_json()`; every reader goes through
-`from_json`, where the default for a report written before a field existed is decided once (LEGACY_TASK).
+(ModelFacts), what a training did (TrainingReport), each gate check and the evaluator's verdict (GateCheck,
+EvaluationReport), what ModelExport made (ExportReport), and reading a ModelBlessing. The writer builds the
+record and writes `to_json()`; every reader goes through `from_json`, where the default for a report written
+before a field existed is decided once (LEGACY_TASK).
 """
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ import os
 from dataclasses import dataclass, field
 
 from components.core import artifact_files, contract
-from components.core.tasks import BINARY, LabelSummary, Task, task_named
+from components.core.tasks import LEGACY_TASK, LabelSummary, Task, task_named
 
 INPUT_BOUND = 0.05  # a training slower than on in-memory batches by more than this share waited for something...
 HOST_BOUND = 2.0  # ...for input only when the host delivers less than this many times the model's rate
-LEGACY_TASK = BINARY  # a report or model from before reports named their task: the binary taxi model of its day
 
 
 # ------------------------------------------------------------------------------------------- trained model
@@ -67,43 +66,6 @@ def read_model_facts(serving_model_dir: str) -> ModelFacts:
     """The facts of a trained model (legacy ones for a model exported before they were written)."""
     return ModelFacts.from_json(artifact_files.read_json_if_exists(
         os.path.join(model_ready_dir(serving_model_dir), contract.MODEL_FACTS_FILE)))
-
-
-@dataclass(frozen=True)
-class PredictionTarget:
-    """What the models of a run predict: the label key, the task and the class names (from the model module)."""
-    label_key: str
-    task_name: str
-    classes: tuple[str, ...] = ()
-
-    @property
-    def task(self) -> Task:
-        return task_named(self.task_name)
-
-    @classmethod
-    def of(cls, module) -> "PredictionTarget":
-        """What a model module's models predict (components.core.model_module.ModelModule)."""
-        from components.core.model_module import task_of
-        return cls(module.LABEL_KEY, task_of(module).name, tuple(module.CLASSES))
-
-    def to_json(self) -> dict:
-        return {"label_key": self.label_key, "task": self.task_name, "classes": list(self.classes)}
-
-    @classmethod
-    def from_json(cls, value: dict) -> "PredictionTarget":
-        return cls(value["label_key"], value.get("task", LEGACY_TASK), tuple(value.get("classes", ())))
-
-    def mismatch(self, facts: ModelFacts) -> str:
-        """Why a model described by `facts` cannot be compared with this target's models ("" when it can)."""
-        if facts.legacy:
-            return "" if self.task_name == facts.task_name else (
-                f"it predates model facts (a {facts.task_name} model); the candidate is {self.task_name}")
-        if facts.task_name != self.task_name or tuple(facts.classes) != tuple(self.classes):
-            return (f"it predicts a {facts.task_name} task with classes {list(facts.classes)}, the candidate a "
-                    f"{self.task_name} task with classes {list(self.classes)}")
-        if facts.label and facts.label != self.label_key:
-            return f"it predicts the label {facts.label!r}, the candidate {self.label_key!r}"
-        return ""
 
 
 # ---------------------------------------------------------------------------------------------- training

@@ -64,8 +64,7 @@ class Task:
     on), metrics (what reports show, the primary first; any may be gated on by config), relative_tolerance
     (a tolerance is a fraction of the reference's value), prediction_key (the serving output TFMA, the TFLite
     ladder and the device model read), label_dtype (what make_label returns), validation_metric (the Keras
-    metric the training report shows per epoch), output_activation (of the model's last layer), default_bar
-    (the absolute bar on the primary metric when the config sets none; None: the config must set one),
+    metric the training report shows per epoch), output_activation (of the model's last layer),
     reports_confusion_matrix, settings (the config's `task` fields this task reads, with their defaults:
     `configured` returns the task carrying the config's values), float_device_output (the full-int8 device
     model keeps its last layer in float32: a value's 256 int8 levels over the calibration range would be
@@ -80,7 +79,6 @@ class Task:
     label_dtype: str = "float32"
     validation_metric: str = ""
     output_activation: str = "linear"
-    default_bar: float | None = None
     reports_confusion_matrix: bool = False
     settings: dict = {}
     head_name: str = "output"  # the schema-driven model's output layer is tabular.<head_name>
@@ -338,7 +336,6 @@ class BinaryTask(ClassificationTask):
     prediction_key = PROBABILITIES
     validation_metric = "auc"
     output_activation = "sigmoid"
-    default_bar = 0.9
 
     def class_problem(self, classes):
         return super().class_problem(classes) or (
@@ -665,3 +662,43 @@ class LabelSummary:
     @classmethod
     def from_json(cls, value: dict) -> "LabelSummary":
         return cls(int(value["examples"]), float(value["mean"]), tuple(value.get("class_counts", ())))
+
+
+LEGACY_TASK = BINARY  # a report or model from before reports named their task: the binary taxi model of its day
+
+
+@dataclasses.dataclass(frozen=True)
+class PredictionTarget:
+    """What the models of a run predict: the label key, the task and the class names (from the model module)."""
+    label_key: str
+    task_name: str
+    classes: tuple[str, ...] = ()
+
+    @property
+    def task(self) -> Task:
+        return task_named(self.task_name)
+
+    @classmethod
+    def of(cls, module) -> "PredictionTarget":
+        """What a model module's models predict (components.core.model_module.ModelModule)."""
+        from components.core.model_module import task_of
+        return cls(module.LABEL_KEY, task_of(module).name, tuple(module.CLASSES))
+
+    def to_json(self) -> dict:
+        return {"label_key": self.label_key, "task": self.task_name, "classes": list(self.classes)}
+
+    @classmethod
+    def from_json(cls, value: dict) -> "PredictionTarget":
+        return cls(value["label_key"], value.get("task", LEGACY_TASK), tuple(value.get("classes", ())))
+
+    def mismatch(self, facts) -> str:
+        """Why a model described by `facts` (components.core.records.ModelFacts) cannot be compared with this target's models ("" when it can)."""
+        if facts.legacy:
+            return "" if self.task_name == facts.task_name else (
+                f"it predates model facts (a {facts.task_name} model); the candidate is {self.task_name}")
+        if facts.task_name != self.task_name or tuple(facts.classes) != tuple(self.classes):
+            return (f"it predicts a {facts.task_name} task with classes {list(facts.classes)}, the candidate a "
+                    f"{self.task_name} task with classes {list(self.classes)}")
+        if facts.label and facts.label != self.label_key:
+            return f"it predicts the label {facts.label!r}, the candidate {self.label_key!r}"
+        return ""

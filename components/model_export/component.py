@@ -7,13 +7,10 @@ outputs: the blessing says which one is blessed), `blessing`.
 Produces: `exported_model` holding saved_model/, tflite/<variant>.tflite (device models: raw features in,
 the model's preprocessing inside, TFLite builtin ops only) and export_report.json/.md; custom properties
 `exported` (0 when nothing was blessed) and `recommended_tflite`.
-Parameters: `model_module` (parses raw examples; its INPUTS are the device inputs, their defaults the
-missing-value convention), `task` (JSON: the config's `task` section), `settings` (JSON: the `export` config
-section, executor.settings_json).
+Parameters: `settings`, the step's StepSettings as JSON (components/settings.py): the `export` config
+section, the config's `task` section and the model module (it parses raw examples; its INPUTS are the device
+inputs, their defaults the missing-value convention).
 """
-import dataclasses
-import json
-
 from tfx import types
 from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import standard_artifacts
@@ -22,15 +19,13 @@ from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionP
 from components.core import contract
 from components.core.artifacts import ExportedModel
 from components.model_export import executor
-from components.settings import ExportConfig, TaskConfig
+from components.settings import StepSettings
 
 
 
 
 class ModelExportSpec(ComponentSpec):
-    PARAMETERS = {contract.MODEL_MODULE: ExecutionParameter(type=str),
-                  contract.TASK_CONFIG: ExecutionParameter(type=str),
-                  contract.SETTINGS: ExecutionParameter(type=str)}
+    PARAMETERS = {contract.SETTINGS: ExecutionParameter(type=str)}
     INPUTS = {
         contract.EXAMPLES: ChannelParameter(type=standard_artifacts.Examples),
         contract.SCHEMA: ChannelParameter(type=standard_artifacts.Schema),
@@ -46,10 +41,9 @@ class ModelExport(base_component.BaseComponent):
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
 
     def __init__(self, examples: types.BaseChannel, schema: types.BaseChannel, model: types.BaseChannel,
-                 baseline_model: types.BaseChannel, blessing: types.BaseChannel, model_module: str,
-                 task_config: TaskConfig, settings: ExportConfig):
+                 baseline_model: types.BaseChannel, blessing: types.BaseChannel,
+                 settings: StepSettings):
         super().__init__(spec=ModelExportSpec(
             examples=examples, schema=schema, model=model, baseline_model=baseline_model, blessing=blessing,
-            model_module=model_module, task=json.dumps(dataclasses.asdict(task_config)),
-            settings=executor.settings_json(settings),
+            settings=settings.to_json(),
             exported_model=types.Channel(type=ExportedModel)))

@@ -3,8 +3,6 @@ in, preprocessing inside, builtin ops only), each variant re-evaluated in LiteRT
 bounded, evenly spread sample of the eval split (components/model_export/scoring.py)."""
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import tempfile
 from typing import Any
@@ -24,7 +22,7 @@ from components.core.records import ExportReport, blessed_model, is_blessed, mod
 from components.core.task_layers import load_keras_model
 from components.model_export import scoring, tflite
 from components.model_export.variants import judge_variants, recommended_variant
-from components.settings import ExportConfig, TaskConfig, section_from_dict
+from components.settings import ExportConfig, StepSettings
 
 _BATCH = 1024
 INPUTS_DESCRIPTION = "raw features"  # what every TFLite variant takes (the report's "inputs")
@@ -37,7 +35,7 @@ class Executor(base_executor.BaseExecutor):
            exec_properties: dict[str, Any]) -> None:
         blessing = artifact_utils.get_single_instance(input_dict[contract.BLESSING])
         exported = artifact_utils.get_single_instance(output_dict[contract.EXPORTED_MODEL])
-        settings = read_settings(exec_properties[contract.SETTINGS])
+        record = StepSettings.from_json(exec_properties[contract.SETTINGS], ExportConfig, "ModelExport")
         fileio.makedirs(exported.uri)
         if not is_blessed(blessing):
             report = ExportReport(False, reason="the model was not blessed; nothing to export")
@@ -46,14 +44,12 @@ class Executor(base_executor.BaseExecutor):
             return
         model = blessed_model(blessing, input_dict[contract.MODEL] + input_dict[contract.BASELINE_MODEL])
         examples = artifact_utils.get_single_instance(input_dict[contract.EXAMPLES])
-        task_config = section_from_dict(TaskConfig, json.loads(exec_properties.get(contract.TASK_CONFIG) or "{}"),
-                                 "ModelExport task", "task")
         schema_path = io_utils.get_only_uri_in_dir(artifact_utils.get_single_uri(input_dict[contract.SCHEMA]))
         report = export_model(
             serving_model_dir=path_utils.serving_model_path(model.uri),
-            model_module=load_model_module(exec_properties[contract.MODEL_MODULE], task_config, schema_path),
+            model_module=load_model_module(record.model, record.task, schema_path),
             train_files=_split_files(examples, "train"), eval_files=_split_files(examples, "eval"),
-            output_dir=exported.uri, settings=settings,
+            output_dir=exported.uri, settings=record.section,
             eval_records=examples.get_int_custom_property(contract.SPLIT_EXAMPLES_PROPERTY.format(split="eval"))
             or None)
         report.source_model = {"uri": model.uri, "id": model.id}
@@ -61,16 +57,6 @@ class Executor(base_executor.BaseExecutor):
         exported.set_string_custom_property(contract.SOURCE_MODEL_URI_PROPERTY, model.uri)
         exported.set_string_custom_property(contract.RECOMMENDED_TFLITE_PROPERTY, report.recommended or "")
         _write_reports(exported.uri, report)
-
-
-def settings_json(settings: ExportConfig) -> str:
-    """Input: the `export` config section. Output: the exec property `settings`."""
-    return json.dumps(dataclasses.asdict(settings))
-
-
-def read_settings(settings_text: str) -> ExportConfig:
-    """Input: the exec property `settings` (settings_json's output). Output: the `export` config section."""
-    return section_from_dict(ExportConfig, json.loads(settings_text), "ModelExport settings", "export")
 
 
 def export_model(serving_model_dir: str, model_module: ModelModule, train_files: list[str], eval_files: list[str],

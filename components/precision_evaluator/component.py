@@ -5,8 +5,8 @@ same Trainer at float32 without XLA), optional `production_model` (the latest bl
 LatestBlessedModelStrategy resolver).
 Produces: `evaluation` (ModelEvaluation: TFMA results plus precision_report.json/.md) and `blessing` (a
 standard ModelBlessing that refers to the candidate, or to the FP32 baseline after a fallback).
-Parameters: `settings`, JSON: the `evaluate` config section plus the models' target: label key, task and
-class names (executor.settings_json).
+Parameters: `settings`, the step's StepSettings as JSON (components/settings.py): the `evaluate` config
+section and the models' target (label key, task, class names).
 """
 from tfx import types
 from tfx.dsl.components.base import base_beam_component, executor_spec
@@ -14,9 +14,8 @@ from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 
 from components.core import contract
-from components.core.records import PredictionTarget
 from components.precision_evaluator import executor
-from components.settings import EvaluateConfig
+from components.settings import StepSettings
 
 
 class PrecisionEvaluatorSpec(ComponentSpec):
@@ -38,10 +37,9 @@ class PrecisionEvaluator(base_beam_component.BaseBeamComponent):
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
 
     def __init__(self, examples: types.BaseChannel, model: types.BaseChannel, baseline_model: types.BaseChannel,
-                 settings: EvaluateConfig, target: PredictionTarget,
-                 production_model: types.BaseChannel | None = None):
+                 settings: StepSettings, production_model: types.BaseChannel | None = None):
         super().__init__(spec=PrecisionEvaluatorSpec(
             examples=examples, model=model, baseline_model=baseline_model, production_model=production_model,
-            settings=executor.settings_json(settings, target),
+            settings=settings.to_json(),
             evaluation=types.Channel(type=standard_artifacts.ModelEvaluation),
             blessing=types.Channel(type=standard_artifacts.ModelBlessing)))

@@ -10,7 +10,6 @@ evaluator instead (the per-example predictions are then gathered by a scoring pa
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from typing import Any
@@ -25,10 +24,11 @@ from tfx.types import artifact_utils
 from tfx.utils import io_utils, path_utils
 
 from components.core import artifact_files, contract, tasks
-from components.core.records import EvaluationReport, ModelFacts, PredictionTarget, read_model_facts
+from components.core.records import EvaluationReport, ModelFacts, read_model_facts
+from components.core.tasks import PredictionTarget
 from components.precision_evaluator import batched_metrics, gates, per_example, scoring
 from components.precision_evaluator.blessing import write_blessing
-from components.settings import EvaluateConfig, section_from_dict
+from components.settings import EvaluateConfig, StepSettings
 
 BATCH_SIZE = 4096  # eval examples per batch read, scored and summed together
 CONFUSION_MATRIX_PLOT = "multi_class_confusion_matrix_plot"
@@ -146,18 +146,11 @@ def settings_record(settings: EvaluateConfig, target: PredictionTarget) -> dict:
     return {**dataclasses.asdict(settings), "target": target.to_json()}
 
 
-def settings_json(settings: EvaluateConfig, target: PredictionTarget) -> str:
-    """Input: the `evaluate` config section and the model's target. Output: the exec property `settings`."""
-    return json.dumps(settings_record(settings, target))
-
-
 def read_settings(settings_text: str) -> tuple[EvaluateConfig, PredictionTarget]:
-    """Input: the exec property `settings` (settings_json's output). Output: the `evaluate` config section and
+    """Input: the exec property `settings` (a StepSettings' JSON). Output: the `evaluate` config section and
     the models' target."""
-    values = json.loads(settings_text)
-    target = values.pop("target")
-    return (section_from_dict(EvaluateConfig, values, "PrecisionEvaluator settings", "evaluation"),
-            PredictionTarget.from_json(target))
+    record = StepSettings.from_json(settings_text, EvaluateConfig, "PrecisionEvaluator")
+    return record.section, record.target
 
 
 def make_eval_config(model_names: list[str], target: PredictionTarget, slice_feature: str) -> tfma.EvalConfig:

@@ -2,7 +2,8 @@
 
 Consumes (through FnArgs): train/eval file patterns, serving_model_dir, model_run_dir, base_model (the
 latest blessed model's serving directory, for warm start; None when there is none), and custom_config:
-the pipeline's TrainConfig as a dict plus `checkpoint_root`, where interrupted runs keep their checkpoints,
+`settings`, the step's StepSettings (components/settings.py: the `train` and `task` config sections, the
+model module, what it predicts) as JSON, `checkpoint_root`, where interrupted runs keep their checkpoints,
 `code_fingerprint`, the digest of the training code (it keys TFX's cache and the checkpoints), and for the
 FP32 baseline `candidate_run`, the candidate's ModelRun folder.
 Produces the SavedModel in serving_model_dir and training_report.json plus TensorBoard logs in model_run_dir.
@@ -16,29 +17,15 @@ import os
 
 from components.core import artifact_files, contract
 from components.core.records import TrainingReport
-from components.settings import TaskConfig, TrainConfig, section_from_dict
+from components.settings import StepSettings, TrainConfig
 from components.trainer.checkpoints import checkpoint_dir_for
 from components.trainer.train import TrainingJob, train
 
-VERTEX_KEY_PREFIX = "ai_platform_"  # TFX's Vertex AI Trainer keys only say where the job runs: not settings
-
-
-def train_config_from(custom_config: dict) -> tuple[TrainConfig, str, str | None]:
-    """Input: the Trainer's custom_config. Output: (the TrainConfig it carries, the checkpoint root, the code
-    fingerprint or None). Raises ValueError naming any key that is no TrainConfig field."""
-    settings = {key: value for key, value in custom_config.items() if not key.startswith(VERTEX_KEY_PREFIX)}
-    checkpoint_root = settings.pop(contract.CHECKPOINT_ROOT)
-    code_fingerprint = settings.pop(contract.CODE_FINGERPRINT, None)
-    for key in (contract.CANDIDATE_RUN, contract.TASK_CONFIG):
-        settings.pop(key, None)
-    return (section_from_dict(TrainConfig, settings, "Trainer custom_config", "training"), checkpoint_root,
-            code_fingerprint)
-
-
-def task_config_from(custom_config: dict) -> TaskConfig:
-    """The config's `task` section the Trainer's custom_config carries (empty fields when it carries none)."""
-    return section_from_dict(TaskConfig, custom_config.get(contract.TASK_CONFIG) or {}, "Trainer custom_config",
-                             "task")
+def step_settings_from(custom_config: dict) -> tuple[StepSettings, str, str | None]:
+    """Input: the Trainer's custom_config. Output: (the step's settings record, its section a TrainConfig; the
+    checkpoint root; the code fingerprint or None). Raises ValueError naming any key that is no field."""
+    record = StepSettings.from_json(custom_config[contract.SETTINGS], TrainConfig, "Trainer")
+    return record, custom_config[contract.CHECKPOINT_ROOT], custom_config.get(contract.CODE_FINGERPRINT)
 
 
 def same_numerics_as_candidate(candidate_run: str, settings: TrainConfig) -> str:
@@ -63,7 +50,8 @@ def write_skipped_baseline(serving_model_dir: str, model_run_dir: str, reason: s
 
 
 def run_fn(fn_args) -> None:
-    settings, checkpoint_root, code_fingerprint = train_config_from(fn_args.custom_config)
+    record, checkpoint_root, code_fingerprint = step_settings_from(fn_args.custom_config)
+    settings = record.section
     candidate_run = fn_args.custom_config.get(contract.CANDIDATE_RUN)
     reason = same_numerics_as_candidate(candidate_run, settings) if candidate_run else ""
     if reason:
@@ -72,6 +60,6 @@ def run_fn(fn_args) -> None:
     train_files = list(fn_args.train_files)
     train(TrainingJob(settings=settings, train_files=train_files, eval_files=list(fn_args.eval_files),
                       serving_model_dir=fn_args.serving_model_dir, run_dir=fn_args.model_run_dir,
-                      base_model=fn_args.base_model, task_config=task_config_from(fn_args.custom_config),
+                      base_model=fn_args.base_model, task_config=record.task,
                       schema_path=fn_args.schema_path,
                       checkpoint_dir=checkpoint_dir_for(checkpoint_root, train_files, settings, code_fingerprint)))

@@ -283,15 +283,15 @@ def run_pipeline(args, write_demo_data: bool = False) -> int:
     overrides = dict(data_root=args.data, output_dir=args.output, artifact_root=args.pipeline_root,
                      serving_dir=args.serving_dir)
     try:
-        read = read_config(args.config, **overrides)  # the run's one read of the file
+        config = read_config(args.config, **overrides)  # the run's one read of the file
     except (ConfigError, OSError) as error:
         print(f"config error: {error}", file=sys.stderr)
         return 2
-    if not args.force and (line := _nothing_new(read.config)):
+    if not args.force and (line := _nothing_new(config)):
         print(line)  # decided before TensorFlow, TFX or Beam load; nothing touched, the last report stays
         return 0
     try:
-        config = with_references_checked(read)
+        config = with_references_checked(config)
     except (ConfigError, OSError) as error:
         print(f"config error: {error}", file=sys.stderr)
         return 2

@@ -45,9 +45,8 @@ from components.tfrecord_ingest.spans import fingerprint_input
 from components.core.artifacts import ValidationReport
 from components.validation_gate.component import ValidationGate
 from pipeline.runs.code_fingerprint import code_fingerprint
-from pipeline.config import PipelineConfig
-from components.core.model_module import load_model_module
-from components.core.records import PredictionTarget
+from components.settings import StepSettings
+from pipeline.config import PipelineConfig, prediction_target
 from pipeline.dag.resolvers import LatestBlessedModelFromOtherData, LatestFromOtherData
 
 TRAINER_PACKAGE = "components.trainer"
@@ -162,15 +161,12 @@ def release_nodes(config: PipelineConfig, data: DataNodes, training: TrainingNod
     """PrecisionEvaluator (candidate vs FP32 baseline vs production) -> ModelExport -> AtomicPusher."""
     model = training.trainer.outputs[contract.MODEL]
     baseline_model = training.baseline_trainer.outputs[contract.MODEL]
-    model_module = load_model_module(config.train.model, config.task, config.schema_path)
     evaluator = PrecisionEvaluator(
         examples=data.examples, model=model, baseline_model=baseline_model,
-        production_model=training.production_model, settings=config.evaluate,
-        target=PredictionTarget.of(model_module))
+        production_model=training.production_model, settings=step_settings(config, config.evaluate))
     blessing = evaluator.outputs[contract.BLESSING]
     export = ModelExport(examples=data.examples, schema=data.schema, model=model, baseline_model=baseline_model,
-                         blessing=blessing, model_module=config.train.model, task_config=config.task,
-                         settings=config.export)
+                         blessing=blessing, settings=step_settings(config, config.export))
     pusher = AtomicPusher(exported_model=export.outputs[contract.EXPORTED_MODEL], blessing=blessing,
                           push_dir=_absolute(config.push_dir))
     for node in (evaluator, pusher):
@@ -224,12 +220,17 @@ def _trainer(config: PipelineConfig, examples: BaseChannel, schema: BaseChannel,
                          custom_config=custom_config).with_id(node_id)
 
 
+def step_settings(config: PipelineConfig, section) -> StepSettings:
+    """Input: the checked config and one step's section of it. Output: that step's settings record (with the
+    config's `task` section, the model module's name and what its models predict)."""
+    return StepSettings(section, config.task, config.train.model, prediction_target(config))
+
+
 def trainer_custom_config(config: PipelineConfig, checkpoint_dir: str, **train_overrides) -> dict:
-    """The Trainer's settings and the config's `task` section, where interrupted trainings keep checkpoints,
+    """The Trainer's settings record (train_overrides applied to the `train` section), where interrupted trainings keep checkpoints,
     and a digest of the trainer package, the model module (wherever it lives) and the project code they
     import, so that code changes bust the cache."""
-    return {**dataclasses.asdict(config.train), **train_overrides,
-            contract.TASK_CONFIG: dataclasses.asdict(config.task),
+    return {contract.SETTINGS: step_settings(config, dataclasses.replace(config.train, **train_overrides)).to_json(),
             contract.CODE_FINGERPRINT: code_fingerprint(TRAINER_PACKAGE, config.train.model),
             contract.CHECKPOINT_ROOT: checkpoint_dir}
 

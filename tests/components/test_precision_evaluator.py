@@ -1,7 +1,6 @@
 """PrecisionEvaluator and ModelExport executors on real trained models, real TFMA (Beam DirectRunner) and
 the real TFLite converter: a candidate that fails FP32 parity, with and without the fallback. The batched
 metrics give TFMA's own evaluator's metrics, on the real models and on synthetic edge cases."""
-import dataclasses
 import json
 import math
 import os
@@ -22,7 +21,9 @@ from tfx.types import artifact_utils, standard_artifacts
 from components.core import contract
 from components.model_export import executor as export_executor
 from components.core.artifacts import ExportedModel
-from components.core.records import ModelFacts, PredictionTarget
+from components.core.records import ModelFacts
+from components.core.tasks import PredictionTarget
+from components.settings import StepSettings
 from components.precision_evaluator import batched_metrics
 from components.precision_evaluator import executor as evaluator_executor
 from components.trainer.train import TrainingJob, train
@@ -73,8 +74,8 @@ def _evaluate(trained, output, executor_class=evaluator_executor.Executor, produ
     examples, models = trained
     evaluation = _artifact(standard_artifacts.ModelEvaluation, output / "evaluation")
     blessing = _artifact(standard_artifacts.ModelBlessing, output / "blessing")
-    settings = evaluator_executor.settings_json(load_config(evaluate={"absolute_bar": 0.8, **evaluate}).evaluate,
-                                                TAXI_TARGET)
+    config = load_config(evaluate={"absolute_bar": 0.8, **evaluate})
+    settings = StepSettings(config.evaluate, config.task, config.train.model, TAXI_TARGET).to_json()
     context = base_beam_executor.BaseBeamExecutor.Context(beam_pipeline_args=["--direct_running_mode=in_memory"],
                                                           tmp_dir=str(output / "tmp"))
     inputs = {contract.EXAMPLES: [examples], contract.MODEL: [models["candidate"]],
@@ -101,7 +102,7 @@ def test_candidate_failing_fp32_parity_falls_back_to_the_baseline_which_is_expor
 
     # ModelExport follows the blessing: it exports the baseline, not the candidate.
     exported = _artifact(ExportedModel, tmp_path / "export")
-    settings = load_config(export={"latency_examples": 20, "representative_examples": 100}).export
+    config = load_config(export={"latency_examples": 20, "representative_examples": 100})
     schema = _artifact(standard_artifacts.Schema, tmp_path / "schema")
     os.makedirs(schema.uri)
     shutil.copy(load_config().schema_path, schema.uri)
@@ -109,8 +110,7 @@ def test_candidate_failing_fp32_parity_falls_back_to_the_baseline_which_is_expor
         {contract.EXAMPLES: [examples], contract.SCHEMA: [schema], contract.MODEL: [models["candidate"]],
          contract.BASELINE_MODEL: [models["fp32_baseline"]], contract.BLESSING: [blessing]},
         {contract.EXPORTED_MODEL: [exported]},
-        {contract.MODEL_MODULE: "models.taxi", contract.TASK_CONFIG: "{}",
-         contract.SETTINGS: export_executor.settings_json(settings)})
+        {contract.SETTINGS: StepSettings(config.export, config.task, "models.taxi", TAXI_TARGET).to_json()})
     with open(tmp_path / "export" / contract.EXPORT_REPORT_FILE) as handle:
         export_report = json.load(handle)
     assert export_report["source_model"]["id"] == models["fp32_baseline"].id
@@ -143,21 +143,20 @@ def test_the_pipeline_config_takes_the_batched_metrics():
     assert "no batched twin" in batched_metrics.unsupported_reason(with_other_metric)
 
 
-def test_settings_travel_as_json_of_the_config_section_and_come_back_typed():
-    """The exec property `settings`: the config section's fields in order (the evaluator's plus the label key),
-    read back at the executor boundary as the same dataclass; an unknown setting is an error naming it."""
-    evaluate = load_config(evaluate={"absolute_bar": 0.7, "slice_feature": ""}).evaluate
-    text = evaluator_executor.settings_json(evaluate, TAXI_TARGET)
-    assert list(json.loads(text).items()) == list(dataclasses.asdict(evaluate).items()) + [
-        ("target", {"label_key": "big_tipper", "task": "binary", "classes": ["not_big_tipper", "big_tipper"]})]
-    assert evaluator_executor.read_settings(text) == (evaluate, TAXI_TARGET)
-    export = load_config(export={"tflite_variants": ["float16", "full_int8"]}).export
-    assert json.loads(export_executor.settings_json(export)) == dataclasses.asdict(export)
-    assert export_executor.read_settings(export_executor.settings_json(export)) == export
-    with pytest.raises(ValueError, match="unknown export setting.*no_such_setting"):
-        export_executor.read_settings(json.dumps({"no_such_setting": 1}))
-
-
+def test_each_step_reads_its_settings_as_one_typed_record():
+    """A StepSettings travels as JSON and comes back as the same record, its section typed as the step's own;
+    the evaluator takes its section and target from it; an unknown setting is an error naming the step."""
+    config = load_config(evaluate={"absolute_bar": 0.7, "slice_feature": ""},
+                         export={"tflite_variants": ["float16", "full_int8"]})
+    for section in (config.train, config.evaluate, config.export):
+        record = StepSettings(section, config.task, config.train.model, TAXI_TARGET)
+        assert StepSettings.from_json(record.to_json(), type(section), "a step") == record
+    text = StepSettings(config.evaluate, config.task, config.train.model, TAXI_TARGET).to_json()
+    assert evaluator_executor.read_settings(text) == (config.evaluate, TAXI_TARGET)
+    unknown = json.loads(text)
+    unknown["section"]["no_such_setting"] = 1
+    with pytest.raises(ValueError, match="PrecisionEvaluator settings: unknown EvaluateConfig setting.*no_such_setting"):
+        evaluator_executor.read_settings(json.dumps(unknown))
 def test_batched_metrics_match_tfma_per_example_evaluator_on_the_models(trained, tmp_path):
     """Three models, overall and per payment type: every metric, the gates and the blessing as TFMA's own
     extractors and evaluator give them (1e-4 is the requirement; the difference is float rounding)."""

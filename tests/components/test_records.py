@@ -4,9 +4,8 @@ mismatch of two targets) follows its fields."""
 import dataclasses
 
 from components.core import contract
-from components.core.records import (LEGACY_TASK, EvaluationReport, ExportReport, GateCheck, ModelFacts,
-                                     PredictionTarget, TrainingReport)
-from components.core.tasks import LabelSummary
+from components.core.records import EvaluationReport, ExportReport, GateCheck, ModelFacts, TrainingReport
+from components.core.tasks import LEGACY_TASK, LabelSummary, PredictionTarget
 
 
 def _training(**changes) -> TrainingReport:

@@ -31,17 +31,22 @@ def test_training_plan_scales_batch_and_learning_rate_and_rounds_intervals():
 
 
 def test_custom_config_becomes_the_train_config_and_keys_its_checkpoints():
-    """The Trainer's custom_config (TrainConfig fields, the checkpoint root, the code fingerprint and TFX's
-    Vertex AI keys) is rebuilt into a TrainConfig at the executor boundary; an unknown key is an error."""
+    """The Trainer's custom_config (its settings record, the checkpoint root, the code fingerprint and TFX's
+    Vertex AI keys) is read back into the record, its section a TrainConfig; an unknown key is an error."""
+    from components.core.tasks import PredictionTarget
+    from components.settings import StepSettings, TaskConfig
     from components.trainer.checkpoints import checkpoint_dir_for
-    from components.trainer.run_fn import train_config_from
+    from components.trainer.run_fn import step_settings_from
 
     settings = _settings(batch_size=32)
-    custom_config = {**dataclasses.asdict(settings), contract.CHECKPOINT_ROOT: "/ckpt",
+    record = StepSettings(settings, TaskConfig(type="regression", label="fare"), settings.model,
+                          PredictionTarget("fare", "regression"))
+    custom_config = {contract.SETTINGS: record.to_json(), contract.CHECKPOINT_ROOT: "/ckpt",
                      contract.CODE_FINGERPRINT: "abc123", "ai_platform_training_args": {"project": "p"}}
-    assert train_config_from(custom_config) == (settings, "/ckpt", "abc123")
-    with pytest.raises(ValueError, match="unknown training setting.*batch_sise"):
-        train_config_from({**custom_config, "batch_sise": 64})
+    assert step_settings_from(custom_config) == (record, "/ckpt", "abc123")
+    misspelt = record.to_json().replace('"batch_size"', '"batch_sise"')
+    with pytest.raises(ValueError, match="Trainer settings: unknown TrainConfig setting.*batch_sise"):
+        step_settings_from({**custom_config, contract.SETTINGS: misspelt})
 
     # Only a restart of the same job (same data, settings and code) finds the same checkpoint directory.
     key = checkpoint_dir_for("/ckpt", ["b", "a"], settings, "abc123")

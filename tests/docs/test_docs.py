@@ -12,6 +12,8 @@ import typing
 
 import pytest
 
+from tests.config_text import taxi_config_text
+
 from components import settings
 from pipeline.config import PROJECT_ROOT
 
@@ -115,8 +117,9 @@ def test_every_project_file_the_code_and_docs_cite_exists():
 
 
 def test_every_config_sample_in_the_docs_loads(tmp_path):
-    """Each ```yaml block of the docs is a config a user may copy: it loads and passes every check (a schema
-    it names is stood in for by the taxi-fare schema, whose columns the samples use)."""
+    """Each ```yaml block of the docs is a config a user may copy, or (without a pipeline_name) keys to add to
+    one, here the taxi example's: it loads and passes every check (a schema it names is stood in for by the
+    taxi-fare schema, whose columns the samples use)."""
     pages = [os.path.join(PROJECT_ROOT, "docs", name) for name in os.listdir(os.path.join(PROJECT_ROOT, "docs"))
              if name.endswith(".md")] + [os.path.join(PROJECT_ROOT, "README.md")]
     samples = [(page, block) for page in pages
@@ -126,7 +129,8 @@ def test_every_config_sample_in_the_docs_loads(tmp_path):
     for number, (page, block) in enumerate(samples):
         folder = tmp_path / str(number)
         folder.mkdir()
-        (folder / "config.yaml").write_text(block)
+        full = re.search(r"^pipeline_name:", block, re.MULTILINE)
+        (folder / "config.yaml").write_text(block if full else taxi_config_text(block))
         named_schema = re.search(r"^schema_path: (\S+)", block, re.MULTILINE)
         if named_schema:
             (folder / named_schema.group(1)).parent.mkdir(parents=True)

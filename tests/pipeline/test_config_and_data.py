@@ -2,21 +2,24 @@
 record contract of the bundled taxi data."""
 import csv
 import dataclasses
+import os
 import re
+import tempfile
 import typing
 
 import pytest
 import tensorflow as tf
 
-from components.settings import CHECK, PipelineConfig
+from components.settings import CHECK, REQUIRED, PipelineConfig
 from components.core.model_module import CONSTANTS, FUNCTIONS
-from pipeline.config import ConfigError, load_config
+from pipeline.config import ConfigError, load_config, read_config
+from tests.config_text import required_keys, taxi_config_text
 from pipeline.onboarding.example_data import bundled_taxi_csv, row_to_example, write_taxi_span
 
 
 def test_yaml_overrides_nested_sections_and_keeps_other_defaults(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text("output_dir: /tmp/x\ntrain:\n  epochs: 2\n  learning_rate: 1\n")
+    path.write_text(taxi_config_text("output_dir: /tmp/x\ntrain:\n  epochs: 2\n  learning_rate: 1\n"))
     config = load_config(str(path), data_root="/data")
     assert (config.output_dir, config.data_root, config.train.epochs) == ("/tmp/x", "/data", 2)
     assert config.train.learning_rate == 1.0 and config.train.batch_size == 256
@@ -57,7 +60,34 @@ def test_every_config_field_is_declared_with_its_check_and_its_default_passes():
     assert not unmarked, f"declare these with setting(default, <a Check or None>): {unmarked}"
     for key, field, default in leaves:
         check = field.metadata[CHECK]
-        assert check is None or check.holds(default), f"{key}'s default {default!r} fails its own check"
+        if not field.metadata.get(REQUIRED):  # no default to check
+            assert check is None or check.holds(default), f"{key}'s default {default!r} fails its own check"
+
+
+def test_no_default_is_the_taxi_examples():
+    """What only the taxi example fits (its data, schema, model, slice feature and AUC bar) is in
+    configs/taxi.yaml; a setting with no sensible default is required, and a config that leaves one out is
+    refused naming it."""
+    text = " ".join(repr(default) for _, _, default in _leaf_fields(PipelineConfig()))
+    assert "taxi" not in text and "payment_type" not in text, text
+    defaults = PipelineConfig()
+    assert (defaults.train.model, defaults.evaluate.absolute_bar) == ("models.tabular", None)
+    required = sorted(key for key, field, _ in _leaf_fields(defaults) if field.metadata.get(REQUIRED))
+    assert required == ["data_root", "pipeline_name", "schema_path"]
+    for key in required:
+        lines = [line for line in required_keys().splitlines() if not line.startswith(key + ":")]
+        with pytest.raises(ConfigError, match=rf": {key} is required"):
+            read_config(_write(key, "\n".join(lines)))
+    taxi = load_config(check_references=False)  # no --config: the bundled example's file
+    assert (taxi.train.model, taxi.evaluate.slice_feature, taxi.evaluate.absolute_bar) == (
+        "models.taxi", "payment_type", 0.9)
+
+
+def _write(name: str, text: str) -> str:
+    path = os.path.join(tempfile.mkdtemp(), f"{name}.yaml")
+    with open(path, "w") as handle:
+        handle.write(text)
+    return path
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -117,7 +147,7 @@ def test_a_key_given_twice_is_a_config_error_naming_the_file_line_and_key(tmp_pa
 
 def test_a_merge_key_may_still_be_overridden(tmp_path):
     path = tmp_path / "merge.yaml"
-    path.write_text("train:\n  <<: {epochs: 1, batch_size: 64}\n  epochs: 3\n")
+    path.write_text(required_keys() + "train:\n  <<: {epochs: 1, batch_size: 64}\n  epochs: 3\n")
     config = load_config(str(path), check_references=False)
     assert (config.train.epochs, config.train.batch_size) == (3, 64)
 
@@ -126,7 +156,7 @@ def test_a_merge_key_may_still_be_overridden(tmp_path):
                                           ("2.5e-3", 0.0025), ("1", 1.0)])
 def test_exponent_floats_load_as_floats(tmp_path, text, value):
     path = tmp_path / "c.yaml"
-    path.write_text(f"train:\n  learning_rate: {text}\n")
+    path.write_text(required_keys() + f"train:\n  learning_rate: {text}\n")
     learning_rate = load_config(str(path), check_references=False).train.learning_rate
     assert type(learning_rate) is float and learning_rate == value
 
@@ -224,7 +254,7 @@ def test_a_task_that_does_not_fit_its_classes_exits_2_naming_it(tmp_path, monkey
     monkeypatch.syspath_prepend(str(tmp_path))
     name = _module(tmp_path, f"task_model_{task}_{len(classes)}",
                    f"from models.taxi import *  # noqa\nTASK = {task!r}\nCLASSES = {classes!r}\n")
-    (tmp_path / "c.yaml").write_text(f"train: {{model: {name}}}\n")
+    (tmp_path / "c.yaml").write_text(required_keys() + f"train: {{model: {name}}}\n")
     capsys.readouterr()
     code = cli_main(["run", "--config", str(tmp_path / "c.yaml"), "--data", str(tmp_path), "--output",
                      str(tmp_path / "out")])
@@ -234,18 +264,6 @@ def test_a_task_that_does_not_fit_its_classes_exits_2_naming_it(tmp_path, monkey
     assert not (tmp_path / "out").exists()
 
 
-
-def test_a_multiclass_or_regression_model_sets_its_own_absolute_bar(tmp_path):
-    """The default bar (0.9) is a binary task's AUC: a regression's MAE or a multi-class accuracy needs a bar of
-    its own, or null."""
-    for model, metric in (("models.taxi_fare", "mean_absolute_error"), ("models.penguins", "sparse_categorical")):
-        with pytest.raises(ConfigError, match=rf"^evaluate\.absolute_bar: the default bar \(0\.9\) is for a binary "
-                                              rf"task's AUC; {model} is a .* model, whose {metric}"):
-            load_config(train={"model": model})
-        assert load_config(train={"model": model}, evaluate={"absolute_bar": None}).evaluate.absolute_bar is None
-    (tmp_path / "fare.yaml").write_text("train: {model: models.taxi_fare}\nevaluate: {absolute_bar: 2.5}\n")
-    assert load_config(str(tmp_path / "fare.yaml")).evaluate.absolute_bar == 2.5
-    assert load_config().evaluate.absolute_bar == 0.9  # the binary taxi model keeps the default
 
 def test_the_settings_module_imports_no_component_package():
     """components/settings.py is the floor every component stands on: it imports the shared names
@@ -258,7 +276,7 @@ def test_the_settings_module_imports_no_component_package():
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)} | {
         alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     project = {name for name in imported if name.split(".")[0] in ("components", "pipeline", "models")}
-    assert project == {"components.core.contract", "components.core.tasks"}, project
+    assert project == {"components.core.contract", "components.core.tasks"}, project  # nothing that loads TF
 
 
 def test_a_run_reads_its_config_file_once(tmp_path, monkeypatch, taxi_span_root):
@@ -270,6 +288,29 @@ def test_a_run_reads_its_config_file_once(tmp_path, monkeypatch, taxi_span_root)
     monkeypatch.setattr(config_module, "_read_yaml", lambda path: reads.append(path) or read_yaml(path))
     monkeypatch.setattr(cli, "_run_and_report", lambda config, verbose, known_runs: 0)  # the DAG is not the point
     config_file = tmp_path / "c.yaml"
-    config_file.write_text("train: {epochs: 1}\n")
+    config_file.write_text(taxi_config_text("train: {epochs: 1}\n"))
     code = cli.main(["run", "--config", str(config_file), "--data", taxi_span_root, "--output", str(tmp_path / "out")])
     assert code == 0 and reads == [str(config_file)]
+
+
+def test_the_pipeline_process_loads_the_model_module_once(monkeypatch):
+    """Checking the config loads the model module; wiring the DAG takes what it predicts from that check and
+    hands each step one settings record carrying it."""
+    import json
+
+    from pipeline import config as config_module
+    from pipeline.dag.wiring import create_pipeline
+
+    loads, load = [], config_module.load_model_module
+    monkeypatch.setattr(config_module, "load_model_module", lambda *args: loads.append(args) or load(*args))
+    config = load_config()
+    pipeline = create_pipeline(config, fingerprint_data=False)
+    assert len(loads) == 1
+    records = {node.id: json.loads(node.exec_properties.get("settings") or json.loads(
+        node.exec_properties.get("custom_config") or "{}").get("settings") or "null")
+        for node in pipeline.components}
+    targets = {node_id: record["target"] for node_id, record in records.items() if record}
+    assert set(targets) == {"Trainer", "Fp32BaselineTrainer", "PrecisionEvaluator", "ModelExport"}
+    assert all(target == {"label_key": "big_tipper", "task": "binary", "classes": ["not_big_tipper", "big_tipper"]}
+               for target in targets.values())
+    assert records["Fp32BaselineTrainer"]["section"]["precision"] == "float32"  # its overrides, in its record

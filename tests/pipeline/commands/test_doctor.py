@@ -13,6 +13,7 @@ from components.trainer.device import DeviceDescription, Gpu, choose_strategy, c
 from pipeline.commands import doctor
 from pipeline.commands.cli import main as cli_main
 from pipeline.config import PROJECT_ROOT, load_config
+from tests.config_text import taxi_config_text
 from pipeline.runs.run_guard import exclusive_run
 from pipeline.commands.doctor import check_config_against_devices, check_writable
 
@@ -88,7 +89,7 @@ def test_a_run_in_progress_is_a_warning_even_while_it_holds_mlmd(tmp_path):
 def _doctor_here(capsys, tmp_path, config_text=""):
     """Runs `doctor` in this process (so a pinned device description applies). Output: (exit code, stdout)."""
     config = tmp_path / "config.yaml"
-    config.write_text(config_text)
+    config.write_text(taxi_config_text(config_text))
     capsys.readouterr()
     code = cli_main(["doctor", "--config", str(config), "--output", str(tmp_path / "out")])
     return code, capsys.readouterr().out

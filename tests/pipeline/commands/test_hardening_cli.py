@@ -13,6 +13,7 @@ import pytest
 from pipeline.runs import run_report
 from pipeline.commands.cli import main as cli_main
 from pipeline.config import PROJECT_ROOT, load_config
+from tests.config_text import required_keys
 from pipeline.runs.run_facts import NOT_STARTED_PREFIX
 from pipeline.runs.run_guard import LOCK_FILE, RunLockedError, exclusive_run
 
@@ -27,8 +28,10 @@ def _run(capsys, tmp_path, *extra, data=None):
 
 @pytest.mark.parametrize("text, expected", [
     ("train:\n  epochs: 2\n  batch_size: 64: 3\n", r"bad\.yaml: line 3, column 17: not valid YAML"),
-    ("train:\n  model: models.no_such_model\n", r"train\.model: cannot import 'models\.no_such_model'"),
-    ("schema_path: /nowhere/schema.pbtxt\n", r"schema_path: /nowhere/schema\.pbtxt: cannot be read"),
+    (required_keys() + "train:\n  model: models.no_such_model\n", r"train\.model: cannot import 'models\.no_such_model'"),
+    ("pipeline_name: p\ndata_root: d\nschema_path: /nowhere/schema.pbtxt\n",
+     r"schema_path: /nowhere/schema\.pbtxt: cannot be read"),
+    ("data_root: d\nschema_path: s.pbtxt\n", r"bad\.yaml: pipeline_name is required"),
 ])
 def test_bad_config_exits_2_naming_the_file_line_or_key(capsys, tmp_path, text, expected):
     (tmp_path / "bad.yaml").write_text(text)

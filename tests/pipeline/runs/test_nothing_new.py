@@ -16,10 +16,14 @@ from components.tfrecord_ingest import spans
 from components.tfrecord_ingest.spans import EDGE_BYTES
 from pipeline.commands import cli
 from pipeline.config import PROJECT_ROOT, ConfigError, load_config, read_config
+from tests.config_text import required_keys
 from pipeline.runs import nothing_new
 from pipeline.runs.nothing_new import RECORD_FILE, code_digest, input_fingerprint, run_fingerprint
 
-CONFIG_TEXT = "train: {epochs: 3}\nevaluate: {absolute_bar: 0.8}\nexport: {latency_examples: 50}\n"
+# The taxi model's config, less its data root (given with --data) and its schema (SCHEMA_LINE, or a copy's).
+CONFIG_TEXT = ("pipeline_name: taxi-accel\ntrain: {model: models.taxi, epochs: 3}\nevaluate: {absolute_bar: 0.8}\n"
+               "export: {latency_examples: 50}\n")
+SCHEMA_LINE = f"schema_path: {os.path.join(PROJECT_ROOT, 'schemas', 'taxi', 'schema.pbtxt')}\n"
 NOTHING_NEW = "nothing new since run "
 
 
@@ -86,15 +90,16 @@ def test_the_light_input_fingerprint_is_ingestions_own_as_the_data_changes(tmp_p
 
 
 @pytest.mark.parametrize("text, overrides", [
-    ("", {}),
+    (required_keys(), {}),
     (CONFIG_TEXT + "data_root: ../data\nschema_path: schema.pbtxt\n", {"output_dir": "file:///tmp/somewhere"}),
-    ("train: {model: models.penguins, learning_rate: 1e-3}\ningest: {span_window: 2}\n", {"data_root": "d"}),
+    ("pipeline_name: p\nschema_path: s.pbtxt\ntrain: {model: models.penguins, learning_rate: 1e-3}\n"
+     "ingest: {span_window: 2}\n", {"data_root": "d"}),
 ])
 def test_the_config_the_check_reads_is_load_config_without_its_references(tmp_path, text, overrides):
     (tmp_path / "conf").mkdir()
     path = tmp_path / "conf" / "c.yaml"
     path.write_text(text)
-    assert read_config(str(path), **overrides).config == load_config(str(path), check_references=False, **overrides)
+    assert read_config(str(path), **overrides) == load_config(str(path), check_references=False, **overrides)
 
 
 @pytest.mark.parametrize("text, key", [("train: {epochs: -1}\n", "train.epochs"), ("train: {epoch: 2}\n", "train.epoch"),
@@ -118,7 +123,7 @@ def setup(tmp_path, monkeypatch, taxi_span_root):
     shutil.copyfile(os.path.join(PROJECT_ROOT, "models", "taxi.py"), models / "my_nothing_new_model.py")
     monkeypatch.syspath_prepend(str(models))
     config_file = tmp_path / "config.yaml"
-    config_file.write_text(CONFIG_TEXT.replace("train: {", "train: {model: my_nothing_new_model, ")
+    config_file.write_text(CONFIG_TEXT.replace("model: models.taxi", "model: my_nothing_new_model")
                            + f"schema_path: {schema}\n")
     return {"data": data, "schema": schema, "model": models / "my_nothing_new_model.py", "config": config_file,
             "output": tmp_path / "out"}
@@ -126,7 +131,7 @@ def setup(tmp_path, monkeypatch, taxi_span_root):
 
 def _fingerprint(setup, **overrides):
     return run_fingerprint(read_config(str(setup["config"]), data_root=str(setup["data"]),
-                                       output_dir=str(setup["output"]), **overrides).config)
+                                       output_dir=str(setup["output"]), **overrides))
 
 
 def test_the_fingerprint_changes_with_the_data_a_span_the_config_the_schema_and_the_code(setup, tmp_path):
@@ -158,7 +163,7 @@ def test_the_fingerprint_changes_with_the_data_a_span_the_config_the_schema_and_
     (setup["model"].parent / "helpers.py").write_text("X = 1\n")  # a module beside it
     assert changed() == {"code"}
     assert run_fingerprint(read_config(str(setup["config"]), data_root=str(setup["data"]),
-                                       enable_cache=False).config) is None  # no cache: every run retrains
+                                       enable_cache=False)) is None  # no cache: every run retrains
 
 
 def test_the_code_digest_covers_every_project_file_and_not_caches(tmp_path):
@@ -196,7 +201,7 @@ def _snapshot(folder) -> dict:
 
 def _check(setup, **overrides):
     return nothing_new.check(read_config(str(setup["config"]), data_root=str(setup["data"]),
-                                         output_dir=str(setup["output"]), **overrides).config)
+                                         output_dir=str(setup["output"]), **overrides))
 
 
 def test_the_check_says_nothing_new_only_after_this_very_run_and_touches_nothing(setup):
@@ -205,7 +210,7 @@ def test_the_check_says_nothing_new_only_after_this_very_run_and_touches_nothing
     output.mkdir()
     _fake_store(output / "metadata.sqlite", ["run-1", "run-2"], [3, 5, 3])
     assert _check(setup) is None  # no record
-    config = read_config(str(setup["config"]), data_root=str(setup["data"]), output_dir=str(output)).config
+    config = read_config(str(setup["config"]), data_root=str(setup["data"]), output_dir=str(output))
     nothing_new.record_run(config, run_fingerprint(config), "run-2")
     before = _snapshot(output)
     assert _check(setup) == ("nothing new since run run-2 (same data, config, schema and code): nothing to do; "
@@ -236,7 +241,7 @@ LIGHT_PROCESS = """
 import json, sys
 from pipeline.config import read_config
 from pipeline.runs.nothing_new import check
-line = check(read_config(sys.argv[1], data_root=sys.argv[2], output_dir=sys.argv[3]).config)
+line = check(read_config(sys.argv[1], data_root=sys.argv[2], output_dir=sys.argv[3]))
 heavy = sorted(name for name in ("tensorflow", "tfx", "apache_beam", "keras", "ml_metadata") if name in sys.modules)
 print(json.dumps({"line": line, "heavy": heavy}))
 """
@@ -245,7 +250,7 @@ print(json.dumps({"line": line, "heavy": heavy}))
 def test_the_check_imports_no_tensorflow_tfx_or_beam(setup):
     setup["output"].mkdir()
     _fake_store(setup["output"] / "metadata.sqlite", ["run-1"], [3])
-    config = read_config(str(setup["config"]), data_root=str(setup["data"]), output_dir=str(setup["output"])).config
+    config = read_config(str(setup["config"]), data_root=str(setup["data"]), output_dir=str(setup["output"]))
     nothing_new.record_run(config, run_fingerprint(config), "run-1")
     result = subprocess.run([sys.executable, "-c", LIGHT_PROCESS, str(setup["config"]), str(setup["data"]),
                              str(setup["output"])], capture_output=True, text=True, timeout=120, cwd=PROJECT_ROOT,
@@ -273,7 +278,7 @@ def test_force_skips_the_check(setup, monkeypatch):
 @pytest.mark.parametrize("ending", [1, 2, KeyboardInterrupt])
 def test_a_run_that_fails_or_is_interrupted_leaves_no_record(setup, monkeypatch, ending):
     setup["output"].mkdir()
-    config = read_config(str(setup["config"]), data_root=str(setup["data"]), output_dir=str(setup["output"])).config
+    config = read_config(str(setup["config"]), data_root=str(setup["data"]), output_dir=str(setup["output"]))
     nothing_new.record_run(config, {"data": "stale"}, "run-0")
 
     def run_and_report(*args, **kwargs):
@@ -313,7 +318,7 @@ def test_a_rerun_with_nothing_new_exits_0_at_once_and_a_changed_config_runs(taxi
     data = tmp_path / "data"
     shutil.copytree(os.path.join(taxi_span_root, "span-1"), data / "span-1")
     config_file = tmp_path / "config.yaml"
-    config_file.write_text(CONFIG_TEXT)
+    config_file.write_text(CONFIG_TEXT + SCHEMA_LINE)
     output = tmp_path / "out"
 
     code, out, err, cold = _cli_run(config_file, data, output)
@@ -335,7 +340,7 @@ def test_a_rerun_with_nothing_new_exits_0_at_once_and_a_changed_config_runs(taxi
     assert (report.read_bytes(), os.stat(report).st_mtime_ns) == report_before  # the previous report stays
     assert _snapshot(output) == files_before  # nothing touched at all
 
-    config_file.write_text(CONFIG_TEXT.replace("epochs: 3", "epochs: 2"))
+    config_file.write_text(CONFIG_TEXT.replace("epochs: 3", "epochs: 2") + SCHEMA_LINE)
     code, out, err, changed = _cli_run(config_file, data, output)
     print(f"after a config change: a real run, {changed:.1f} s")
     assert code == 0, err
