@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 from components.core.contract import POLICIES, STRATEGIES, TFLITE_VARIANTS
 from components.core.tasks import PredictionTarget
-from components.core.tasks import TASK_NAMES, TASKS, RegressionTask
+from components.core.missing_values import MISSING_TOKENS
+from components.core.tasks import TASK_NAMES, TASKS, PredictionTarget, RegressionTask
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -103,6 +104,9 @@ class TaskConfig:
     # regression, schema-driven model: "log" trains and predicts log(1 + label) (a label >= 0 with a long right
     # tail, such as a price), "none" the label as it is; `init` chooses from the label's statistics
     label_transform: str = setting("none", LABEL_TRANSFORM)
+    # string cells that mean a missing value (what prepare-data read as missing): the schema-driven model's
+    # served string inputs read them, lower case, UPPER case or Capitalized, as missing too
+    missing_tokens: list[str] = setting(list(MISSING_TOKENS))
 
 
 @dataclass

@@ -175,38 +175,48 @@ class Vocabulary(keras.layers.Layer):
     that run exactly in every variant, 11-digit census tracts included (IntegerLookup's int64 -> int64 hash
     table has no TFLite kernel), with no table to initialize inside the file. Meant for vocabularies of
     up to a few thousand values: each example is compared with all of them.
+
+    `missing_spellings` (strings only): values that mean a missing value (prepare-data's missing tokens, as a
+    client may send a CSV cell): each gets the index of "" (the missing string), or 0 when "" is not in the
+    vocabulary, as "" itself would.
     """
 
-    def __init__(self, vocabulary, **kwargs):
+    def __init__(self, vocabulary, missing_spellings=(), **kwargs):
         super().__init__(**kwargs)
         vocabulary = list(vocabulary)
         self.is_string = bool(vocabulary) and isinstance(vocabulary[0], str)
         self.vocabulary = [str(v) for v in vocabulary] if self.is_string else [int(v) for v in vocabulary]
         if not self.vocabulary or len(set(self.vocabulary)) != len(self.vocabulary):
             raise ValueError(f"{self.name}: the vocabulary must be non-empty and without repeats")
+        self.missing_spellings = [str(v) for v in missing_spellings if str(v) not in self.vocabulary] \
+            if self.is_string else []
 
     @classmethod
-    def adapted(cls, values: np.ndarray, max_size: int, name: str) -> "Vocabulary":
-        """Input: sample values (int64, or bytes for strings). Output: the layer whose vocabulary is the
-        `max_size` most frequent of them, most frequent first (ties: smaller value first)."""
+    def adapted(cls, values: np.ndarray, max_size: int, name: str, missing_spellings=()) -> "Vocabulary":
+        """Input: sample values (int64, or bytes for strings) and, for strings, the spellings that mean missing.
+        Output: the layer whose vocabulary is the `max_size` most frequent of the values, most frequent first
+        (ties: smaller value first)."""
         values = np.asarray(values)
         if values.dtype.kind in "OSU":  # strings: kept as text (a value that is not UTF-8 stays out of vocabulary)
             values = np.array([_text(v) for v in values if _text(v) is not None], dtype=object)
-        return cls(most_frequent(values, max_size), name=name)
+        return cls(most_frequent(values, max_size), missing_spellings, name=name)
 
     def call(self, x):
         """Input: values of shape [batch]. Output: their int64 indices, shape [batch]."""
         if x.shape.rank != 1:
             raise ValueError(f"{self.name}: expects values of shape [batch], got {x.shape}")
         if self.is_string:
-            vocabulary, x = tf.constant(self.vocabulary, tf.string), tf.convert_to_tensor(x, tf.string)
+            keys = self.vocabulary + self.missing_spellings
+            vocabulary, x = tf.constant(keys, tf.string), tf.convert_to_tensor(x, tf.string)
         else:
             vocabulary, x = tf.constant(self.vocabulary, tf.int64), tf.cast(x, tf.int64)
         # [vocabulary, 1] against [batch] broadcasts to [vocabulary, batch] without reshaping the input: in
         # TFLite a string tensor that an op produces is dynamically sized, and one such tensor keeps the
         # XNNPACK delegate off the whole graph.
         matches = tf.equal(tf.expand_dims(vocabulary, -1), x)
-        positions = tf.range(1, len(self.vocabulary) + 1, dtype=tf.int64)[:, tf.newaxis]
+        missing = self.vocabulary.index("") + 1 if "" in self.vocabulary else 0
+        positions = list(range(1, len(self.vocabulary) + 1)) + [missing] * len(self.missing_spellings)
+        positions = tf.constant(positions, tf.int64)[:, tf.newaxis]
         return tf.reduce_max(tf.where(matches, positions, tf.constant(0, tf.int64)), axis=0)
 
     def compute_output_spec(self, x):
@@ -216,7 +226,7 @@ class Vocabulary(keras.layers.Layer):
         return len(self.vocabulary) + 1
 
     def get_config(self):
-        return {**super().get_config(), "vocabulary": self.vocabulary}
+        return {**super().get_config(), "vocabulary": self.vocabulary, "missing_spellings": self.missing_spellings}
 
 
 def most_frequent(values: np.ndarray, count: int) -> list:

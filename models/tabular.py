@@ -24,7 +24,9 @@ TFLite device model takes the raw features.
 
 Missing values: an absent float is NaN, an absent integer MISSING_INT, an absent string "": what the
 SavedModel parses an absent feature as, and what a device caller passes (the export report lists them).
-An infinite float counts as missing too, in training and serving alike.
+An infinite float counts as missing too, in training and serving alike. A string input also reads the
+config's `task.missing_tokens` (the cells prepare-data read as missing: NA, None, ?, ...) as missing, so a row
+sent as the CSV holds it is answered as in training.
 
 Names: any column name works. The dicts keep the columns' own names (INPUTS, the preprocessing's inputs,
 which are tf.Example keys); Keras inputs are named components.core.feature_names.internal_names(INPUTS), every
@@ -45,6 +47,7 @@ import numpy as np
 import tensorflow as tf
 
 from components.core.feature_names import derived_name, internal_names
+from components.core.missing_values import spellings
 from components.core.tasks import Task, TaskError, task_named
 from models.ensemble import EnsembleInputs, EnsembleModel, EnsembleOutputs, MembersMean
 from models.layers import MISSING_INT, CalendarFeatures, PiecewiseLinear, RobustScale, Vocabulary, keras_dtype
@@ -76,7 +79,7 @@ def configure(schema_path: str, task_config) -> "SchemaModel":
         raise TaskError(f"models.tabular needs task.classes for a {task.name} task, the class names in label "
                         f"order: {problem}")
     model = SchemaModel(schema_path, task, task_config.label, classes, tuple(task_config.exclude),
-                        tuple(task_config.dates))
+                        tuple(task_config.dates), tuple(task_config.missing_tokens))
     if model.dates:
         model._schema_features()  # task.dates checked against the schema now, not when training starts
     return model
@@ -86,13 +89,13 @@ class SchemaModel:
     """The ModelModule of one schema and label (see the module docstring)."""
 
     def __init__(self, schema_path: str, task: Task, label: str, classes: tuple[str, ...],
-                 exclude: tuple[str, ...], dates: tuple[str, ...] = ()):
+                 exclude: tuple[str, ...], dates: tuple[str, ...] = (), missing_tokens: tuple[str, ...] = ()):
         self.TASK, self.LABEL_KEY, self.CLASSES = task, label, classes
         self.task = task  # configured from the task section: its settings (a label transform) apply
         self._schema_path, self._exclude = schema_path, set(exclude)
         self.dates = tuple(dates)  # int64 features holding seconds since 1970-01-01 UTC
-        # What a caller of the device model passes for each date (the export report lists it).
-        self.INPUT_NOTES = {name: DATE_NOTE for name in self.dates}
+        self.missing_tokens = tuple(missing_tokens)
+        self.missing_spellings = spellings(missing_tokens)  # a served string input reads these as missing
         self._features = None  # name -> schema dtype, read on first use
         self._training_labels = np.zeros(0)  # the training sample's labels, which the task's output layer fits
         self.DESCRIPTION = (
@@ -129,6 +132,15 @@ class SchemaModel:
                 if name != self.LABEL_KEY and name not in self._exclude}
 
     @property
+    def INPUT_NOTES(self) -> dict[str, str]:  # noqa: N802 - the model contract's name
+        """What a caller of the device model passes for a date, and what a string input reads as missing (the
+        export report lists them)."""
+        missing = (f'missing: "" or a missing token ({", ".join(self.missing_tokens)}; lower case, UPPER case '
+                   "or Capitalized)")
+        return {name: DATE_NOTE if name in self.dates else missing for name, spec in self.INPUTS.items()
+                if name in self.dates or (spec.dtype == tf.string and self.missing_tokens)}
+
+    @property
     def LABEL_INPUTS(self) -> dict[str, tf.io.FixedLenFeature]:  # noqa: N802
         dtype = self._schema_features()[self.LABEL_KEY]
         return {self.LABEL_KEY: tf.io.FixedLenFeature([], dtype, default_value=_missing_value(dtype))}
@@ -160,7 +172,9 @@ class SchemaModel:
                 output(CalendarFeatures.fitted(values, name=derived_name(column, "calendar")), inputs[name])
                 continue
             if spec.dtype == tf.string or (spec.dtype == tf.int64 and len(np.unique(values)) <= CATEGORICAL_MAX):
-                output(Vocabulary.adapted(values, MAX_VOCABULARY, name=derived_name(column, "lookup")), inputs[name])
+                missing = self.missing_spellings if spec.dtype == tf.string else ()
+                output(Vocabulary.adapted(values, MAX_VOCABULARY, name=derived_name(column, "lookup"),
+                                          missing_spellings=missing), inputs[name])
                 continue
             present = values[_present(values)].astype(np.float64)
             fill = float(np.median(present)) if present.size else 0.0

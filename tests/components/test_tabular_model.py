@@ -188,3 +188,31 @@ def test_a_warm_start_from_the_served_files_predicts_as_the_served_model(tmp_pat
     features = _features(table, module)
     np.testing.assert_allclose(rebuilt(warm.preprocessing(features)).numpy(), model(preprocessing(features)).numpy(),
                                rtol=1e-5)
+
+
+def test_a_string_cell_prepare_data_reads_as_missing_is_served_as_missing(tmp_path):
+    """A client sends a row as the CSV holds it ("None", "NA", "n/a"...): the SavedModel's preprocessing and the
+    device model answer as for the missing value training saw (""), not as for an unknown category; a category
+    the model never saw still gets the out-of-vocabulary index, and the export report's note says so."""
+    module = _module(tmp_path, "binary")
+    table = _table(1200, "binary")
+    table["company"][np.random.default_rng(1).random(1200) < 0.3] = b""  # prepare-data wrote "" for NA cells
+    preprocessing = module.build_preprocessing(table)
+    model = module.build_model(preprocessing)
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss=module.make_loss())
+    model.fit(preprocessing(_features(table, module)), _label(table, module), batch_size=64, epochs=3, verbose=0)
+    lookup = preprocessing.get_layer(f"{internal_names(module.INPUTS)['company']}.lookup")
+    sent = [b"", b"None", b"NA", b"n/a", b"N/A", b"?", b"#N/A", b"NaN", b"never-seen"]
+    rows = {"distance": np.full(len(sent), 3.0, np.float32), "minutes": np.full(len(sent), 30),
+            "company": np.array(sent, dtype=object)}
+    indices = lookup(tf.constant(rows["company"].astype(np.bytes_))).numpy()
+    assert indices[0] == lookup.vocabulary.index("") + 1 and (indices[1:-1] == indices[0]).all(), indices
+    assert indices[-1] == 0  # not a missing token: out of vocabulary, as before
+    key = tasks.task_named("binary").prediction_key
+    served = model(preprocessing(_features(rows, module))).numpy()
+    np.testing.assert_allclose(served[1:-1], np.repeat(served[:1], len(sent) - 2, axis=0), rtol=1e-6)
+    saved = tflite.write_device_savedmodel(preprocessing, model, module.INPUTS, key, str(tmp_path / "device"))
+    device = _device_outputs(tflite.convert(saved, "float32"), rows, key)
+    np.testing.assert_allclose(device, served, rtol=1e-4, atol=1e-5)
+    notes = {row["name"]: row.get("note", "") for row in tflite.input_conventions(module.INPUTS, module.INPUT_NOTES)}
+    assert "none" in notes["company"] and "n/a" in notes["company"] and not notes["distance"]
