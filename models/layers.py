@@ -132,6 +132,29 @@ class RobustScale(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="models.layers")
+class RobustScaleColumns(RobustScale):
+    """RobustScale of many numbers at once: float32 [batch, columns] -> [batch, columns], each column with its
+    own center, scale and edges (a wide table's numbers as one tensor: a few ops, however many columns)."""
+
+    def __init__(self, center, scale, edges=(), **kwargs):
+        keras.layers.Layer.__init__(self, **kwargs)
+        self.center, self.scale = [float(c) for c in center], [float(s) for s in scale]
+        self.edges = [[float(edge) for edge in column] for column in edges]
+
+    @classmethod
+    def fitted(cls, columns: list, bins: int, name: str) -> "RobustScaleColumns":
+        """Input: each column's present sample values and the number of quantile bins wanted. Output: the
+        fitted layer (per column what RobustScale.fitted fits)."""
+        fitted = [RobustScale.fitted(values, bins, name=f"{name}_{i}") for i, values in enumerate(columns)]
+        return cls([f.center for f in fitted], [f.scale for f in fitted], [f.edges for f in fitted], name=name)
+
+    def call(self, x):
+        z = (keras.ops.cast(x, "float32") - np.float32(self.center)) * np.float32(self.scale)
+        z = keras.ops.clip(z, -self.LARGE, self.LARGE)
+        return z * keras.ops.rsqrt(1.0 + keras.ops.square(z * np.float32(1.0 / SMOOTH_CLIP)))
+
+
+@keras.saving.register_keras_serializable(package="models.layers")
 class PiecewiseLinear(keras.layers.Layer):
     """Piecewise-linear encoding of a number over bins (Gorishniy et al., "On Embeddings for Numerical Features
     in Tabular Deep Learning", 2022): [batch] -> float32 [batch, bins], where `edges` (increasing) bound the
@@ -161,6 +184,42 @@ class PiecewiseLinear(keras.layers.Layer):
 
     def compute_output_spec(self, x):
         return keras.KerasTensor((*x.shape, len(self._left)), dtype="float32")
+
+    def get_config(self):
+        return {**super().get_config(), "edges": self.edges}
+
+
+@keras.saving.register_keras_serializable(package="models.layers")
+class PiecewiseLinearColumns(keras.layers.Layer):
+    """PiecewiseLinear of many numbers at once: float32 [batch, columns] -> [batch, columns x bins], each
+    column over its own `edges` (a column with fewer bins than the widest reads 0 in the rest, as does one
+    with fewer than two edges). Builtins only (SUB, MUL, MAXIMUM, MINIMUM, RESHAPE)."""
+
+    def __init__(self, edges, **kwargs):
+        kwargs["dtype"] = "float32"
+        super().__init__(**kwargs)
+        self.edges = [[float(edge) for edge in column] for column in edges]
+        self.bins = max([len(column) - 1 for column in self.edges] + [1])
+        shape = (len(self.edges), self.bins)
+        self._left, self._inverse_width = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
+        self._low, self._high = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
+        for row, column in enumerate(self.edges):
+            if len(column) < 2:
+                continue
+            if any(b <= a for a, b in zip(column, column[1:])):
+                raise ValueError(f"{self.name}: column {row}'s edges must increase, got {column}")
+            single = PiecewiseLinear(column)
+            count = len(column) - 1
+            self._left[row, :count], self._inverse_width[row, :count] = single._left, single._inverse_width
+            self._low[row, :count], self._high[row, :count] = single._low, single._high
+
+    def call(self, x):
+        position = (keras.ops.expand_dims(keras.ops.cast(x, "float32"), -1) - self._left) * self._inverse_width
+        encoded = keras.ops.minimum(keras.ops.maximum(position, self._low), self._high)
+        return keras.ops.reshape(encoded, (-1, len(self.edges) * self.bins))
+
+    def compute_output_spec(self, x):
+        return keras.KerasTensor((x.shape[0], len(self.edges) * self.bins), dtype="float32")
 
     def get_config(self):
         return {**super().get_config(), "edges": self.edges}

@@ -33,7 +33,10 @@ which are tf.Example keys); Keras inputs are named components.core.feature_names
 layer derived from a column derived_name(its internal name, part) and every other `tabular.<part>`: names
 with a '.', which no internal name holds, so that no layer can be called like a column. The preprocessing's
 outputs, the model's inputs, are named by the layers that compute them: `<internal>.scaled`,
-`<internal>.piecewise`, `<internal>.missing`, `<internal>.lookup`, `<internal>.calendar`.
+`<internal>.piecewise`, `<internal>.missing`, `<internal>.lookup`, `<internal>.calendar`. A table with more than
+WIDE_NUMBERS numeric columns has its numbers encoded together, the same way per column, as one tensor:
+`tabular.numbers.missing`, `tabular.numbers.scaled`, `tabular.numbers.piecewise` (a graph of a few ops
+whatever the width).
 
 A model module of one's own (components/core/model_module.py) is the way beyond this: models/taxi.py is an example.
 """
@@ -50,9 +53,13 @@ from components.core.feature_names import derived_name, internal_names
 from components.core.missing_values import spellings
 from components.core.tasks import Task, TaskError, task_named
 from models.ensemble import EnsembleInputs, EnsembleModel, EnsembleOutputs, MembersMean
-from models.layers import MISSING_INT, CalendarFeatures, PiecewiseLinear, RobustScale, Vocabulary, keras_dtype
+from models.layers import (MISSING_INT, CalendarFeatures, PiecewiseLinear, PiecewiseLinearColumns, RobustScale,
+                           RobustScaleColumns, Vocabulary, keras_dtype)
 
 CATEGORICAL_MAX = 50  # an integer with at most this many distinct values in the sample is a category
+# More numeric columns than this are encoded as one tensor (the same encoding per column, a few ops in all):
+# per-column layers would make a graph whose size, compile time and memory grow with the columns
+WIDE_NUMBERS = 32
 MAX_VOCABULARY = 1000
 BINS = 16  # quantile bins of a number's piecewise-linear encoding, at most...
 ROWS_PER_BIN = 40  # ...and at most one per this many training rows (a small sample gets fewer: they would overfit)
@@ -166,6 +173,7 @@ class SchemaModel:
         def output(layer: keras.layers.Layer, tensor) -> None:  # a model-ready tensor, named by its layer
             outputs[layer.name] = layer(tensor)
 
+        numbers = []
         for name, spec in specs.items():
             values, column = np.asarray(sample[name]), internal[name]
             if name in self.dates:
@@ -176,6 +184,12 @@ class SchemaModel:
                 output(Vocabulary.adapted(values, MAX_VOCABULARY, name=derived_name(column, "lookup"),
                                           missing_spellings=missing), inputs[name])
                 continue
+            numbers.append(name)
+        if len(numbers) > WIDE_NUMBERS:  # one tensor for all numbers: a graph of a few ops, not a few per column
+            self._encode_numbers_together(numbers, sample, inputs, bins, output)
+            numbers = []
+        for name in numbers:
+            values, column = np.asarray(sample[name]), internal[name]
             present = values[_present(values)].astype(np.float64)
             fill = float(np.median(present)) if present.size else 0.0
             filled = FillMissing(fill, name=derived_name(column, "filled"))(inputs[name])
@@ -187,6 +201,23 @@ class SchemaModel:
         with warnings.catch_warnings():  # Keras asks for dict keys equal to the inputs' names: here they are not
             warnings.filterwarnings("ignore", "When providing `inputs` as a dict", UserWarning)
             return keras.Model(inputs, outputs, name=_LAYER.format("preprocessing"))
+
+    @staticmethod
+    def _encode_numbers_together(numbers: list[str], sample: dict, inputs: dict, bins: int, output) -> None:
+        """A wide table's numbers as one [batch, columns] tensor (in the order of `numbers`), encoded as each
+        column alone would be: a missing-value indicator, the value (missing: the median) robustly scaled and
+        smoothly clipped, and its piecewise-linear encoding."""
+        present = [np.asarray(sample[name])[_present(np.asarray(sample[name]))].astype(np.float64)
+                   for name in numbers]
+        stacked = StackColumns(name=_LAYER.format("numbers"))([inputs[name] for name in numbers])
+        output(MissingIndicator(name=_LAYER.format("numbers.missing")), stacked)
+        fills = [float(np.median(values)) if values.size else 0.0 for values in present]
+        filled = FillMissing(fills, name=_LAYER.format("numbers.filled"))(stacked)
+        scale = RobustScaleColumns.fitted(present, bins, name=_LAYER.format("numbers.scaled"))
+        output(scale, filled)
+        if any(len(edges) > 1 for edges in scale.edges):
+            output(PiecewiseLinearColumns(scale.edges, name=_LAYER.format("numbers.piecewise")),
+                   scale(filled))
 
     def build_model(self, preprocessing: keras.Model) -> keras.Model:
         """Input: the model from build_preprocessing. Output: an uncompiled Keras model (an EnsembleModel),
@@ -265,12 +296,29 @@ class MissingIndicator(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="models.tabular")
-class FillMissing(keras.layers.Layer):
-    """The value as float32, `fill` (the training mean) where it is missing."""
+class StackColumns(keras.layers.Layer):
+    """Numbers of many columns -> one float32 tensor [batch, columns], a missing integer (MISSING_INT) as NaN
+    (PACK, SELECT_V2 and CAST are builtins)."""
 
-    def __init__(self, fill: float, **kwargs):
+    def call(self, columns):
+        def as_float(x):
+            if x.dtype.is_floating:
+                return tf.cast(x, tf.float32)
+            return tf.where(_missing(x), tf.constant(float("nan"), tf.float32), tf.cast(x, tf.float32))
+        return tf.stack([as_float(x) for x in columns], axis=1)
+
+    def compute_output_spec(self, columns):
+        return keras.KerasTensor((columns[0].shape[0], len(columns)), dtype="float32")
+
+
+@keras.saving.register_keras_serializable(package="models.tabular")
+class FillMissing(keras.layers.Layer):
+    """The value as float32, `fill` (the training median) where it is missing; for [batch, columns] values a
+    fill per column."""
+
+    def __init__(self, fill, **kwargs):
         super().__init__(**kwargs)
-        self.fill = float(fill)
+        self.fill = [float(f) for f in fill] if isinstance(fill, (list, tuple)) else float(fill)
 
     def call(self, x):
         return tf.where(_missing(x), tf.constant(self.fill, tf.float32), tf.cast(x, tf.float32))

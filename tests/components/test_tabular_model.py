@@ -216,3 +216,51 @@ def test_a_string_cell_prepare_data_reads_as_missing_is_served_as_missing(tmp_pa
     np.testing.assert_allclose(device, served, rtol=1e-4, atol=1e-5)
     notes = {row["name"]: row.get("note", "") for row in tflite.input_conventions(module.INPUTS, module.INPUT_NOTES)}
     assert "none" in notes["company"] and "n/a" in notes["company"] and not notes["distance"]
+
+
+def test_a_wide_tables_numbers_are_encoded_as_one_tensor_the_same_way_each_column_alone_is(tmp_path):
+    """Past WIDE_NUMBERS numeric columns, the numbers go through a handful of layers as one tensor (the graph
+    no longer grows with the columns), and each column's encoding is the one it would get alone: the same
+    missing indicator, fill, robust scale and piecewise-linear bins. The device model converts with builtins
+    and serves what the SavedModel serves."""
+    from models.layers import PiecewiseLinearColumns, RobustScaleColumns
+
+    columns = tabular.WIDE_NUMBERS + 8
+    rng = np.random.default_rng(3)
+    table = {f"x{i}": rng.normal(i, 1 + i % 5, 800).astype(np.float32) for i in range(columns - 1)}
+    table[f"x{columns - 1}"] = rng.integers(0, 10_000, 800)  # an integer column among them
+    table["x0"][rng.random(800) < 0.2] = np.nan
+    table["label"] = (table["x1"] + table["x2"] > 3).astype(np.int64)
+    kinds = {name: "INT" if values.dtype.kind == "i" else "FLOAT" for name, values in table.items()}
+    (tmp_path / "schema.pbtxt").write_text("".join(f'feature {{ name: "{name}" type: {kind} }}\n'
+                                                   for name, kind in kinds.items()))
+    module = tabular.configure(str(tmp_path / "schema.pbtxt"), TaskConfig(type="binary", label="label",
+                                                                          classes=["0", "1"]))
+    preprocessing = module.build_preprocessing(table)
+    computing = [layer.name for layer in preprocessing.layers if not isinstance(layer, keras.layers.InputLayer)]
+    assert len(computing) <= 5, computing
+    scale = next(layer for layer in preprocessing.layers if isinstance(layer, RobustScaleColumns))
+    piecewise = next(layer for layer in preprocessing.layers if isinstance(layer, PiecewiseLinearColumns))
+    outputs = {name: tensor.numpy() for name, tensor in preprocessing(_features(table, module)).items()}
+    bins = max(2, min(tabular.BINS, 800 // tabular.ROWS_PER_BIN))
+    for index in (0, 5, columns - 1):  # one with missing values, a plain one, the integer one
+        values = table[f"x{index}"].astype(np.float64)
+        alone = RobustScale.fitted(values[np.isfinite(values)], bins, name="alone")
+        assert (scale.center[index], scale.scale[index], scale.edges[index]) == (alone.center, alone.scale,
+                                                                                 alone.edges)
+        filled = np.where(np.isfinite(values), values, np.median(values[np.isfinite(values)])).astype(np.float32)
+        expected = PiecewiseLinear(alone.edges)(alone(filled)).numpy()
+        got = outputs["tabular.numbers.piecewise"].reshape(800, columns, piecewise.bins)[:, index]
+        np.testing.assert_allclose(got[:, :expected.shape[1]], expected, rtol=1e-5, atol=1e-6)
+        assert not got[:, expected.shape[1]:].any()
+        np.testing.assert_array_equal(outputs["tabular.numbers.missing"][:, index], ~np.isfinite(values))
+    model = module.build_model(preprocessing)
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss=module.make_loss())
+    model.fit(preprocessing(_features(table, module)), _label(table, module), batch_size=64, epochs=2, verbose=0)
+    key = tasks.task_named("binary").prediction_key
+    saved = tflite.write_device_savedmodel(preprocessing, model, module.INPUTS, key, str(tmp_path / "device"))
+    flatbuffer = tflite.convert(saved, "float32")
+    assert not any(op.startswith("Flex") for op in tflite.operators(flatbuffer))
+    rows = {name: values[:20] for name, values in table.items() if name in module.INPUTS}
+    np.testing.assert_allclose(_device_outputs(flatbuffer, rows, key),
+                               model(preprocessing(_features(rows, module))).numpy(), rtol=1e-4, atol=1e-5)
