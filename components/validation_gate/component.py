@@ -6,8 +6,9 @@ and fingerprint properties), and optionally `previous_report`: the last Validati
 copy of its span's statistics is the drift reference.
 Produces: `report` (ValidationReport) holding validation_report.json and a copy of this span's statistics
 (`statistics/Split-*/FeatureStats.pb`); custom properties `blocking`, `span`, `spans`, `input_fingerprint`.
-Fails the run (so nothing downstream, training included, runs) when any anomaly has ERROR severity or any
-feature drifted past its comparator's threshold; the failed run publishes no report, so the next run still
+Fails the run (so nothing downstream, training included, runs) when any anomaly has ERROR severity (but a
+column the schema does not know: the model leaves it out, and the report lists it under `new_columns`) or
+any feature drifted past its comparator's threshold; the failed run publishes no report, so the next run still
 compares against the last accepted span.
 """
 from tfx import types

@@ -1,4 +1,5 @@
-"""ValidationGate executor: stops the run on blocking schema anomalies or on drift from the previous span."""
+"""ValidationGate executor: stops the run on blocking schema anomalies or on drift from the previous span; a
+column the schema does not know is reported, not blocking (the model leaves it out)."""
 from __future__ import annotations
 
 import json
@@ -54,20 +55,30 @@ class Executor(base_executor.BaseExecutor):
 
 
 def summarize(per_split: dict[str, anomalies_pb2.Anomalies]) -> dict:
-    """Input: split -> TFDV Anomalies. Output: JSON-ready report; ERROR-severity anomalies are blocking."""
-    report = {"blocking": False, "splits": {}}
+    """Input: split -> TFDV Anomalies. Output: JSON-ready report; ERROR-severity anomalies are blocking, but
+    a column the schema does not know (TFDV's SCHEMA_NEW_COLUMN, which it marks ERROR): the model, built from
+    the schema, leaves it out, so it is listed under `new_columns` (what TFDV's own
+    ValidationOptions(new_features_are_warnings=True) does, which ExampleValidator does not expose)."""
+    report = {"blocking": False, "splits": {}, "new_columns": []}
     for split, anomalies in per_split.items():
         features = {}
         for name, info in sorted(anomalies.anomaly_info.items()):
-            blocking = info.severity == anomalies_pb2.AnomalyInfo.ERROR
+            new_column = bool(info.reason) and all(
+                reason.type == anomalies_pb2.AnomalyInfo.SCHEMA_NEW_COLUMN for reason in info.reason)
+            blocking = info.severity == anomalies_pb2.AnomalyInfo.ERROR and not new_column
             features[name] = {"blocking": blocking, "short": info.short_description,
                               "description": info.description}
+            if new_column:
+                features[name]["new_column"] = True
+                if name not in report["new_columns"]:
+                    report["new_columns"].append(name)
             report["blocking"] |= blocking
         dataset = [reason.short_description for reason in anomalies.dataset_anomaly_info.reason]
         if dataset:
             features["<dataset>"] = {"blocking": True, "short": "; ".join(dataset), "description": ""}
             report["blocking"] = True
         report["splits"][split] = features
+    report["new_columns"].sort()
     return report
 
 
@@ -81,6 +92,9 @@ def describe(report: dict) -> str:
                for split, features in drift_report["splits"].items()
                for feature, measured in drift.drifted(features)]
     lines += drifted + ([f"  {drift.ACCEPT_ADVICE}"] if drifted else [])
+    if report.get("new_columns"):
+        lines.append(f"  not blocking: new column(s) {', '.join(report['new_columns'])}, not in the schema: the model "
+                     "leaves them out until init is run again or the schema lists them")
     return ("the data breaks the curated schema or drifted from the previous span; training did not start:\n"
             + "\n".join(lines))
 

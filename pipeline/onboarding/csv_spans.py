@@ -18,19 +18,27 @@ column's own name (any text a header holds). The rules:
   zone, `YYYY/MM/DD`, day-first or month-first `DD/MM/YYYY` when the whole column tells which), or of the
   form `--date-format COLUMN=FORMAT` gives; written as int64 seconds since 1970-01-01 UTC (a time without a
   zone is taken as UTC);
-- else string (UTF-8 bytes).
+- a number column may carry one unit, the same in every cell: a percent sign (`12%` is 12) or a currency
+  symbol (`$1,234.50` is 1234.5; thousands separators allowed); with `decimal=","` numbers are written
+  `4,5` and `1.466,14` (a European spreadsheet); `--dates` reads integer columns as Unix seconds (dates);
+- else string (UTF-8 bytes). Notes name the text columns that look like numbers with a decimal comma, dates
+  of several forms, or integers that look like Unix seconds, with the option that reads them.
+A column empty in every row is written as no feature and recorded as empty: a later span may fill it.
 Rows whose every cell is empty (a spreadsheet's trailing `,,,`) are skipped and counted; rows with a missing
-cell in a `required` column are left out and counted.
+cell in a `required` column (and, once `init` chose it, the label) are left out and counted.
 
-Later spans keep the types the first one fixed: the first span's types are kept in COLUMNS_FILE in the data
-root, and a later span is written with them (a float column whose new cells are all whole numbers stays
-float), or with the types of a curated schema (`--schema`). A cell that does not fit its column's type is an
-error naming the file, line, column and cell.
+Later spans keep the types the first one fixed: the first span's columns and types are kept in COLUMNS_FILE
+in the data root, and a later span is written with them (a float column whose new cells are all whole numbers
+stays float), or with the types of a curated schema (`--schema`). A cell that does not fit its column's type
+is an error naming the file, line, column and cell; a later span that lacks a column of the first span
+(removed or renamed) is an error naming the missing and the new columns. Re-preparing the span that fixed
+the types, when it is the only span, infers them again.
 
 Bad input raises CsvError naming the file and line or column (not UTF-8, no header, an empty or repeated
 column name, a row with too many or too few cells, no data rows, a cell that does not fit a fixed type), and
-nothing is written: the span's files are written under hidden names and renamed into place only when every
-row was read.
+nothing is written: the span is written into a hidden folder beside it (`.span-N.partial`, never read as a
+span) and renamed into place only when every row was read and every file closed; on any failure (a full disk
+included) that folder is removed and an existing span stays as it was.
 """
 from __future__ import annotations
 
@@ -45,20 +53,27 @@ import struct
 import numpy as np
 
 from components.core.file_system import file_system
+from components.core.missing_values import MISSING_TOKENS
 
 DELIMITERS = ",;\t|"
-MISSING_TOKENS = ("na", "n/a", "#n/a", "nan", "null", "none", "-", "?", "inf", "+inf", "-inf", "infinity",
-                  "+infinity", "-infinity")
 SHARDS = 4
 SNIFF_BYTES = 64 * 1024
 BLOCK_BYTES = 1 << 20  # pyarrow reads the CSV in blocks of this many bytes (and reads ahead about 35 of them)
 COLUMNS_FILE = ".csv_columns.json"  # in the data root: the types the first span fixed (hidden: never read as data)
+SPAN_NOTE_FILE = ".span.json"  # in a span folder: how it was prepared (its source, the rows left out and why)
 KINDS = ("int", "float", "string", "date")
+EMPTY = "empty"  # the kind a summary shows for a column with no value in any row (written as no feature)
+UNITS = ("%", "$", "€", "£", "¥", "₹")  # a number column may carry one of these in every cell
+UNIX_SECONDS = "unix"  # the date form of an integer column declared a date (--dates): seconds since 1970-01-01 UTC
+PLAUSIBLE_SECONDS = (631_152_000, 2_208_988_800)  # 1990-01-01 to 2040-01-01: integers that may be Unix seconds
 
 _INT = r"^[+-]?(0|[1-9][0-9]*)$"
 _CODE = r"^[+-]?0[0-9]+$"  # a leading zero: a code (zip code, account), kept as text
 _FLOAT = r"^[+-]?((0|[1-9][0-9]*)(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$"
 _THOUSANDS = r"^[+-]?[1-9][0-9]{0,2}(,[0-9]{3})+(\.[0-9]+)?$"
+_FLOAT_COMMA = r"^[+-]?((0|[1-9][0-9]*)(,[0-9]*)?|,[0-9]+)([eE][+-]?[0-9]+)?$"  # decimal comma: 4,5
+_THOUSANDS_DOT = r"^[+-]?[1-9][0-9]{0,2}(\.[0-9]{3})+(,[0-9]+)?$"  # decimal comma, dots between thousands: 1.466,14
+_COMMA_NUMBER = r"^[+-]?([0-9]+,[0-9]+|[1-9][0-9]{0,2}(\.[0-9]{3})+(,[0-9]+)?)$"  # only a decimal comma reads it
 _TIME = r"(?:[T ](?P<H>[0-9]{1,2}):(?P<M>[0-9]{2})(?::(?P<S>[0-9]{2})(?:[.,][0-9]+)?)?)?"
 DATE_FORMS = {  # name -> regular expression with named parts; day-first and month-first share one shape
     "iso": r"^(?P<y>[0-9]{4})-(?P<m>[0-9]{1,2})-(?P<d>[0-9]{1,2})" + _TIME
@@ -68,7 +83,7 @@ DATE_FORMS = {  # name -> regular expression with named parts; day-first and mon
     "mdy": r"^(?P<m>[0-9]{1,2})[/.-](?P<d>[0-9]{1,2})[/.-](?P<y>[0-9]{4})" + _TIME + "$",
 }
 DATE_FORM_NAMES = {"iso": "ISO 8601", "ymd": "YYYY/MM/DD", "dmy": "day first (DD/MM/YYYY)",
-                   "mdy": "month first (MM/DD/YYYY)"}
+                   "mdy": "month first (MM/DD/YYYY)", UNIX_SECONDS: "Unix seconds"}
 
 
 class CsvError(ValueError):
@@ -85,24 +100,37 @@ class CsvSummary:
     delimiter: str
     types: dict[str, str]  # column -> int | float | string | date
     missing: dict[str, int]  # column -> rows without a value
-    date_forms: dict[str, str]  # date column -> its form (a DATE_FORMS name or a strptime format)
+    date_forms: dict[str, str]  # date column -> its form (a DATE_FORMS name, UNIX_SECONDS or a strptime format)
     fixed_by: str = ""  # where the types came from when not inferred: the first span's record, or a schema
-    notes: list[str] = dataclasses.field(default_factory=list)  # columns that look like dates but were not read so
+    notes: list[str] = dataclasses.field(default_factory=list)  # what was not read as it may have been meant
+    units: dict[str, str] = dataclasses.field(default_factory=dict)  # number column -> the unit its cells carry
+    empty: list[str] = dataclasses.field(default_factory=list)  # columns with no value in any row
+    required: tuple[str, ...] = ()  # the columns a row must have a value in (the label init chose among them)
+    label: str = ""  # the label `init` chose for the data root ("" before init)
+    decimal: str = "."
 
     def render(self) -> str:
         width = max(len(column) for column in self.types)
-        lines = [f"wrote {self.rows:,} tf.Examples to {self.span_dir} (delimiter {self.delimiter!r})"]
+        decimal = ", decimal comma" if self.decimal == "," else ""
+        lines = [f"wrote {self.rows:,} tf.Examples to {self.span_dir} (delimiter {self.delimiter!r}{decimal})"]
         if self.fixed_by:
             lines.append(f"column types fixed by {self.fixed_by}")
         if self.skipped_rows:
-            lines.append(f"left out {self.skipped_rows:,} row(s) with a missing value in a required column")
+            names = ", ".join(f"{column!r}" + (" (the label init chose)" if column == self.label else "")
+                              for column in self.required)
+            lines.append(f"left out {self.skipped_rows:,} row(s) with a missing value in a required column: {names}")
         if self.empty_rows:
             lines.append(f"skipped {self.empty_rows:,} empty row(s)")
         for column, kind in self.types.items():
             detail = ""
-            if kind == "date":
+            if column in self.empty:
+                kind, detail = EMPTY, "  (no value in any row: no feature; a later span may fill it)"
+            elif kind == "date":
                 form = self.date_forms[column]
                 detail = f"  ({DATE_FORM_NAMES.get(form, form)}; written as int64 seconds since 1970-01-01 UTC)"
+            elif column in self.units:
+                unit = self.units[column]
+                detail = "  (percent sign dropped: 12% is 12)" if unit == "%" else f"  (currency symbol {unit} dropped)"
             lines.append(f"  {column:<{width}}  {kind:<6}  {self.missing[column]:,} missing{detail}")
         lines += [f"note: {note}" for note in self.notes]
         return "\n".join(lines)
@@ -219,14 +247,21 @@ def _first_line(error: Exception) -> str:
 
 def _line_of(path: str, delimiter: str, row_text: str | None = None, row_index: int | None = None) -> int | str:
     """The line a data row starts on, found again with Python's csv reader (only when reporting an error):
-    the row whose text is `row_text`, or the `row_index`-th data row (0-based, empty rows skipped)."""
+    the row whose raw text is `row_text` (as pyarrow reports a bad row: quotes, delimiters and line breaks of
+    quoted cells included, so it is compared cell by cell), or the `row_index`-th data row (0-based, empty rows
+    skipped)."""
+    import io
+
+    wanted = None
+    if row_text is not None:
+        wanted = next(csv.reader(io.StringIO(row_text.rstrip("\r\n"), newline=""), delimiter=delimiter), [])
     with open(path, newline="", encoding="utf-8-sig", errors="replace") as handle:
         reader = csv.reader(handle, delimiter=delimiter)
         next(reader, None)
         index, start = 0, reader.line_num + 1
         for cells in reader:
             if cells:
-                if row_text is not None and delimiter.join(cells) == row_text.rstrip("\r\n"):
+                if wanted is not None and (cells == wanted or delimiter.join(cells) == row_text.rstrip("\r\n")):
                     return start
                 if row_index is not None and index == row_index:
                     return start
@@ -244,6 +279,12 @@ class ColumnState:
     present: int = 0
     date_forms: tuple[str, ...] = tuple(DATE_FORMS)  # the date forms every present cell so far fits
     code_example: str = ""  # a cell with a leading zero, which made the column text
+    unit: str = ""  # the unit (UNITS) the column's numbers carry, "" for none
+    comma_numbers: bool = True  # every present cell a number only a decimal comma reads, or an integer
+    comma_seen: bool = False  # ... and one of them has a decimal comma (or dots between thousands)
+    dated: bool = True  # every present cell a date of some DATE_FORMS form (not necessarily one form)
+    forms_seen: set = dataclasses.field(default_factory=set)  # the DATE_FORMS forms some cell has
+    int_range: tuple[int, int] | None = None  # least and greatest value of an integer column
 
 
 def _missing_mask(cells, tokens: tuple[str, ...]):
@@ -256,25 +297,58 @@ def _missing_mask(cells, tokens: tuple[str, ...]):
     return mask
 
 
-def _numeric_masks(cells, delimiter: str):
-    """(is an integer, is a number) per cell; thousands separators count in a comma-delimited file."""
+def _number_text(cells, delimiter: str, decimal: str = ".", unit: str = ""):
+    """Input: present text cells, the file's delimiter, the decimal mark ("." or ","), and the unit the
+    column's numbers carry ("" or one of UNITS; optional in each cell). Output: (each cell as plain number
+    text: unit and thousands separators dropped, "." as the decimal mark; is an integer; is a number).
+    Thousands separators count in a comma-delimited file or beside a currency symbol (`"1,234.5"`,
+    `$1,234.50`), and always with a decimal comma (`1.466,14`)."""
     import pyarrow.compute as pc
 
+    if unit:
+        symbol = re.escape(unit)
+        cells = pc.replace_substring_regex(cells, rf"^([+-]?)\s*{symbol}?\s*(.*?)\s*{symbol}?$", r"\1\2")
+    if decimal == ",":
+        thousands = pc.match_substring_regex(cells, _THOUSANDS_DOT)
+        is_number = pc.or_(pc.match_substring_regex(cells, _FLOAT_COMMA), thousands)
+        is_int = pc.or_(pc.match_substring_regex(cells, _INT), pc.and_(thousands, pc.invert(
+            pc.match_substring(cells, ","))))
+        plain = pc.replace_substring(pc.replace_substring(cells, ".", ""), ",", ".")
+        return plain, is_int, is_number
     is_int = pc.match_substring_regex(cells, _INT)
     is_number = pc.match_substring_regex(cells, _FLOAT)
-    if delimiter == ",":
+    if delimiter == "," or unit not in ("", "%"):
         thousands = pc.match_substring_regex(cells, _THOUSANDS)
         is_number = pc.or_(is_number, thousands)
         is_int = pc.or_(is_int, pc.and_(thousands, pc.invert(pc.match_substring(cells, "."))))
-    return is_int, is_number
+        return pc.replace_substring(cells, ",", ""), is_int, is_number
+    return cells, is_int, is_number
+
+
+def _unit_of(cells) -> str | None:
+    """The one unit of UNITS the cells hold ("" for none), or None when they hold several."""
+    import pyarrow.compute as pc
+
+    if not pc.any(pc.match_substring_regex(cells, "[" + "".join(map(re.escape, UNITS)) + "]")).as_py():
+        return ""
+    found = [unit for unit in UNITS if pc.any(pc.match_substring(cells, unit)).as_py()]
+    return None if len(found) > 1 else found[0]
 
 
 def parse_dates(cells, form: str) -> tuple[np.ndarray, np.ndarray]:
-    """Input: text cells (a pyarrow string array) and a date form (a DATE_FORMS name, or a strptime format).
-    Output: (int64 seconds since 1970-01-01 UTC, True where the cell is a valid date of that form)."""
+    """Input: text cells (a pyarrow string array) and a date form (a DATE_FORMS name, UNIX_SECONDS, or a
+    strptime format). Output: (int64 seconds since 1970-01-01 UTC, True where the cell is a valid date of that
+    form)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if form == UNIX_SECONDS:
+        valid = pc.match_substring_regex(cells, _INT).to_numpy(zero_copy_only=False)
+        try:
+            seconds = pc.cast(pc.if_else(pc.match_substring_regex(cells, _INT), cells, "0"), pa.int64())
+        except Exception:  # noqa: BLE001 - beyond int64: not a time
+            return np.zeros(len(cells), np.int64), np.zeros(len(cells), bool)
+        return seconds.to_numpy(zero_copy_only=False).astype(np.int64), valid
     if form not in DATE_FORMS:
         parsed = pc.strptime(cells, format=form, unit="s", error_is_null=True)
         valid = pc.is_valid(parsed).to_numpy(zero_copy_only=False)
@@ -321,8 +395,8 @@ def _days_in_month(year: np.ndarray, month: np.ndarray) -> np.ndarray:
     return lengths[month] + ((month == 2) & leap)
 
 
-def _note_block(state: ColumnState, cells, delimiter: str, date_format: str | None) -> None:
-    """Widens a column's kind and narrows its date forms by one block of its present cells."""
+def _note_block(state: ColumnState, cells, delimiter: str, date_format: str | None, decimal: str = ".") -> None:
+    """Widens a column's kind and narrows its date forms and unit by one block of its present cells."""
     import pyarrow.compute as pc
 
     if not len(cells):
@@ -331,27 +405,58 @@ def _note_block(state: ColumnState, cells, delimiter: str, date_format: str | No
     if date_format is not None:
         state.date_forms = (date_format,) if parse_dates(cells, date_format)[1].all() else ()
     else:
-        state.date_forms = tuple(form for form in state.date_forms if parse_dates(cells, form)[1].all())
-    if state.kind == "string":
+        fits = {form: parse_dates(cells, form)[1] for form in state.date_forms}
+        state.date_forms = tuple(form for form in state.date_forms if fits[form].all())
+        if state.dated:  # which forms the cells have at all (a match of the form's shape is enough here)
+            fits.update({form: pc.match_substring_regex(cells, DATE_FORMS[form]).to_numpy(zero_copy_only=False)
+                         for form in DATE_FORMS if form not in fits})
+            state.forms_seen |= {form for form, valid in fits.items() if valid.any()}
+            state.dated = bool(np.logical_or.reduce(list(fits.values())).all())
+    if state.kind != "string":
+        _note_numbers(state, cells, delimiter, decimal)
+    if state.kind == "string" and decimal == "." and state.comma_numbers:  # text: numbers with a decimal comma?
+        comma = pc.match_substring_regex(cells, _COMMA_NUMBER)
+        state.comma_numbers = pc.all(pc.or_(comma, pc.match_substring_regex(cells, _INT))).as_py()
+        state.comma_seen |= pc.any(comma).as_py()
+
+
+def _note_numbers(state: ColumnState, cells, delimiter: str, decimal: str) -> None:
+    """Widens a column that is a number so far (int, then float, else string) by one block of present cells;
+    notes its unit and an integer column's range. A column that turns to text was all integers before (or
+    decimal numbers, which no decimal comma reads): what infer_types' decimal-comma note starts from."""
+    import pyarrow.compute as pc
+
+    was = state.kind
+    unit = _unit_of(cells)
+    if unit is None or (unit and state.unit and unit != state.unit):
+        state.kind, state.comma_numbers = "string", was == "int"
         return
-    is_int, is_number = _numeric_masks(cells, delimiter)
+    state.unit = state.unit or unit
+    plain, is_int, is_number = _number_text(cells, delimiter, decimal, state.unit)
     if not pc.all(is_number).as_py():
         codes = pc.filter(cells, pc.match_substring_regex(cells, _CODE))
         state.code_example = state.code_example or (codes[0].as_py() if len(codes) else "")
-        state.kind = "string"
+        state.kind, state.comma_numbers = "string", was == "int"
     elif state.kind == "int" and not pc.all(is_int).as_py():
         state.kind = "float"
     elif state.kind == "int":
         try:
-            pc.cast(pc.replace_substring(cells, ",", ""), "int64")
+            values = pc.cast(plain, "int64")
         except Exception:  # noqa: BLE001 - pyarrow's overflow error: an id too long for int64
             state.kind = "string"  # as a float it would lose digits
+            return
+        extremes = pc.min_max(values)
+        least, greatest = extremes["min"].as_py(), extremes["max"].as_py()
+        low, high = state.int_range or (least, greatest)
+        state.int_range = (min(low, least), max(high, greatest))
 
 
 def _decide(state: ColumnState) -> tuple[str, str]:
     """(kind, date form) of a column from what the first pass saw; dates win over text. Day-first and
     month-first both fitting means no cell told which: the column stays text (see infer_types' notes)."""
     forms = state.date_forms if state.present else ()
+    if UNIX_SECONDS in forms:
+        return "date", UNIX_SECONDS
     for form in ("iso", "ymd"):
         if form in forms:
             return "date", form
@@ -364,22 +469,32 @@ def _decide(state: ColumnState) -> tuple[str, str]:
 
 @dataclasses.dataclass
 class ColumnTypes:
-    """Each column's type and, for dates, its form: what the first span fixes for the later ones."""
+    """Each column's type and, for dates, its form, for numbers their unit; the columns with no value; the
+    decimal mark: what the first span fixes for the later ones."""
     types: dict[str, str]
     date_forms: dict[str, str]
+    units: dict[str, str] = dataclasses.field(default_factory=dict)  # number column -> its unit (UNITS)
+    empty: list[str] = dataclasses.field(default_factory=list)  # no value in any row: a later span infers them
+    decimal: str = "."
 
     def to_json(self) -> dict:
-        return {"types": self.types, "date_forms": self.date_forms}
+        return {"types": self.types, "date_forms": self.date_forms, "units": self.units, "empty": self.empty,
+                "decimal": self.decimal}
 
     @classmethod
     def from_json(cls, value: dict) -> "ColumnTypes":
-        return cls(dict(value["types"]), dict(value.get("date_forms", {})))
+        return cls(dict(value["types"]), dict(value.get("date_forms", {})), dict(value.get("units", {})),
+                   list(value.get("empty", [])), value.get("decimal", "."))
 
 
 def infer_types(path: str, delimiter: str, header: list[str], missing_tokens: tuple[str, ...],
-                date_formats: dict[str, str]) -> tuple[ColumnTypes, list[str]]:
-    """The first pass. Output: each column's type and date form, and notes on columns that look like dates
-    but whose day and month order no cell tells."""
+                date_formats: dict[str, str], decimal: str = ".") -> tuple[ColumnTypes, list[str]]:
+    """The first pass. Output: each column's type, date form and unit, and notes on the text columns that
+    may be meant otherwise: dates whose day and month order no cell tells, dates of several forms, numbers
+    written with a decimal comma; and on integer columns that look like Unix seconds. Each note names the
+    option that reads the column."""
+    import datetime
+
     import pyarrow.compute as pc
 
     columns = [name.strip() for name in header]
@@ -388,19 +503,41 @@ def infer_types(path: str, delimiter: str, header: list[str], missing_tokens: tu
         for column in columns:
             cells = pc.utf8_trim_whitespace(block[column])
             present = pc.filter(cells, pc.invert(_missing_mask(cells, missing_tokens)))
-            _note_block(states[column], present, delimiter, date_formats.get(column))
+            _note_block(states[column], present, delimiter, date_formats.get(column), decimal)
     decided = {column: _decide(state) for column, state in states.items()}
+    text = {column: state for column, state in states.items() if decided[column][0] == "string" and state.present}
     notes = [f"column {column!r} looks like dates, but no cell says whether the day or the month comes first; it "
              f"was kept as text (give --date-format '{column}=%d/%m/%Y' or '{column}=%m/%d/%Y' to read it as dates)"
-             for column, state in states.items()
-             if decided[column][0] != "date" and {"dmy", "mdy"} <= set(state.date_forms) and state.present]
+             for column, state in text.items() if {"dmy", "mdy"} <= set(state.date_forms)]
+    notes += [f"column {column!r} holds dates of several forms "
+              f"({', '.join(DATE_FORM_NAMES[form] for form in DATE_FORMS if form in state.forms_seen)}); it was "
+              "kept as text: write every date of the column in one form (2024-01-05, say) to read them as dates"
+              for column, state in text.items()
+              if state.dated and not state.date_forms and len(state.forms_seen) > 1 and column not in date_formats]
+    commas = [column for column, state in text.items() if state.comma_numbers and state.comma_seen]
+    if commas:
+        names = ", ".join(repr(column) for column in commas)
+        notes.append(f"column{'s' if len(commas) > 1 else ''} {names} look{'' if len(commas) > 1 else 's'} like "
+                     "numbers written with a decimal comma (4,5 or 1.466,14) and "
+                     f"{'were' if len(commas) > 1 else 'was'} kept as text: give --decimal , to read them as numbers")
+    for column, state in states.items():
+        low, high = state.int_range or (0, 0)
+        if decided[column][0] == "int" and PLAUSIBLE_SECONDS[0] <= low <= high <= PLAUSIBLE_SECONDS[1] and low < high:
+            first, last = (datetime.datetime.fromtimestamp(value, datetime.timezone.utc).date()
+                           for value in (low, high))
+            notes.append(f"column {column!r} looks like Unix seconds ({first} to {last}) and was written as an "
+                         f"integer: give --dates {column} to read it as a date")
+    empty = [column for column, state in states.items() if not state.present]
     return ColumnTypes({c: kind for c, (kind, _) in decided.items()},
-                       {c: form for c, (kind, form) in decided.items() if kind == "date"}), notes
+                       {c: form for c, (kind, form) in decided.items() if kind == "date"},
+                       {c: states[c].unit for c, (kind, _) in decided.items() if kind in ("int", "float")
+                        and states[c].unit}, empty, decimal), notes
 
 
-def _typed(column: str, kind: str, form: str, cells, missing, delimiter: str):
+def _typed(column: str, kind: str, form: str, cells, missing, delimiter: str, decimal: str = ".", unit: str = ""):
     """One block of a column as a pyarrow list array for the tf.Example encoder: one value per present cell
-    in the column's type. Output: (values list array, the row of the first cell that does not fit or -1)."""
+    in the column's type (numbers read with the decimal mark and unit given). Output: (values list array, the
+    row of the first cell that does not fit or -1)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -414,8 +551,7 @@ def _typed(column: str, kind: str, form: str, cells, missing, delimiter: str):
         valid |= ~present.to_numpy(zero_copy_only=False)
         values, bad = pa.array(seconds, pa.int64()), int(np.argmin(valid)) if not valid.all() else -1
     else:
-        is_int, is_number = _numeric_masks(filled, delimiter)
-        plain = pc.replace_substring(filled, ",", "") if delimiter == "," else filled
+        plain, is_int, is_number = _number_text(filled, delimiter, decimal, unit)
         if kind == "float":
             fits = is_number.to_numpy(zero_copy_only=False)
             numbers = pc.cast(pc.if_else(is_number, plain, "0"), pa.float64())
@@ -472,8 +608,10 @@ class _ShardWriter:
         else:
             self._raw = open(path, "wb")
         self._file = gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=6, mtime=0)
+        self.path, self.records = path, 0
 
     def write(self, record: bytes) -> None:
+        self.records += 1
         length = struct.pack("<Q", len(record))
         self._file.write(length + struct.pack("<I", _masked_crc(length)) + record
                          + struct.pack("<I", _masked_crc(record)))
@@ -490,17 +628,25 @@ def _masked_crc(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
+def read_record(data_root: str) -> dict | None:
+    """COLUMNS_FILE of a data root: the first span's number and columns, each column's type, date form and
+    unit, the empty columns, the decimal mark, and the label `init` chose; None when there is none."""
+    files = file_system(data_root)
+    record = os.path.join(data_root, COLUMNS_FILE)
+    if not files.exists(record):
+        return None
+    with files.open(record) as handle:
+        return json.loads(handle.read())
+
+
 def fixed_types(data_root: str, schema_path: str | None) -> tuple[ColumnTypes | None, str]:
     """The types a new span must be written with: a curated schema's (`schema_path`), else the first
     span's (COLUMNS_FILE in the data root), else None (infer them). Output: (types, where they came from)."""
     if schema_path:
         return _schema_types(schema_path), f"the schema {schema_path}"
-    files = file_system(data_root)
-    record = os.path.join(data_root, COLUMNS_FILE)
-    if files.exists(record):
-        with files.open(record) as handle:
-            value = json.loads(handle.read())
-        return ColumnTypes.from_json(value), f"span-{value.get('span', 1)} ({record})"
+    value = read_record(data_root)
+    if value is not None:
+        return ColumnTypes.from_json(value), f"span-{value.get('span', 1)} ({os.path.join(data_root, COLUMNS_FILE)})"
     return None, ""
 
 
@@ -527,77 +673,190 @@ def _schema_types(schema_path: str) -> ColumnTypes:
 
 def write_csv_span(path: str, data_root: str, span: int = 1, delimiter: str | None = None,
                    missing_tokens: tuple[str, ...] = MISSING_TOKENS, required: tuple[str, ...] = (),
-                   date_formats: dict[str, str] | None = None, schema_path: str | None = None) -> CsvSummary:
+                   date_formats: dict[str, str] | None = None, schema_path: str | None = None,
+                   decimal: str | None = None, dates: tuple[str, ...] = ()) -> CsvSummary:
     """Input: a CSV file, a data root, the span number (1 or more), the delimiter (None: detected), the cell
     values that mean "missing" (compared without case), columns a row must have a value in, strptime formats
-    for date columns (column -> format), and a curated schema whose types the span takes. Output: what was
-    written to <data_root>/span-<span>/data-0000i-of-00004.tfrecord.gz. Raises CsvError naming the file and
-    line, or the column (nothing is written then)."""
+    for date columns (column -> format), a curated schema whose types the span takes, the decimal mark ("."
+    or ","; None: the data root's, else "."), and integer columns of Unix seconds to read as dates. Output:
+    what was written to <data_root>/span-<span>/data-0000i-of-00004.tfrecord.gz. Raises CsvError naming the
+    file and line, or the column (nothing is written then)."""
     if span < 1:
         raise CsvError(f"--span {span}: span numbers start at 1")
     if not os.path.isfile(path):
         raise CsvError(f"{path}: no such file")
     if os.path.exists(data_root) and not os.path.isdir(data_root):
         raise CsvError(f"--data {data_root}: a file; --data names the folder the spans are written into")
+    if decimal not in (None, ".", ","):
+        raise CsvError(f"--decimal {decimal!r}: the decimal mark is '.' or ','")
     date_formats = dict(date_formats or {})
+    for column in dates:
+        if column in date_formats:
+            raise CsvError(f"--dates {column} and --date-format {column}=...: give one of them")
+        date_formats[column] = UNIX_SECONDS
     missing_tokens = tuple(token.lower() for token in missing_tokens)
+    record = read_record(data_root)
+    span_dir = os.path.join(data_root, f"span-{span}")
+    others = [name for name in _span_names(data_root) if name != f"span-{span}"]
+    reinfer = record is not None and record.get("span") == span and not others and not schema_path
+    label = (record or {}).get("label", "")
+    decimal = decimal or (record or {}).get("decimal") or "."
     delimiter = delimiter or detect_delimiter(path)
     header = read_header(path, delimiter)
     columns = [name.strip() for name in header]
-    for name in list(required) + list(date_formats):
-        if name not in columns:
-            raise CsvError(f"{path}: {'--require' if name in required else '--date-format'} names the column "
-                           f"{name!r}, which the header does not have (columns: {', '.join(columns)})")
+    for option, names in (("--require", required), ("--date-format", [c for c in date_formats if c not in dates]),
+                          ("--dates", dates)):
+        for name in names:
+            if name not in columns:
+                raise CsvError(f"{path}: {option} names the column {name!r}, which the header does not have "
+                               f"(columns: {', '.join(columns)})")
+    fixing = None if reinfer else record
+    if fixing is not None:
+        _check_columns(path, columns, fixing, data_root)
+    _check_span_folder(span_dir)
+    if label and label in columns and label not in required:
+        required = (*required, label)
     types, fixed, fixed_by, notes = column_types(path, delimiter, header, data_root, schema_path, missing_tokens,
-                                                 date_formats)
+                                                 date_formats, fixing, decimal)
+    notes = _span_notes(columns, fixing, fixed_by, span, data_root, reinfer) + notes
+    filled = [column for column in (fixing or {}).get("empty", []) if column in columns and column not in types.empty]
+    if filled:
+        notes.append(f"column(s) {', '.join(map(repr, filled))}, empty until now, hold values in this span (typed "
+                     f"{', '.join(types.types[column] for column in filled)}): the model leaves them out until init "
+                     "is run again or the schema lists them")
+    why = (f"no value for the label {label!r}" if label and required == (label,) else
+           f"a missing value in a required column ({', '.join(map(repr, required))})")
     span_dir, rows, skipped, empty, missing_counts = _write_span(path, delimiter, header, data_root, span, types,
-                                                                 missing_tokens, required, fixed_by)
-    _record_types(data_root, span, types, fixed)
+                                                                 missing_tokens, required, fixed_by, why)
+    _record_types(data_root, span, types, fixing, columns, label, missing_tokens)
     return CsvSummary(span_dir, rows, skipped, empty, delimiter, types.types, missing_counts, types.date_forms,
-                      fixed_by, notes)
+                      fixed_by, notes, types.units, types.empty, tuple(required), label, decimal)
+
+
+def _span_names(data_root: str) -> list[str]:
+    """The span-N folders of a data root (none when it does not exist)."""
+    files = file_system(data_root)
+    if not files.isdir(data_root):
+        return []
+    return sorted(name.rstrip("/") for name in files.listdir(data_root)
+                  if re.fullmatch(r"span-[0-9]+", name.rstrip("/")))
+
+
+def _check_columns(path: str, columns: list[str], record: dict, data_root: str) -> None:
+    """CsvError naming the columns of the first span that the header lacks (removed, or renamed: the new
+    names are given too)."""
+    first = record.get("columns")
+    if not first:
+        return  # a record from before the first span's columns were kept
+    lacking = [column for column in first if column not in columns]
+    if not lacking:
+        return
+    new = [column for column in columns if column not in record.get("types", {})]
+    renamed = f"; it has new column(s) {', '.join(map(repr, new))}: renamed?" if new else ""
+    raise CsvError(f"{path}: the header lacks the column(s) {', '.join(map(repr, lacking))} that "
+                   f"span-{record.get('span', 1)} has{renamed} A later span keeps the first span's columns: name "
+                   f"them as it does (a column may be empty: its cells are then missing values), or prepare the "
+                   f"table into a new data root and run init on it (the columns are kept in "
+                   f"{os.path.join(data_root, COLUMNS_FILE)})")
+
+
+def _check_span_folder(span_dir: str) -> None:
+    """CsvError when an existing span folder holds data files prepare-data did not write (replacing the span
+    would remove them)."""
+    files = file_system(span_dir)
+    if not files.isdir(span_dir):
+        return
+    foreign = sorted(name for name in files.listdir(span_dir) if not name.startswith((".", "_"))
+                     and not re.fullmatch(r"data-[0-9]{5}-of-[0-9]{5}\.tfrecord\.gz", name.rstrip("/")))
+    if foreign:
+        raise CsvError(f"{span_dir} holds files prepare-data did not write ({', '.join(foreign[:5])}); writing the "
+                       "span replaces the folder: move them, or give another --span")
+
+
+def _span_notes(columns: list[str], record: dict | None, fixed_by: str, span: int, data_root: str,
+                reinfer: bool) -> list[str]:
+    """Notes on the span's columns against the data root's record: types inferred again, how to reset them,
+    columns new in this span, columns a later span added that this one lacks."""
+    record_path = os.path.join(data_root, COLUMNS_FILE)
+    if reinfer:
+        return [f"column types inferred again: span-{span} is the data root's only span (the types it fixed "
+                f"before are replaced in {record_path})"]
+    if record is None:
+        return []
+    notes = []
+    if record.get("span") == span and fixed_by.startswith("span-"):
+        notes.append(f"span-{span} fixed these column types before and other spans were written with them; to "
+                     f"infer them again, delete {record_path} and prepare every span again, from span 1")
+    first = record.get("columns") or list(record.get("types", {}))
+    new = [column for column in columns if column not in first]
+    if new:
+        notes.append(f"column(s) new in this span: {', '.join(map(repr, new))} (not in span-{record.get('span', 1)}): "
+                     "the model leaves them out until init is run again or the schema lists them")
+    dropped = [column for column in record.get("types", {}) if column not in first and column not in columns]
+    if dropped and record.get("columns"):
+        notes.append(f"column(s) {', '.join(map(repr, dropped))}, which a later span added, are not in this file")
+    return notes
 
 
 def column_types(path: str, delimiter: str, header: list[str], data_root: str, schema_path: str | None,
-                 missing_tokens: tuple[str, ...], date_formats: dict[str, str]
-                 ) -> tuple[ColumnTypes, ColumnTypes | None, str, list[str]]:
-    """The first pass, and the types an earlier span or a schema fixed over it. Output: (the types the span is
-    written with, the fixed ones or None, where they came from, notes on columns that look like dates)."""
+                 missing_tokens: tuple[str, ...], date_formats: dict[str, str], record: dict | None = None,
+                 decimal: str = ".") -> tuple[ColumnTypes, ColumnTypes | None, str, list[str]]:
+    """The first pass, and the types an earlier span (`record`, COLUMNS_FILE's content) or a schema fixed
+    over it; a column the record holds as empty takes the type its cells have now. Output: (the types the span
+    is written with, the fixed ones or None, where they came from, notes on columns the types do not read as
+    they may be meant)."""
     columns = [name.strip() for name in header]
-    fixed, fixed_by = fixed_types(data_root, schema_path)
-    recorded = fixed_types(data_root, None)[0] if schema_path else fixed
+    recorded = ColumnTypes.from_json(record) if record else None
+    if schema_path:
+        fixed, fixed_by = _schema_types(schema_path), f"the schema {schema_path}"
+    elif recorded is not None:
+        fixed, fixed_by = recorded, f"span-{record.get('span', 1)} ({os.path.join(data_root, COLUMNS_FILE)})"
+    else:
+        fixed, fixed_by = None, ""
     recorded_forms = recorded.date_forms if recorded else {}
-    inferred, notes = infer_types(path, delimiter, header, missing_tokens, date_formats)
-    types = ColumnTypes(dict(inferred.types), dict(inferred.date_forms))
+    inferred, notes = infer_types(path, delimiter, header, missing_tokens, date_formats, decimal)
+    types = ColumnTypes(dict(inferred.types), dict(inferred.date_forms), dict(inferred.units), list(inferred.empty),
+                        decimal)
     if fixed is None:
         return types, None, "", notes
-    for column in columns:
-        if column in fixed.types:
-            types.types[column] = fixed.types[column]
-            if fixed.types[column] == "date":
-                types.date_forms[column] = (date_formats.get(column) or fixed.date_forms.get(column)
-                                            or recorded_forms.get(column) or inferred.date_forms.get(column) or "iso")
-            else:
-                types.date_forms.pop(column, None)
-    return types, fixed, fixed_by, [note for note in notes if not any(repr(c) in note for c in fixed.types)]
+    held = {column for column in columns if column in fixed.types and column not in fixed.empty}
+    for column in held:
+        types.types[column] = fixed.types[column]
+        if fixed.types[column] == "date":
+            types.date_forms[column] = (date_formats.get(column) or fixed.date_forms.get(column)
+                                        or recorded_forms.get(column) or inferred.date_forms.get(column) or "iso")
+        else:
+            types.date_forms.pop(column, None)
+        unit = fixed.units.get(column) or (recorded.units.get(column) if recorded else "") or inferred.units.get(column)
+        if fixed.types[column] in ("int", "float") and unit:
+            types.units[column] = unit
+        else:
+            types.units.pop(column, None)
+    return types, fixed, fixed_by, [note for note in notes if not any(repr(c) in note for c in held)]
 
 
 def _write_span(path: str, delimiter: str, header: list[str], data_root: str, span: int, types: ColumnTypes,
-                missing_tokens: tuple[str, ...], required: tuple[str, ...], fixed_by: str
+                missing_tokens: tuple[str, ...], required: tuple[str, ...], fixed_by: str, why: str = ""
                 ) -> tuple[str, int, int, int, dict[str, int]]:
-    """The second pass: every block written to the span's shards under hidden names, renamed into place only
-    when every row was read (on any error the span, or the data root it created, is removed). Output: (span
-    folder, rows written, rows left out for a required cell, empty rows skipped, missing cells per column)."""
+    """The second pass: every block written into a hidden folder beside the span (`.span-N.partial`), with the
+    span's note (SPAN_NOTE_FILE: the CSV, the rows written, left out and why), which replaces the span folder
+    only when every row was read and every file closed; on any error (a full disk included) the hidden
+    folder, and the data root when this call created it, are removed and an existing span is untouched.
+    Output: (span folder, rows written, rows left out for a required cell, empty rows skipped, missing cells
+    per column)."""
     columns = [name.strip() for name in header]
     span_dir = os.path.join(data_root, f"span-{span}")
+    staging = os.path.join(data_root, f".span-{span}.partial")  # hidden, and no span-N name: never read
     files = file_system(data_root)
-    created = data_root if not files.exists(data_root) else span_dir if not files.exists(span_dir) else None
-    files.makedirs(span_dir)
-    paths = [os.path.join(span_dir, f"data-{i:05d}-of-{SHARDS:05d}.tfrecord.gz") for i in range(SHARDS)]
-    temporary = [os.path.join(span_dir, "." + os.path.basename(p) + ".tmp") for p in paths]  # hidden: not read
-    writers = [_ShardWriter(p) for p in temporary]
+    created_root = not files.exists(data_root)
+    writers: list[_ShardWriter] = []
     missing_counts = dict.fromkeys(columns, 0)
     rows = skipped = empty = data_rows = 0
     try:
+        _remove_quietly(files, staging)  # what a killed write left
+        files.makedirs(staging)
+        writers = [_ShardWriter(os.path.join(staging, f"data-{i:05d}-of-{SHARDS:05d}.tfrecord.gz"))
+                   for i in range(SHARDS)]
         for block in _blocks(path, delimiter, header):
             rows_written, skipped_here, empty_here = _write_block(
                 path, delimiter, block, columns, types, missing_tokens, set(required), writers, rows,
@@ -609,17 +868,78 @@ def _write_span(path: str, delimiter: str, header: list[str], data_root: str, sp
         if not rows:
             raise CsvError(f"{path}: no data rows" + (" (only a header)" if not data_rows else
                                                       f" ({data_rows:,} row(s), every one empty or left out)"))
-    except BaseException:
-        for writer, partial in zip(writers, temporary):
+        while writers:
+            writer = writers.pop(0)
             writer.close()
-            files.remove(partial)
-        if created:
-            files.rmtree(created)
+            if not writer.records:  # fewer rows than shards: ingestion refuses a file without records
+                files.remove(writer.path)
+        left_out = [{"rows": skipped, "why": why}] if skipped else []
+        _write_json(files, os.path.join(staging, SPAN_NOTE_FILE), {
+            "csv": os.path.abspath(path), "rows": rows, "left_out": left_out, "empty_rows": empty})
+        _publish(files, staging, span_dir)
+    except BaseException:
+        for writer in writers:
+            try:
+                writer.close()
+            except Exception:  # noqa: BLE001 - a full disk fails the close too; the folder goes anyway
+                pass
+        _remove_quietly(files, staging)
+        if created_root:
+            _remove_quietly(files, data_root)
         raise
-    for writer, partial, final in zip(writers, temporary, paths):
-        writer.close()
-        files.rename(partial, final)
     return span_dir, rows, skipped, empty, missing_counts
+
+
+def _publish(files, staging: str, span_dir: str) -> None:
+    """Puts a completely written span folder in place of `span_dir`: a rename of the folder (a local path),
+    or of each file (an object store, where folders cannot be renamed); an existing span is moved aside first
+    and removed after."""
+    if "://" in span_dir:
+        files.makedirs(span_dir)
+        for name in files.listdir(staging):
+            files.rename(os.path.join(staging, name.rstrip("/")), os.path.join(span_dir, name.rstrip("/")))
+        _remove_quietly(files, staging)
+        return
+    replaced = os.path.join(os.path.dirname(span_dir), "." + os.path.basename(span_dir) + ".replaced")
+    if files.exists(span_dir):
+        _remove_quietly(files, replaced)
+        files.rename(span_dir, replaced)
+        try:
+            files.rename(staging, span_dir)
+        except BaseException:
+            files.rename(replaced, span_dir)
+            raise
+        _remove_quietly(files, replaced)
+    else:
+        files.rename(staging, span_dir)
+
+
+def _remove_quietly(files, path: str) -> None:
+    """Removes a file or folder if it is there; a failure to remove is ignored (it runs while cleaning up)."""
+    try:
+        if files.isdir(path):
+            files.rmtree(path)
+        elif files.exists(path):
+            files.remove(path)
+    except Exception:  # noqa: BLE001 - cleaning up after a failure must not hide the failure
+        pass
+
+
+def _write_json(files, path: str, value: dict) -> None:
+    """Writes `value` as indented JSON (UTF-8 kept) to `path` through `files` (file_system's operations)."""
+    with files.open(path, "w") as handle:
+        handle.write(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def read_span_note(span_dir: str) -> dict:
+    """A span folder's SPAN_NOTE_FILE ({} when there is none): its CSV, the rows written, `left_out` as
+    [{rows, why}], the empty rows skipped."""
+    files = file_system(span_dir)
+    path = os.path.join(span_dir, SPAN_NOTE_FILE)
+    if not files.exists(path):
+        return {}
+    with files.open(path) as handle:
+        return json.loads(handle.read())
 
 
 def _write_block(path, delimiter, block, columns, types: ColumnTypes, missing_tokens, required, writers,
@@ -638,7 +958,7 @@ def _write_block(path, delimiter, block, columns, types: ColumnTypes, missing_to
     for column in columns:
         kind = types.types[column]
         lists[column], bad = _typed(column, kind, types.date_forms.get(column, ""), cells[column], missing[column],
-                                    delimiter)
+                                    delimiter, types.decimal, types.units.get(column, ""))
         if bad >= 0 and not empty[bad] and not required_absent[bad]:
             cell = cells[column][bad].as_py()
             line = _line_of(path, delimiter, row_index=data_rows_before + bad)
@@ -663,20 +983,121 @@ def _indices(rows: np.ndarray):
     return pa.array(rows)
 
 
-def _record_types(data_root: str, span: int, types: ColumnTypes, fixed: ColumnTypes | None) -> None:
-    """Keeps the column types in COLUMNS_FILE when no earlier span fixed them (columns new in this span are
-    added)."""
-    files = file_system(data_root)
-    record = os.path.join(data_root, COLUMNS_FILE)
-    if fixed is not None and files.exists(record):
-        with files.open(record) as handle:
-            value = json.loads(handle.read())
-        new = {c: k for c, k in types.types.items() if c not in value["types"]}
-        if not new:
-            return
-        value["types"].update(new)
-        value.setdefault("date_forms", {}).update({c: f for c, f in types.date_forms.items() if c in new})
+def _record_types(data_root: str, span: int, types: ColumnTypes, record: dict | None, columns: list[str],
+                  label: str = "", missing_tokens: tuple[str, ...] = MISSING_TOKENS) -> None:
+    """Keeps the span's columns and types in COLUMNS_FILE when no earlier span fixed them (`record` None),
+    with the missing-value tokens when they are not the default ones (init gives them to the model, which
+    serves them as missing); else adds the columns new in this span, and the types of columns empty until
+    now that this span fills. The label `init` chose is kept."""
+    if record is None:
+        value = {"span": span, "columns": columns, **types.to_json(), **({"label": label} if label else {}),
+                 **({"missing_tokens": list(missing_tokens)} if tuple(missing_tokens) != MISSING_TOKENS else {})}
     else:
-        value = {"span": span, **types.to_json()}
-    with files.open(record, "w") as handle:
-        handle.write(json.dumps(value, indent=2, ensure_ascii=False))
+        value = json.loads(json.dumps(record))
+        known, empty = value.setdefault("types", {}), value.setdefault("empty", [])
+        changed = False
+        for column in columns:
+            filled = column in empty and column not in types.empty
+            if column in known and not filled:
+                continue
+            known[column] = types.types[column]
+            for key, forms in (("date_forms", types.date_forms), ("units", types.units)):
+                if column in forms:
+                    value.setdefault(key, {})[column] = forms[column]
+                else:
+                    value.get(key, {}).pop(column, None)
+            if filled:
+                empty.remove(column)
+            elif column in types.empty:
+                empty.append(column)
+            changed = True
+        if not changed:
+            return
+    write_record(data_root, value)
+
+
+def write_record(data_root: str, value: dict) -> None:
+    """Replaces COLUMNS_FILE (written beside, then renamed: never half written)."""
+    files = file_system(data_root)
+    path = os.path.join(data_root, COLUMNS_FILE)
+    _write_json(files, path + ".partial", value)
+    files.rename(path + ".partial", path)
+
+
+def leave_out_unlabelled(data_root: str, label: str) -> dict[str, int]:
+    """Input: a data root prepare-data wrote and the label `init` chose. Each span folder is written again
+    without the records that have no value for the label (into a hidden folder beside it, renamed into place:
+    a failure leaves the span as it was), its note (SPAN_NOTE_FILE) counting them; the label is recorded in
+    COLUMNS_FILE so that later spans leave such rows out as they are prepared. Output: span folder -> records
+    left out (spans that had none omitted)."""
+    from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
+
+    from components.tfrecord_ingest.records import iter_records
+    from components.tfrecord_ingest.spans import list_record_files
+
+    files = file_system(data_root)
+    decoder = ExamplesToRecordBatchDecoder()
+    left_out: dict[str, int] = {}
+    for name in _span_names(data_root):
+        span_dir = os.path.join(data_root, name)
+        staging = os.path.join(data_root, f".{name}.partial")
+        dropped = 0
+        writers: list[_ShardWriter] = []
+        try:
+            _remove_quietly(files, staging)
+            files.makedirs(staging)
+            kept = 0
+            for path in list_record_files(span_dir):
+                writer = _ShardWriter(os.path.join(staging, os.path.basename(path)))
+                writers.append(writer)
+                batch: list[bytes] = []
+                for _, record in iter_records(path):
+                    batch.append(record)
+                    if len(batch) == 4096:
+                        dropped += _write_labelled(decoder, batch, label, writer)
+                        batch = []
+                if batch:
+                    dropped += _write_labelled(decoder, batch, label, writer)
+                writers.pop().close()
+                kept += writer.records
+                if not writer.records:  # ingestion refuses a file without records
+                    files.remove(writer.path)
+            if dropped and kept:
+                note = read_span_note(span_dir)
+                if "rows" in note:
+                    note["rows"] -= dropped
+                note.setdefault("left_out", []).append({"rows": dropped, "why": f"no value for the label {label!r}"})
+                _write_json(files, os.path.join(staging, SPAN_NOTE_FILE), note)
+                _publish(files, staging, span_dir)
+                left_out[span_dir] = dropped
+            else:
+                _remove_quietly(files, staging)
+        except BaseException:
+            for writer in writers:
+                try:
+                    writer.close()
+                except Exception:  # noqa: BLE001
+                    pass
+            _remove_quietly(files, staging)
+            raise
+    record = read_record(data_root) or {}
+    if record.get("label") != label:
+        record["label"] = label
+        write_record(data_root, record)
+    return left_out
+
+
+def _write_labelled(decoder, batch: list[bytes], label: str, writer: "_ShardWriter") -> int:
+    """Writes the records of `batch` that hold a value for `label`. Output: how many were left out."""
+    import pyarrow.compute as pc
+
+    decoded = decoder.DecodeBatch(batch)
+    if label in decoded.schema.names:
+        values = decoded.column(decoded.schema.get_field_index(label))
+        held = pc.fill_null(pc.list_value_length(values), 0).to_numpy(zero_copy_only=False) > 0
+    else:
+        held = np.zeros(len(batch), bool)
+    for record, keep in zip(batch, held):
+        if keep:
+            writer.write(record)
+    return int((~held).sum())

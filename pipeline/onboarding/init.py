@@ -9,9 +9,11 @@ features open to new values (a new category is measured as drift, not refused), 
 drift comparator on the label and every other feature the model uses, the label in the TRAINING environment
 only (its classes are the config's, checked by the Trainer), and a feature the model leaves out checked for
 its type only. It chooses the task from the label's values unless told, leaves out the columns that cannot
-help (constant, a unique value per row, too rare, several values per row) and says why, and writes
-<folder>/<name>.yaml and <folder>/schemas/<name>/schema.pbtxt. Bad input raises InitError naming the column,
-file or folder, before anything is written.
+help (constant, a unique value per row, too rare, several values per row, no value at all) and says why, and
+writes <folder>/<name>.yaml and <folder>/schemas/<name>/schema.pbtxt. Records without a value for the label
+are left out of every decision and counted; for data prepare-data wrote, write() also leaves them out of the
+spans and records the label, so that later spans leave such rows out as they are prepared. Bad input raises
+InitError naming the column, file or folder, before anything is written.
 """
 from __future__ import annotations
 
@@ -23,9 +25,12 @@ import os
 import numpy as np
 
 from components.settings import IngestConfig
+from pipeline.onboarding.csv_spans import PLAUSIBLE_SECONDS
 from components.core.tasks import LabelNumbers, TaskError, task_for_label, task_named
 
 MOSTLY_MISSING = 0.5  # a label missing in more than this share of rows cannot be trained on
+EMPTY_REASON = ("no value in any record, so not in the schema; a later span that fills it is left out of the "
+                "model until init is run again")
 UNIQUE_ID_MIN_ROWS = 20  # below this many rows, a column of distinct values is not called an id
 RARE = 0.01  # a column present in fewer than this share of records is too rare to learn from
 NUMBER_DRIFT = 0.3  # Jensen-Shannon divergence over quantile histograms (as the taxi schema)
@@ -93,6 +98,14 @@ class Column:
     multi_valued: bool = False
     distinct_values: DistinctCounter = dataclasses.field(default_factory=DistinctCounter)
     is_date: bool = False  # int64 seconds since the epoch (prepare-data wrote a date column)
+    int_range: tuple[int, int] | None = None  # an integer column's least and greatest value
+
+    @property
+    def looks_like_seconds(self) -> bool:
+        """An integer column whose values all lie in 1990..2040 as Unix seconds, and differ: maybe times."""
+        low, high = self.int_range or (0, 0)
+        return (self.kind == "int" and not self.is_date and PLAUSIBLE_SECONDS[0] <= low < high <= PLAUSIBLE_SECONDS[1]
+                and self.distinct > 2)
 
     @property
     def distinct(self) -> int:
@@ -122,6 +135,12 @@ class Project:
     eval_fraction: float = IngestConfig.eval_fraction
     # the task's own settings (Task.propose_settings), setting -> (value, why): a regression's label_transform
     task_settings: dict[str, tuple[object, str]] = dataclasses.field(default_factory=dict)
+    unlabelled: int = 0  # records of the latest span without a value for the label: left out by write()
+    empty: list[str] = dataclasses.field(default_factory=list)  # columns with no value in any record (no schema)
+    notes: list[str] = dataclasses.field(default_factory=list)  # columns that may be meant otherwise, and how
+    prepared: bool = False  # the data root is prepare-data's (COLUMNS_FILE): write() records the label there
+    left_out_spans: dict[str, int] = dataclasses.field(default_factory=dict)  # span folder -> records write() left out
+    missing_tokens: list[str] = dataclasses.field(default_factory=list)  # prepare-data --na's, when not the default
 
     @property
     def validates(self) -> bool:
@@ -137,7 +156,9 @@ class Project:
         return os.path.join(self.folder, "schemas", self.name, "schema.pbtxt")
 
     def render(self) -> str:
-        lines = [f"read {self.records:,} records from {self.data_root}",
+        unlabelled = (f" ({self.unlabelled:,} more without a value for the label {self.label!r}, left out)"
+                      if self.unlabelled else "")
+        lines = [f"read {self.records:,} records from {self.data_root}{unlabelled}",
                  f"task: {self.task} ({self.task_reason})", f"label: {self.label}"]
         if self.classes:
             lines.append("classes: " + ", ".join(f"{i} {name!r}" for i, name in enumerate(self.classes))
@@ -147,10 +168,20 @@ class Project:
                 lines.append(f"{kind} features: {', '.join(names)}")
         for name, reason in self.excluded.items():
             lines.append(f"left out: {name} ({reason})")
+        for name in self.empty:
+            lines.append(f"left out: {name} ({EMPTY_REASON})")
+        if self.unlabelled:
+            spans = ", ".join(f"{os.path.basename(span)}: {count:,}" for span, count in self.left_out_spans.items())
+            count = sum(self.left_out_spans.values()) or self.unlabelled
+            lines.append(f"left out of training and evaluation: {count:,} record(s) without a value for the label "
+                         f"{self.label!r} ({spans or 'none written'}; the spans were written again without them, the "
+                         "CSV still holds them; later spans prepare-data writes into this data root leave such rows "
+                         "out too, and say how many)")
         defaults = task_named(self.task).settings
         for setting, (value, reason) in self.task_settings.items():
             if value != defaults.get(setting):
                 lines.append(f"{setting.replace('_', ' ')}: {value} ({reason})")
+        lines += [f"note: {note}" for note in self.notes]
         kept = (f"the best on a {VALIDATION_SHARE:.0%} validation slice of the training split kept"
                 if self.validates else "no validation slice (too few records)")
         lines += [f"eval split: {self.eval_fraction:.0%} of the records",
@@ -177,10 +208,14 @@ class Project:
             + (f"  classes: {_yaml_list(self.classes)}  # label ids 0, 1, ... in this order\n" if self.classes else "")
             + ("  exclude:  # columns the model leaves out (the schema checks only their type)\n" + excluded
                if excluded else "  exclude: []\n")
+            + "".join(f"  # left out, not in the schema: {_yaml_string(name)} ({EMPTY_REASON})\n"
+                      for name in self.empty)
             + (f"  dates: {_yaml_list(dates)}  # int64 seconds since 1970-01-01 UTC: the model derives calendar "
                "features\n" if dates else "")
             + "".join(f"  {setting}: {value}  # {_comment(reason)}\n"
                       for setting, (value, reason) in self.task_settings.items())
+            + (f"  missing_tokens: {_yaml_list(self.missing_tokens)}  # what prepare-data read as missing: the model "
+               "serves them as missing too\n" if self.missing_tokens else "")
             + ("" if self.eval_fraction == IngestConfig.eval_fraction else
                f"ingest:\n  eval_fraction: {self.eval_fraction:.4f}  # about {EVAL_RECORDS:,} records for the gates\n")
             + "train:\n"
@@ -198,10 +233,19 @@ class Project:
             "  absolute_bar: null  # a bar on the primary metric, on top of beating the trivial predictor\n")
 
     def write(self, force: bool = False) -> None:
-        """Writes the config and the schema; InitError if either exists and `force` is off."""
+        """Writes the config and the schema; InitError if either exists and `force` is off. For data prepare-data
+        wrote, first leaves the records without a label out of its spans and records the label, so that later
+        spans leave such rows out as they are prepared (csv_spans.leave_out_unlabelled)."""
+        from pipeline.onboarding.csv_spans import leave_out_unlabelled, read_record, write_record
+
         for path in (self.config_path, self.schema_path):
             if os.path.exists(path) and not force:
                 raise InitError(f"{path} already exists: choose another --name, or --force to overwrite it")
+        if self.unlabelled:
+            self.left_out_spans = leave_out_unlabelled(self.data_root, self.label)
+        elif self.prepared and (record := read_record(self.data_root)) is not None:
+            if record.get("label") != self.label:
+                write_record(self.data_root, {**record, "label": self.label})
         os.makedirs(os.path.dirname(self.schema_path), exist_ok=True)
         with open(self.schema_path, "w", encoding="utf-8") as handle:
             handle.write(self.schema_text)
@@ -224,24 +268,47 @@ def _comment(text: str) -> str:
 KINDS = {"int64": "int", "float": "float", "large_binary": "string", "binary": "string"}  # decoded value types
 
 
-def read_columns(data_root: str) -> tuple[dict[str, Column], int, list[bytes]]:
-    """The latest span under `data_root`, read as ingestion reads it, a batch of records at a time. Output:
-    (column name -> Column, records, a uniform sample of at most STATISTICS_ROWS serialized records, the same
-    for the same data). InitError naming the folder, or the file and record that is no tf.Example with
+@dataclasses.dataclass
+class SpanReading:
+    """What read_columns saw of the latest span: the columns of the records kept, how many were kept, a uniform
+    sample of them, how many were left out for lacking the label, and every column name any record holds."""
+    columns: dict[str, Column]
+    records: int
+    sample: list[bytes]
+    unlabelled: int = 0
+    names: set[str] = dataclasses.field(default_factory=set)
+    span_dir: str = ""
+
+
+def read_columns(data_root: str, label: str | None = None) -> SpanReading:
+    """The latest span under `data_root`, read as ingestion reads it, a batch of records at a time. With a
+    `label`, the records without a value for it are counted and left out of everything else (when no record
+    holds the label, none is left out: check_label names the missing column). Output: the columns, the records
+    kept, a uniform sample of at most STATISTICS_ROWS of them (serialized; the same for the same data), the
+    records left out. InitError naming the folder, or the file and record that is no tf.Example with
     features."""
     import random
     from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
 
     from components.tfrecord_ingest.records import iter_records
     from components.tfrecord_ingest.spans import IngestionError, list_record_files, resolve_spans
+    reading = SpanReading({}, 0, [])
+    chooser = random.Random(0)
+
+    def note(batch: list[bytes], path: str, first: int) -> None:
+        kept = _note_batch(reading, decoder, batch, path, first, label)
+        for record in (record for record, keep in zip(batch, kept) if keep):
+            reading.records += 1
+            if len(reading.sample) < STATISTICS_ROWS:  # a reservoir: every record kept with the same chance
+                reading.sample.append(record)
+            elif (slot := chooser.randrange(reading.records)) < STATISTICS_ROWS:
+                reading.sample[slot] = record
+
     try:
         (_, span_dir), = resolve_spans(data_root, 1)
+        reading.span_dir = span_dir
         files = list_record_files(span_dir)
         decoder = ExamplesToRecordBatchDecoder()
-        columns: dict[str, Column] = {}
-        records = 0
-        sample: list[bytes] = []
-        chooser = random.Random(0)
         for path in files:
             batch: list[bytes] = []
             first = 0
@@ -249,29 +316,29 @@ def read_columns(data_root: str) -> tuple[dict[str, Column], int, list[bytes]]:
                 if not batch:
                     first = index
                 batch.append(record)
-                records += 1
-                if len(sample) < STATISTICS_ROWS:  # a reservoir: every record kept with the same chance
-                    sample.append(record)
-                elif (slot := chooser.randrange(records)) < STATISTICS_ROWS:
-                    sample[slot] = record
                 if len(batch) == DECODE_BATCH:
-                    _note_batch(columns, decoder, batch, path, first)
+                    note(batch, path, first)
                     batch = []
             if batch:
-                _note_batch(columns, decoder, batch, path, first)
+                note(batch, path, first)
     except IngestionError as error:
         raise InitError(str(error)) from None
-    if not records:
+    if label is not None and label not in reading.names:
+        reading.records, reading.unlabelled = reading.records + reading.unlabelled, 0
+    if not reading.records and not reading.unlabelled:
         raise InitError(f"{data_root}: no records")
     for name, kind in _date_columns(data_root).items():
-        if name in columns and columns[name].kind == "int":
-            columns[name].is_date = kind == "date"
-    return columns, records, sample
+        if name in reading.columns and reading.columns[name].kind == "int":
+            reading.columns[name].is_date = kind == "date"
+    return reading
 
 
-def _note_batch(columns: dict[str, Column], decoder, batch: list[bytes], path: str, first_index: int) -> None:
-    """Adds one batch of serialized records to `columns`. InitError naming the file and record for a record
-    that is no tf.Example, or one with no features."""
+def _note_batch(reading: SpanReading, decoder, batch: list[bytes], path: str, first_index: int,
+                label: str | None = None) -> np.ndarray:
+    """Adds one batch of serialized records to `reading.columns`: those that hold `label` (every record when
+    None, or when no record seen so far holds it). Output: which records were kept. InitError naming the file
+    and record for a record that is no tf.Example, or one with no features."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     from components.tfrecord_ingest.records import check_example
@@ -284,13 +351,24 @@ def _note_batch(columns: dict[str, Column], decoder, batch: list[bytes], path: s
             problem = check_example(record)
             if problem:
                 raise InitError(f"{path}: record {first_index + offset}: {problem}")
-    any_present = np.zeros(decoded.num_rows, bool)
+    lengths = {name: pc.fill_null(pc.list_value_length(values), 0).to_numpy(zero_copy_only=False)
+               for name, values in zip(decoded.schema.names, decoded.columns)}
+    any_present = np.logical_or.reduce([length > 0 for length in lengths.values()])
+    if not any_present.all():
+        offset = int(np.argmin(any_present))
+        raise InitError(f"{path}: record {first_index + offset}: tf.Example with no features")
+    reading.names |= {name for name, length in lengths.items() if (length > 0).any()}
+    keep = np.ones(decoded.num_rows, bool)
+    if label is not None:
+        keep = lengths[label] > 0 if label in lengths else np.zeros(decoded.num_rows, bool)
+        reading.unlabelled += int((~keep).sum())
+        if not keep.all():
+            decoded = decoded.filter(pa.array(keep))
     for name, values in zip(decoded.schema.names, decoded.columns):
         lengths = pc.fill_null(pc.list_value_length(values), 0).to_numpy(zero_copy_only=False)
         held = lengths > 0
-        any_present |= held
         kind = KINDS.get(str(values.type.value_type), "string")
-        column = columns.setdefault(name, Column(name, kind))
+        column = reading.columns.setdefault(name, Column(name, kind))
         column.present += int(held.sum())
         column.multi_valued |= bool((lengths > 1).any())
         first = pc.list_element(pc.filter(values, held), 0) if held.any() else None
@@ -298,10 +376,12 @@ def _note_batch(columns: dict[str, Column], decoder, batch: list[bytes], path: s
             first = first.to_numpy(zero_copy_only=False)
             if kind == "string":
                 first = np.array([value.decode("utf-8", "replace") for value in first], dtype=object)
+            elif kind == "int":
+                low, high = int(first.min()), int(first.max())
+                column.int_range = (min(low, column.int_range[0]), max(high, column.int_range[1])) \
+                    if column.int_range else (low, high)
             column.distinct_values.add(first)
-    if not any_present.all():
-        offset = int(np.argmin(any_present))
-        raise InitError(f"{path}: record {first_index + offset}: tf.Example with no features")
+    return keep
 
 
 def _date_columns(data_root: str) -> dict[str, str]:
@@ -340,24 +420,39 @@ def choose_task(label: Column, asked: str | None) -> tuple[str, list[str], str]:
     return task.name, classes, reason
 
 
-def check_label(columns: dict[str, Column], label: str, records: int) -> Column:
-    """The label's column; InitError when it is absent, mostly or partly missing, or constant."""
+def check_label(columns: dict[str, Column], label: str, records: int, unlabelled: int = 0,
+                names: set[str] | None = None) -> Column:
+    """The label's column, given the records that hold it and those that do not (`unlabelled`); InitError when
+    it is absent, missing in most records, several-valued or constant."""
     if label not in columns:
-        raise InitError(f"--label {label}: no such column (columns: {', '.join(sorted(columns))})")
+        raise InitError(f"--label {label}: no such column (columns: {', '.join(sorted(names or columns))})")
     column = columns[label]
-    missing = records - column.present
-    if missing > MOSTLY_MISSING * records:
-        raise InitError(f"--label {label}: missing in {missing:,} of {records:,} records: too few labeled examples")
-    if missing:
-        raise InitError(f"--label {label}: missing in {missing:,} of {records:,} records, which cannot be trained "
-                        f"or evaluated on; leave those rows out (prepare-data --csv FILE --require {label}) and run "
-                        "init again")
+    total = records + unlabelled
+    if unlabelled > MOSTLY_MISSING * total:
+        raise InitError(f"--label {label}: missing in {unlabelled:,} of {total:,} records: too few labeled examples")
     if column.multi_valued:
         raise InitError(f"--label {label}: several values in one record; a label is one value per example")
     if column.distinct < 2:
         raise InitError(f"--label {label}: every record has the same value ({column.sorted_values()[0]!r}): one "
                         "class, nothing to learn")
     return column
+
+
+def check_unlabelled(label: str, records: int, unlabelled: int, prepared: bool, refuse: bool) -> None:
+    """InitError when some records lack the label and cannot be left out: asked not to (`refuse`), or the
+    data root is not prepare-data's (`prepared` False: its TFRecord files are the user's, not rewritten)."""
+    if not unlabelled:
+        return
+    where = (f"--label {label}: missing in {unlabelled:,} of {records + unlabelled:,} records, which cannot be "
+             "trained or evaluated on")
+    if refuse:
+        raise InitError(f"{where} (--refuse-unlabelled); leave those rows out (prepare-data --csv FILE --require "
+                        f"{label}) and run init again, or run init without --refuse-unlabelled, which leaves them "
+                        "out of the spans and counts them")
+    if not prepared:
+        raise InitError(f"{where}; init leaves such records out only of spans prepare-data wrote, and these TFRecord "
+                        "files are yours: leave the records out of them (or prepare the table with prepare-data "
+                        "--csv) and run init again")
 
 
 def exclusions(columns: dict[str, Column], label: str, records: int, asked: list[str]) -> dict[str, str]:
@@ -380,8 +475,18 @@ def exclusions(columns: dict[str, Column], label: str, records: int, asked: list
             excluded[name] = "the same value wherever present"
         elif (column.kind != "float" and not column.is_date and records >= UNIQUE_ID_MIN_ROWS
               and column.present == records and column.distinct >= ID_SHARE * records):
-            excluded[name] = "a different value in every record: an id, not a feature"
+            excluded[name] = "a different value in every record: an id, not a feature" + (
+                f"; {_seconds_advice(column)}" if column.looks_like_seconds else "")
     return excluded
+
+
+def _seconds_advice(column: Column) -> str:
+    """What to do with an integer column that looks like Unix seconds."""
+    import datetime
+
+    first, last = (datetime.datetime.fromtimestamp(value, datetime.timezone.utc).date() for value in column.int_range)
+    return (f"it looks like Unix seconds ({first} to {last}): init --dates {column.name} reads it as a date "
+            "(calendar features)")
 
 
 def curated_schema(statistics, label: str, excluded: set[str], dates: set[str],
@@ -469,16 +574,29 @@ def label_numbers(statistics, label: str) -> LabelNumbers | None:
 
 
 def plan_project(folder: str, data_root: str, label: str, task: str | None = None, name: str | None = None,
-                 exclude: list[str] = ()) -> Project:
-    """Reads the data and decides everything; writes nothing. InitError naming what is wrong."""
+                 exclude: list[str] = (), refuse_unlabelled: bool = False, dates: list[str] = ()) -> Project:
+    """Reads the data and decides everything; writes nothing (Project.write does). Records without a value for
+    the label are counted and left out of every decision (write() leaves them out of the spans), unless
+    `refuse_unlabelled`. `dates`: integer columns of Unix seconds the model reads as dates. InitError naming
+    what is wrong."""
+    from pipeline.onboarding.csv_spans import read_record
+
     if os.path.isfile(data_root):
         raise InitError(f"--data {data_root}: a file; --data is the folder prepare-data wrote (prepare-data --csv "
                         f"{data_root} --data data/NAME, then init --data data/NAME)")
     name = name or os.path.basename(os.path.abspath(data_root).rstrip("/")) or "project"
     if not name.replace("-", "").replace("_", "").isalnum() or not name.isascii():
         raise InitError(f"--name {name!r}: letters, digits, '-' and '_' only (it names files and the pipeline)")
-    columns, records, sample = read_columns(data_root)
-    label_column = check_label(columns, label, records)
+    reading = read_columns(data_root, label)
+    columns, records = reading.columns, reading.records
+    label_column = check_label(columns, label, records, reading.unlabelled, reading.names)
+    record = read_record(data_root)
+    check_unlabelled(label, records, reading.unlabelled, record is not None, refuse_unlabelled)
+    for column in dates:
+        if column not in columns or columns[column].kind != "int" or column == label:
+            raise InitError(f"--dates {column}: not an integer column of the data (a date is int64 seconds since "
+                            "1970-01-01 UTC)")
+        columns[column].is_date = True
     task, classes, task_reason = choose_task(label_column, task)
     excluded = exclusions(columns, label, records, list(exclude))
     kept = {n: c for n, c in sorted(columns.items()) if n != label and n not in excluded}
@@ -488,11 +606,19 @@ def plan_project(folder: str, data_root: str, label: str, task: str | None = Non
         reasons = ("; ".join(f"{column}: {why}" for column, why in excluded.items())
                    or "the label is the only column")
         raise InitError(f"no column is left for the model to learn from ({reasons})")
+    empty = [column for column in (record or {}).get("types", {}) if column not in reading.names and column != label]
+    notes = [f"int column {c!r}: {_seconds_advice(column)}" for c, column in kept.items() if column.looks_like_seconds]
+    earlier = (record or {}).get("label")
+    if earlier and earlier != label:
+        notes.append(f"the spans were written without the rows that had no value for {earlier!r} (the label init "
+                     "was given before); prepare them again from the CSV to have those rows back")
     sometimes_missing = {name for name, column in columns.items() if column.present < records}
-    statistics = sample_statistics(sample)
+    statistics = sample_statistics(reading.sample)
     schema_text = curated_schema(statistics, label, set(excluded), set(inputs["date"]), sometimes_missing)
     eval_fraction = eval_share(records)
     batch, epochs = training_size(records, eval_fraction)
     task_settings = task_named(task).propose_settings(label_numbers(statistics, label))
     return Project(name, folder, data_root, records, task, label, classes, inputs, excluded, task_reason,
-                   schema_text, batch, epochs, eval_fraction, task_settings)
+                   schema_text, batch, epochs, eval_fraction, task_settings, reading.unlabelled, empty, notes,
+                   prepared=record is not None and not refuse_unlabelled,
+                   missing_tokens=list((record or {}).get("missing_tokens", [])))

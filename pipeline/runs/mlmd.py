@@ -77,6 +77,13 @@ def spans_of(examples) -> str:
         else str(examples.properties[contract.SPAN_PROPERTY].int_value)
 
 
+def input_dirs(examples) -> list[str]:
+    """The span folders an Examples artifact (MLMD proto) was read from ([] for artifacts that do not say)."""
+    properties = examples.custom_properties
+    value = properties[contract.INPUT_DIR_PROPERTY].string_value if contract.INPUT_DIR_PROPERTY in properties else ""
+    return [folder for folder in value.split(",") if folder]
+
+
 def split_counts(examples) -> dict[str, int]:
     """Split name -> records, from an Examples artifact's (MLMD proto) per-split count properties."""
     suffix = contract.SPLIT_EXAMPLES_PROPERTY.format(split="")

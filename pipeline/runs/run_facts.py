@@ -21,10 +21,11 @@ from components.core.artifact_files import read_bytes
 from components.core.contract import CANDIDATE, FP32_BASELINE, PRODUCTION
 from components.core.records import EvaluationReport, ExportReport, TrainingReport
 from pipeline.config import PipelineConfig
-from pipeline.runs.mlmd import (artifact_json, is_blessed, open_store, output_artifact, pushed_destination,
-                                runs_by_node, spans_of, split_counts)
+from pipeline.runs.mlmd import (artifact_json, input_dirs, is_blessed, open_store, output_artifact,
+                                pushed_destination, runs_by_node, spans_of, split_counts)
 
 TRAINERS = (contract.TRAINER_NODE, contract.FP32_BASELINE_NODE)  # the pipeline's two Trainer nodes
+PER_CLASS_LISTED = 5  # beyond this many classes, the summary lists a per-class metric's lowest and its median
 MODEL_ROLES = (CANDIDATE, FP32_BASELINE, PRODUCTION)  # the models the PrecisionEvaluator compares
 STEP_OUTCOMES = {"NEW": "new", "RUNNING": "running", "COMPLETE": "ran", "FAILED": "failed", "CACHED": "cached",
                  "CANCELED": "killed"}  # MLMD execution state -> what the summary, report and status say
@@ -61,11 +62,36 @@ class RunFacts:
     export: ExportReport | None = None  # ModelExport's report
     blessed: bool | None = None  # what the ModelBlessing says (None: not evaluated)
     pushed_to: str | None = None  # the pushed version's folder (None: nothing pushed)
+    # span folder name -> how prepare-data (and init) prepared it: {"left_out": [{"rows", "why"}], ...}; {} for
+    # spans of one's own TFRecords, or not read (see list_runs)
+    span_notes: dict[str, dict] = field(default_factory=dict)
 
     @property
     def candidate_metrics(self) -> dict[str, float]:
-        """The candidate's overall eval metrics ({} when not evaluated)."""
-        return self.evaluation.overall(CANDIDATE) if self.evaluation else {}
+        """The candidate's overall eval metrics as the run summary lists them ({} when not evaluated): a
+        per-class metric (`recall/class_7`) of more than PER_CLASS_LISTED classes is given by its
+        PER_CLASS_LISTED lowest classes and its median over all of them (`recall/median of 50 classes`); every
+        class's figure is in precision_report.json."""
+        return summary_metrics(self.evaluation.overall(CANDIDATE)) if self.evaluation else {}
+
+    @property
+    def new_columns(self) -> list[str]:
+        """Columns of the data that the schema does not know, which the model left out (the ValidationGate's
+        report)."""
+        return list(self.validation.get("new_columns", []))
+
+    @property
+    def data_lines(self) -> list[str]:
+        """What the run summary says of the data beyond its counts: columns the model left out for the schema
+        not knowing them, and rows left out of the spans read when they were prepared (and why)."""
+        lines = []
+        if self.new_columns:
+            lines.append(f"  new columns, left out of the model: {', '.join(self.new_columns)} (not in the schema: "
+                         "run init again, or add them to the schema, to use them)")
+        for span, note in self.span_notes.items():
+            for left in note.get("left_out", []):
+                lines.append(f"  left out of {span}: {left['rows']:,} row(s) with {left['why']}")
+        return lines
 
     @property
     def primary_metric(self) -> tasks.Metric | None:
@@ -105,6 +131,32 @@ class RunFacts:
         if unfinished := [step.name for step in self.steps if step.outcome in ("new", "running")]:
             return "running or killed at " + ", ".join(unfinished)
         return "cached" if self.steps_with("cached") and not self.steps_with("ran") else "complete"
+
+
+def summary_metrics(metrics: dict[str, float | None], listed: int = PER_CLASS_LISTED) -> dict[str, float | None]:
+    """Input: metric name -> value, per-class ones named `<metric>/class_<id>`. Output: the same, but a
+    per-class metric of more than `listed` classes is reduced to its `listed` lowest classes and
+    `<metric>/median of <N> classes`."""
+    import re
+    import statistics
+
+    per_class: dict[str, dict[str, float | None]] = {}
+    result = {}
+    for name, value in metrics.items():
+        match = re.fullmatch(r"(.+)/class_[0-9]+", name)
+        if match:
+            per_class.setdefault(match.group(1), {})[name] = value
+        else:
+            result[name] = value
+    for metric, values in per_class.items():
+        if len(values) <= listed:
+            result.update(values)
+            continue
+        known = {name: value for name, value in values.items() if value is not None}
+        result.update(dict(sorted(known.items(), key=lambda item: item[1])[:listed]))
+        if known:
+            result[f"{metric}/median of {len(values)} classes"] = statistics.median(known.values())
+    return result
 
 
 def read_run_facts(config: PipelineConfig, known_runs: frozenset[str] | None = None) -> RunFacts | None:
@@ -171,7 +223,24 @@ def _facts(store, config: PipelineConfig, run, nodes: dict, data_details: bool) 
                                                     contract.EXPORT_REPORT_FILE)),
         blessed=is_blessed(output("PrecisionEvaluator", contract.BLESSING)),
         pushed_to=pushed_destination(output("AtomicPusher", contract.PUSHED_MODEL)),
+        span_notes=_span_notes(input_dirs(examples)) if examples is not None and data_details else {},
     )
+
+
+def _span_notes(span_dirs: list[str]) -> dict[str, dict]:
+    """Span folder name -> its note as prepare-data wrote it (spans without one left out); a note that cannot be
+    read is left out too (the data may have moved since the run)."""
+    from pipeline.onboarding.csv_spans import read_span_note
+
+    notes = {}
+    for span_dir in span_dirs:
+        try:
+            note = read_span_note(span_dir)
+        except Exception:  # noqa: BLE001 - a report of the run, not a check of the data
+            continue
+        if note:
+            notes[os.path.basename(span_dir.rstrip("/"))] = note
+    return notes
 
 
 def _split_files(artifact, file_name: str) -> dict[str, str]:

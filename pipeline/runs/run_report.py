@@ -88,6 +88,11 @@ def _data_section(facts: RunFacts) -> str:
     parts = ["<h2>Data</h2>"]
     if facts.counts:
         parts.append(_table(["split", "examples"], [[split, f"{count:,}"] for split, count in sorted(facts.counts.items())]))
+    left_out = [[span, f"{left['rows']:,}", left["why"]] for span, note in facts.span_notes.items()
+                for left in note.get("left_out", [])]
+    if left_out:
+        parts.append("<p>Rows left out of the spans read when they were prepared (their CSV still holds them):</p>")
+        parts.append(_table(["span", "rows left out", "why"], left_out))
     statistics = facts.statistics or {}
     if not statistics:
         return "\n".join(parts + ["<p>No statistics: the run stopped before StatisticsGen.</p>"])
@@ -123,6 +128,9 @@ def _validation_section(facts: RunFacts) -> str:
         rows = [[split, *row] for split, split_rows in anomalies.items() for row in split_rows]
         parts.append(_table(["split", "feature", "severity", "anomaly", "description"], rows, css="anomalies")
                      if rows else "<p class=ok>No schema anomalies in any split.</p>")
+    if facts.new_columns:
+        parts.append(f"<p>New columns, not in the schema, left out of the model (not blocking): "
+                     f"{_e(', '.join(facts.new_columns))}. Run init again, or add them to the schema, to use them.</p>")
     drift = facts.validation.get("drift")
     if drift:
         parts.append(f"<h3>Drift against span {drift.get('previous_span')}</h3>")

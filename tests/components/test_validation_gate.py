@@ -94,3 +94,27 @@ def test_a_feature_with_two_comparators_keeps_both_and_a_breach_of_either_blocks
     assert "train: payment_type: drift L-infinity distance" in message
     assert 'name: "payment_type" drift_comparator { infinity_norm { threshold: ' in message
     assert "the config's schema_path" in message and "python -m pipeline run --config" in message
+
+
+def test_a_column_the_schema_does_not_know_is_listed_and_does_not_block(tmp_path):
+    """TFDV marks a feature missing from the schema as an ERROR (SCHEMA_NEW_COLUMN: a schema environment cannot
+    hold a feature it does not list); the model, built from the schema, leaves such a column out, so the gate
+    lists it and lets the span through. Any other ERROR still blocks."""
+    examples = [row_to_example(row) for row in _rows(300)]
+    for index, example in enumerate(examples):
+        example.features.feature["tip_share"].float_list.value.append(index / 300)
+    anomalies = _validate(tmp_path, examples)
+    from tensorflow_metadata.proto.v0 import anomalies_pb2
+    assert [reason.type for reason in anomalies.anomaly_info["tip_share"].reason] == [
+        anomalies_pb2.AnomalyInfo.SCHEMA_NEW_COLUMN]
+    assert anomalies.anomaly_info["tip_share"].severity == anomalies_pb2.AnomalyInfo.ERROR
+    report = gate.summarize({"train": anomalies, "eval": anomalies})
+    assert report["blocking"] is False and report["new_columns"] == ["tip_share"]
+    assert report["splits"]["train"]["tip_share"] == {"blocking": False, "short": "New column", "new_column": True,
+                                                      "description": "New column (column in data but not in schema)"}
+    for example in examples[:50]:
+        example.features.feature["payment_type"].bytes_list.value[0] = b"Bitcoin"  # outside the domain: blocks
+    report = gate.summarize({"train": _validate(tmp_path, examples)})
+    assert report["blocking"] is True and report["new_columns"] == ["tip_share"]
+    message = gate.describe(report)
+    assert "train: payment_type:" in message and "not blocking: new column(s) tip_share, not in the schema" in message

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from components.core.feature_names import RESERVED, internal_names
 from pipeline.commands.cli import main as cli_main
+from tests.config_text import taxi_config_text
 
 
 def _cli(*argv) -> tuple[int, str, str]:
@@ -93,8 +94,29 @@ def test_a_file_where_a_folder_is_wanted_and_a_missing_data_root_exit_2_saying_w
     code, _, err = _cli("prepare-data", "--csv", str(tmp_path / "s.csv"), "--data", str(tmp_path / "s.csv"))
     assert code == 2 and "s.csv: a file; --data names the folder the spans are written into" in err, err
     assert (tmp_path / "s.csv").read_text() == "x,label\n1,a\n2,b\n"
-    (tmp_path / "c.yaml").write_text("train: {epochs: 1}\n")
+    (tmp_path / "c.yaml").write_text(taxi_config_text("train: {epochs: 1}\n"))
     code, _, err = _cli("run", "--config", str(tmp_path / "c.yaml"), "--data", str(tmp_path / "nowhere"),
                         "--output", str(tmp_path / "out"))
     assert code == 2 and "data error: " in err and "nowhere: input directory does not exist" in err, err
     assert not (tmp_path / "out" / "serving").exists()  # no step ran (the run report says it never started)
+
+
+def test_the_missing_tokens_prepare_data_was_given_reach_the_model_through_init(tmp_path, monkeypatch):
+    """`prepare-data --na` tokens are recorded with the data; `init` writes them into the config's task section,
+    where the schema-driven model reads them (and serves them as missing); the default tokens stay implicit."""
+    from components.core.model_module import load_model_module
+    from pipeline.config import load_config
+
+    monkeypatch.chdir(tmp_path)
+    rows = ["color,size,label"] + [f"{['red', 'blue', 'unknown', ''][i % 4]},{i % 7},{i % 2}" for i in range(400)]
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    assert _cli("prepare-data", "--csv", "t.csv", "--data", "data/t", "--na", "unknown,n.a.")[0] == 0
+    code, _, err = _cli("init", "--data", "data/t", "--label", "label")
+    assert code == 0, err
+    config = load_config("t.yaml")
+    assert config.task.missing_tokens == ["unknown", "n.a."]
+    module = load_model_module(config.train.model, config.task, config.schema_path)
+    assert {"unknown", "UNKNOWN", "Unknown"} <= set(module.missing_spellings)
+    assert _cli("prepare-data", "--csv", "t.csv", "--data", "data/d")[0] == 0
+    assert _cli("init", "--data", "data/d", "--label", "label", "--name", "d")[0] == 0
+    assert "missing_tokens" not in (tmp_path / "d.yaml").read_text()  # the default tokens: the default setting

@@ -152,7 +152,8 @@ def test_init_leaves_out_ids_and_constants_and_says_why(tmp_path, capsys, monkey
 @pytest.mark.parametrize("argv, expected", [
     (["--label", "penguin"], r"--label penguin: no such column \(columns: bill_depth_mm, "),
     (["--label", "species", "--task", "regression"], r"--task regression: the label 'species' holds strings"),
-    (["--label", "sex"], r"--label sex: missing in 11 of 344 records, .* --require sex"),
+    (["--label", "sex", "--refuse-unlabelled"],
+     r"--label sex: missing in 11 of 344 records, .* \(--refuse-unlabelled\); .* --require sex"),
     (["--label", "species", "--exclude", "beak"], r"--exclude: no such column\(s\): beak"),
     (["--label", "species", "--task", "binary"], r"--task binary: the label 'species' has 3 distinct values, not 2"),
     (["--label", "species", "--exclude", "island,sex,year,bill_length_mm,bill_depth_mm,flipper_length_mm,body_mass_g"],
