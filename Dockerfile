@@ -19,6 +19,12 @@ COPY accel_tfx/ accel_tfx/
 COPY schemas/ schemas/
 RUN pip install --no-cache-dir --no-deps --ignore-requires-python .
 
+# The same image is the Beam workers' container under Dataflow, Flink or Spark (the compile passes it as
+# --sdk_container_image / --environment_config): Beam's worker boot program, from Beam's own image of the pinned
+# Beam and Python, is its entrypoint. Pipeline steps name their own command, so they never run it.
+COPY --from=apache/beam_python3.11_sdk:2.61.0 /opt/apache/beam /opt/apache/beam
+ENTRYPOINT ["/opt/apache/beam/boot"]
+
 # The compile points the bundled schema at /pipeline/schemas; TFX's entrypoint imports our executors, and our
 # custom artifact types by their KFP schema titles (accel_tfx.<Name>).
 ENV PYTHONPATH=/pipeline TF_CPP_MIN_LOG_LEVEL=1

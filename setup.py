@@ -7,6 +7,8 @@ setup(
     description="TFX pipeline: TFRecord ingestion, TFDV validation, GPU-aware training, guarded push.",
     python_requires=">=3.11",
     packages=find_packages(include=["pipeline", "pipeline.*", "components", "components.*", "models", "models.*", "accel_tfx"]),
+    # `accel-tfx run|init|prepare-data|compile|...`: the same command line as `python -m pipeline`.
+    entry_points={"console_scripts": ["accel-tfx = pipeline.commands.cli:command_line"]},
     install_requires=[
         "tensorflow>=2.16,<2.17",
         "tf-keras>=2.16,<2.17",

@@ -1,14 +1,4 @@
-import sys
+"""`python -m pipeline ...`: the same command line as the installed `accel-tfx` (pipeline/commands/cli.py)."""
+from pipeline.commands.cli import command_line
 
-from components.process_exit import exit_past_native_teardown
-from pipeline.commands.cli import main
-from pipeline.dag.kfp_entrypoint import INTERRUPTED_EXIT_CODE
-
-try:
-    code = main()
-except KeyboardInterrupt:
-    print("interrupted", file=sys.stderr)
-    code = INTERRUPTED_EXIT_CODE
-except SystemExit as done:
-    code = done.code
-exit_past_native_teardown(code)
+command_line()

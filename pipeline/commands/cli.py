@@ -1,5 +1,5 @@
-"""`python -m pipeline run|demo|prepare-data|init|status|doctor|compile`: the pipeline's command line. Quiet unless
---verbose.
+"""`python -m pipeline run|demo|prepare-data|init|status|doctor|compile`, also installed as the console command
+`accel-tfx`: the pipeline's command line. Quiet unless --verbose.
 
 `run` and `demo` exit 0 at once, printing one line and touching nothing, when nothing is new since the last
 successful run on the output directory (same data, config, schema and code; pipeline/runs/nothing_new.py);
@@ -28,9 +28,12 @@ EXAMPLES = ("taxi", "penguins")  # pipeline.onboarding.example_data.EXAMPLES, wi
 CONFIG_HELP = "YAML file of config overrides (keys and defaults: components/settings.py)"
 
 
-def build_parser() -> argparse.ArgumentParser:
+CONSOLE_COMMAND = "accel-tfx"  # setup.py's console script: command_line, as `python -m pipeline` runs it
+
+
+def build_parser(prog: str = "python -m pipeline") -> argparse.ArgumentParser:
     """The command line: one subcommand per command, each with its options."""
-    parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__)
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     _add_run_commands(commands)
     _add_data_commands(commands)
@@ -74,6 +77,11 @@ def _add_data_commands(commands) -> None:
                                        "the types the data root's first span fixed)")
     data.add_argument("--require", default="", help="--csv: comma-separated columns a row must have a value in "
                                                      "(rows missing one are left out and counted), e.g. the label")
+    data.add_argument("--decimal", choices=[".", ","], default=None,
+                      help="--csv: the decimal mark of the numbers: ',' reads 4,5 and 1.466,14 (default: the data "
+                           "root's first span's, else '.')")
+    data.add_argument("--dates", default="", help="--csv: comma-separated integer columns of Unix seconds (since "
+                                                   "1970-01-01 UTC) to read as dates")
     data.add_argument("--first-row", type=int, default=0, help="taxi: start at this CSV row (0-based)")
     data.add_argument("--rows", type=int, default=None, help="taxi: at most N rows (default: all)")
 
@@ -87,6 +95,11 @@ def _add_data_commands(commands) -> None:
                                      "folder's name)")
     init.add_argument("--exclude", default="", help="comma-separated columns the model leaves out")
     init.add_argument("--force", action="store_true", help="overwrite an existing NAME.yaml and schema")
+    init.add_argument("--dates", default="", help="comma-separated integer columns of Unix seconds the model reads "
+                                                   "as dates (calendar features)")
+    init.add_argument("--refuse-unlabelled", action="store_true",
+                      help="stop when some records have no label, instead of leaving them out of the spans "
+                           "prepare-data wrote (and counting them)")
     for command in (data, init):
         command.add_argument("--verbose", action="store_true")
 
@@ -116,9 +129,30 @@ def _add_inspection_commands(commands) -> None:
     compile_.add_argument("--verbose", action="store_true")
 
 
+def command_line() -> None:
+    """`accel-tfx ...` and `python -m pipeline ...`: runs main() on the process's arguments and ends the process
+    with its exit status (past tensorflow-io's native teardown, see components/process_exit.py); Ctrl-C
+    exits 130. The working directory comes first on the import path, as `python -m` puts it, so that a model
+    module beside the config imports under both names."""
+    from components.process_exit import exit_past_native_teardown
+    from pipeline.dag.kfp_entrypoint import INTERRUPTED_EXIT_CODE
+
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        code = INTERRUPTED_EXIT_CODE
+    except SystemExit as done:  # argparse's usage errors (2) and --help (0)
+        code = done.code
+    exit_past_native_teardown(code)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Runs one command. Output: the exit status."""
-    args = build_parser().parse_args(argv)
+    """Runs one command. Input: the arguments (None: the process's). Output: the exit status."""
+    prog = CONSOLE_COMMAND if argv is None and os.path.basename(sys.argv[0]) == CONSOLE_COMMAND else None
+    args = build_parser(*([prog] if prog else [])).parse_args(argv)
     quiet_logs(args.verbose)
     # The real command line only: in-process callers (tests) keep their stderr as it is.
     end_filter = drop_native_info_lines() if argv is None and not args.verbose else (lambda: None)
@@ -166,10 +200,14 @@ def prepare_data(args) -> int:
             summary = write_csv_span(args.csv, args.data, span=args.span, delimiter=args.delimiter,
                                      missing_tokens=MISSING_TOKENS if args.na is None else _names(args.na),
                                      required=_names(args.require), date_formats=_date_formats(args.date_format),
-                                     schema_path=args.schema)
+                                     schema_path=args.schema, decimal=args.decimal, dates=_names(args.dates))
         except CsvError as error:
             print(f"data error: {error}", file=sys.stderr)
             return 2
+        except OSError as error:  # a full disk, a folder that cannot be written: the span was not written
+            print(f"write error: {error}; nothing was written (span-{args.span} under {args.data} is as it was)",
+                  file=sys.stderr)
+            return 1
         print(summary.render())
         return 0
     data_root = args.data or os.path.join("data", args.example)
@@ -203,7 +241,8 @@ def run_init(args) -> int:
     from pipeline.onboarding.init import InitError, plan_project
     try:
         project = plan_project(os.getcwd(), args.data, args.label, task=args.task, name=args.name,
-                               exclude=list(_names(args.exclude)))
+                               exclude=list(_names(args.exclude)), refuse_unlabelled=args.refuse_unlabelled,
+                               dates=list(_names(args.dates)))
         project.write(force=args.force)
     except InitError as error:
         print(f"init error: {error}", file=sys.stderr)
@@ -241,16 +280,27 @@ def load_checked_config(args, check_references: bool = True, **overrides):
 
 
 def run_compile(args) -> int:
+    """Compiles for Kubeflow, staging the files the image lacks on the pipeline root; prints what was staged
+    and where, the Beam flags added for the workers, and the job file written."""
     config = load_checked_config(args, data_root=args.data, serving_dir=args.serving_dir)
     if config is None:
         return 2
-    from pipeline.dag.kubeflow_runner import CompileError, compile_kubeflow
+    from pipeline.dag.kubeflow_runner import CompileError, compile_job
     try:
-        job = compile_kubeflow(config, image=args.image, pipeline_root=args.pipeline_root, output_file=args.output)
+        compiled = compile_job(config, image=args.image, pipeline_root=args.pipeline_root, output_file=args.output,
+                               config_file=args.config)
     except CompileError as error:
         print(f"compile error: {error}", file=sys.stderr)
         return 2
-    tasks = job["pipelineSpec"]["root"]["dag"]["tasks"]
+    if compiled.staging.items:
+        fresh = sum(compiled.uploaded)
+        print(f"staged for the steps ({fresh} item(s) copied, {len(compiled.uploaded) - fresh} already there):")
+        print("\n".join("  " + line for line in compiled.staging.listing()))
+    else:
+        print("staged nothing: the schema and the model module are in the image (or on an object store)")
+    if compiled.beam_flags_added:
+        print(f"Beam workers run the step image: added {' '.join(compiled.beam_flags_added)}")
+    tasks = compiled.job["pipelineSpec"]["root"]["dag"]["tasks"]
     print(f"wrote {args.output}: {len(tasks)} tasks for Kubeflow Pipelines v2, image {args.image}")
     return 0
 
@@ -369,9 +419,20 @@ def _run_and_report(config, verbose: bool, known_runs: frozenset[str]) -> int:
         report_unexpected(error, verbose, "pipeline failed")
         write_report(config, f"{type(error).__name__}: {error}", known_runs)
         return 1
-    print(summary.render())
+    print(_with_data_lines(summary.render(), summary.facts.data_lines))
     write_report(config, None, known_runs, summary.facts)
     return 0
+
+
+def _with_data_lines(rendered: str, data_lines: list[str]) -> str:
+    """The run summary with what it says of the data (RunFacts.data_lines: columns the model left out, rows
+    left out of the spans) after its step lines, before the training line."""
+    if not data_lines:
+        return rendered
+    lines = rendered.split("\n")
+    at = next((i for i, line in enumerate(lines) if line.startswith(("  training:", "  eval metrics:", "  evaluation:",
+                                                                     "  blessed:"))), len(lines))
+    return "\n".join(lines[:at] + data_lines + lines[at:])
 
 
 def write_report(config, error: str | None, known_runs: frozenset[str] | None = None, facts=None) -> None:

@@ -6,6 +6,11 @@ both Trainers take `resources.training` (with its accelerator), the PrecisionEva
 Trainer runs as a Vertex AI CustomJob of that many replicas (see vertex_training_config). Resources are set on each component before the
 compile (TFX's `platform_config`) and checked in the compiled spec afterwards, so a step that lost them
 (tfx#6146) fails the compile instead of running unconstrained.
+
+The user's own files that the step image lacks (a curated schema, the config, a model module of their own) are
+staged on the pipeline root under content-addressed folders (pipeline/dag/staging.py) and read from there by
+the steps; the compiled pipeline's description lists them. Under a Beam runner other than the DirectRunner,
+the step image is also the Beam workers' container (pipeline/dag/beam_workers.py, cluster_beam_args).
 """
 from __future__ import annotations
 
@@ -21,7 +26,9 @@ from tfx.dsl.components.base import base_component
 
 from components.core import contract
 from pipeline.config import PROJECT_ROOT, PipelineConfig, StepResources
-from pipeline.dag.kfp_entrypoint import TFX_ENTRYPOINT
+from pipeline.dag import staging as staged_files
+from pipeline.dag.beam_workers import cluster_beam_args
+from pipeline.dag.kfp_entrypoint import MODEL_CODE_FLAG, TFX_ENTRYPOINT
 from pipeline.dag.wiring import baseline_after_candidate, create_pipeline
 
 ResourceSpec = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec.ResourceSpec
@@ -82,11 +89,30 @@ def vertex_training_config(config: PipelineConfig, image: str) -> dict | None:
                                                "job_spec": {"worker_pool_specs": pools}}}
 
 
+@dataclasses.dataclass
+class Compiled:
+    """What compile_job made: the pipeline job (JSON dict, also written to its file), what was staged for it
+    (`uploaded`: per staged item, False when a complete copy was already there) and the Beam flags the compile
+    added for the workers."""
+    job: dict
+    staging: staged_files.Staging
+    uploaded: list[bool]
+    beam_flags_added: list[str]
+
+
 def compile_kubeflow(config: PipelineConfig, image: str, pipeline_root: str, output_file: str,
-                     image_project_root: str = IMAGE_PROJECT_ROOT) -> dict:
+                     image_project_root: str = IMAGE_PROJECT_ROOT, config_file: str | None = None) -> dict:
+    """compile_job's pipeline job (JSON dict), also written to `output_file`."""
+    return compile_job(config, image, pipeline_root, output_file, image_project_root, config_file).job
+
+
+def compile_job(config: PipelineConfig, image: str, pipeline_root: str, output_file: str,
+                image_project_root: str = IMAGE_PROJECT_ROOT, config_file: str | None = None) -> Compiled:
     """Input: the config, the step image, the pipeline root URI (gs://... on Vertex AI), where to write the
-    spec, and where the project sits inside the image. Output: the compiled pipeline job (JSON dict), also
-    written to `output_file`. Raises CompileError for paths that would mean nothing inside a step's pod."""
+    spec, where the project sits inside the image, and the config file the config was read from (None: none).
+    Stages the files the image lacks on the pipeline root (see pipeline/dag/staging.py), then compiles.
+    Output: the Compiled job, also written to `output_file`. Raises CompileError for paths that would mean
+    nothing inside a step's pod, naming the key."""
     if not (pipeline_root.startswith("/") or "://" in pipeline_root):
         raise CompileError(f"pipeline root {pipeline_root!r} must be a URI (gs://...) or an absolute path")
     for key in ("data_root", "serving_dir"):
@@ -94,13 +120,23 @@ def compile_kubeflow(config: PipelineConfig, image: str, pipeline_root: str, out
         if not value or not (value.startswith("/") or "://" in value):
             raise CompileError(f"{key}: {value!r} must be a URI or an absolute path as the steps' pods see it "
                                f"(set it in the config file or with --data / --serving-dir)")
-    if config.schema_path.startswith(PROJECT_ROOT + os.sep):  # the bundled schema, at its place in the image
+    try:
+        staging = staged_files.plan_staging(config, config_file, pipeline_root)
+    except staged_files.StagingError as error:
+        raise CompileError(str(error)) from None
+    model_code = staging.uri(staged_files.MODEL_CODE)
+    if model_code and config.resources.training_workers > 1:
+        raise CompileError(f"train.model: {config.train.model} is staged with the pipeline, but the "
+                           f"{config.resources.training_workers} replicas of a multi-worker training job "
+                           f"(resources.training_workers) run TFX's own executor script, which does not read it: "
+                           f"install the module in the step image, or train with one worker")
+    if staging.uri(staged_files.SCHEMA):
+        config = dataclasses.replace(config, schema_path=staging.uri(staged_files.SCHEMA))
+    elif "://" not in config.schema_path:  # the bundled schema, at its place in the image
         config = dataclasses.replace(config, schema_path=os.path.join(
             image_project_root, os.path.relpath(config.schema_path, PROJECT_ROOT)))
-    elif "://" not in config.schema_path:
-        raise CompileError(f"schema_path: {config.schema_path!r} is a file on this machine, outside the project "
-                           f"the image carries: put it under {PROJECT_ROOT} (it is then read from "
-                           f"{image_project_root} in the image) or on an object store (gs://, s3://)")
+    added = cluster_beam_args(config.beam_pipeline_args, image)
+    config = dataclasses.replace(config, beam_pipeline_args=[*config.beam_pipeline_args, *added])
     vertex_training = vertex_training_config(config, image)
     accelerators = bool(config.resources.training.accelerator and config.resources.training.accelerator_count)
     pipeline = create_pipeline(config, pipeline_root=pipeline_root, fingerprint_data=False,
@@ -118,12 +154,25 @@ def compile_kubeflow(config: PipelineConfig, image: str, pipeline_root: str, out
     job = runner.run(pipeline, write_out=False)
     # The input files are fingerprinted only when a run starts, so ingestion is never answered from the cache.
     job["pipelineSpec"]["root"]["dag"]["tasks"][INGEST_STEP]["cachingOptions"] = {"enableCache": False}
-    use_project_entrypoint(job)
+    use_project_entrypoint(job, model_code)
     query_custom_types_by_title(job)
     check_resources(job, config)
+    job["pipelineSpec"]["pipelineInfo"]["description"] = describe(image, staging)
+    uploaded = staged_files.upload(staging)  # only once the compile has succeeded
     with open(output_file, "w") as handle:
         json.dump(job, handle, indent=2, sort_keys=True)
-    return job
+    return Compiled(job, staging, uploaded, added)
+
+
+def describe(image: str, staging: staged_files.Staging) -> str:
+    """The compiled pipeline's description: its step image and what the steps read from the staged files."""
+    lines = [f"accel-tfx pipeline for the step image {image}."]
+    if staging.items:
+        lines.append("Staged on the pipeline root when compiled (content-addressed):")
+        lines += staging.listing()
+    else:
+        lines.append("Nothing staged: the schema and the model module are the image's (or on an object store).")
+    return "\n".join(lines)
 
 
 def query_custom_types_by_title(job: dict) -> None:
@@ -146,13 +195,16 @@ def artifact_title(artifact_type: dict) -> str:
     return yaml.safe_load(artifact_type["instanceSchema"])["title"]
 
 
-def use_project_entrypoint(job: dict) -> None:
+def use_project_entrypoint(job: dict, model_code: str | None = None) -> None:
     """Points every container that runs TFX's Kubeflow V2 entrypoint at pipeline.dag.kfp_entrypoint, which runs
-    that same entrypoint after registering the filesystems (s3://) its artifact URIs need."""
+    that same entrypoint after registering the filesystems (s3://) its artifact URIs need and, given
+    `model_code` (the staged model code's folder), after making the modules there importable."""
     for executor in job["pipelineSpec"]["deploymentSpec"]["executors"].values():
         container = executor.get("container")
         if container and container.get("command") == ["python", "-m", TFX_ENTRYPOINT]:
             container["command"] = ["python", "-m", PROJECT_ENTRYPOINT]
+            if model_code:
+                container["args"] = [f"{MODEL_CODE_FLAG}={model_code}"] + container["args"]
 
 
 def check_resources(job: dict, config: PipelineConfig) -> None:

@@ -1,7 +1,7 @@
 """The Kubeflow Pipelines v2 compile: the exact spec we would hand a KFP or Vertex AI backend."""
 import copy
-import dataclasses
 import json
+import os
 import re
 import subprocess
 import sys
@@ -10,6 +10,8 @@ import pytest
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
+from components.core.tasks import PredictionTarget
+from components.settings import EvaluateConfig, ExportConfig, StepSettings, TrainConfig
 from pipeline.config import load_config
 from pipeline.dag.kubeflow_runner import CompileError, check_resources, compile_kubeflow
 from pipeline.dag.wiring import create_pipeline
@@ -109,19 +111,27 @@ def test_ingestion_always_runs_and_paths_are_the_pods(compiled):
     assert "gs://bucket/root/checkpoints/Trainer" in json.dumps(tasks["Trainer"])
 
 
-def test_the_evaluator_and_export_settings_travel_as_json_of_their_config_sections(compiled):
-    """The typed sections are serialized at the pipeline and rebuilt in the executors: on the wire they are
-    the JSON of the section's fields, in field order (the evaluator's with what the model predicts last)."""
+def test_each_step_gets_its_settings_as_one_record_in_the_compiled_spec(compiled):
+    """The settings reach every step one way: one StepSettings record (its section, the task section, the model
+    module, what the models predict) as JSON, decoded in the step as the typed record the wiring built."""
     config, _, job = compiled
     tasks = _tasks(job)
 
-    def settings(task):
-        return tasks[task]["inputs"]["parameters"]["settings"]["runtimeValue"]["constant"]
+    def record(task, section):
+        parameters = tasks[task]["inputs"]["parameters"]
+        if "settings" in parameters:
+            text = parameters["settings"]["runtimeValue"]["constant"]
+        else:
+            text = json.loads(parameters["custom_config"]["runtimeValue"]["constant"])["settings"]
+        return StepSettings.from_json(text, section, task)
 
-    target = {"label_key": "big_tipper", "task": "binary", "classes": ["not_big_tipper", "big_tipper"]}
-    assert settings("PrecisionEvaluator") == json.dumps({**dataclasses.asdict(config.evaluate), "target": target})
-    assert settings("ModelExport") == json.dumps(dataclasses.asdict(config.export))
-    assert tasks["ModelExport"]["inputs"]["parameters"]["model_module"]["runtimeValue"]["constant"] == "models.taxi"
+    target = PredictionTarget("big_tipper", "binary", ("not_big_tipper", "big_tipper"))
+    for task, section, expected in (("PrecisionEvaluator", EvaluateConfig, config.evaluate),
+                                    ("ModelExport", ExportConfig, config.export),
+                                    ("Trainer", TrainConfig, config.train)):
+        assert record(task, section) == StepSettings(expected, config.task, "models.taxi", target), task
+    assert record("Fp32BaselineTrainer", TrainConfig).section.precision == "float32"
+    assert not {"model_module", "task"} & set(tasks["ModelExport"]["inputs"]["parameters"])
 
 
 def test_a_step_that_lost_its_resources_fails_the_check(compiled):
@@ -134,18 +144,14 @@ def test_a_step_that_lost_its_resources_fails_the_check(compiled):
 
 def test_compile_refuses_paths_that_mean_nothing_in_a_pod(tmp_path):
     result = subprocess.run([sys.executable, "-m", "pipeline", "compile", "--image", "img", "--pipeline-root",
-                             "gs://b/r", "--output", str(tmp_path / "p.json"), "--serving-dir", "/srv"],
+                             "gs://b/r", "--output", str(tmp_path / "p.json"), "--serving-dir", "/srv",
+                             "--data", "data/taxi"],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and "data_root: 'data/taxi' must be a URI or an absolute path" in result.stderr
     assert not (tmp_path / "p.json").exists()
     with pytest.raises(CompileError, match="pipeline root 'runs/taxi' must be a URI"):
         compile_kubeflow(load_config(data_root="gs://b/t", serving_dir="/s"), image="i", pipeline_root="runs/taxi",
                          output_file=str(tmp_path / "p.json"))
-    schema = tmp_path / "schema.pbtxt"  # a curated schema on this machine, which no pod has
-    schema.write_text(open(load_config().schema_path).read())
-    with pytest.raises(CompileError, match=rf"schema_path: '{re.escape(str(schema))}' is a file on this machine"):
-        compile_kubeflow(load_config(data_root="gs://b/t", serving_dir="/s", schema_path=str(schema)), image="i",
-                         pipeline_root="gs://b/r", output_file=str(tmp_path / "p.json"))
     assert not (tmp_path / "p.json").exists()
 
 
@@ -175,7 +181,175 @@ def test_multi_worker_training_compiles_to_a_vertex_custom_job_with_a_chief_and_
             assert pool["machine_spec"] == {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4",
                                             "accelerator_count": 2}
             assert pool["container_spec"]["image_uri"] == "gcr.io/p/img:1"
-        assert custom_config["strategy"] == "auto"  # MultiWorkerMirrored, chosen from the TF_CONFIG Vertex sets
+        settings = json.loads(custom_config["settings"])["section"]
+        assert settings["strategy"] == "auto"  # MultiWorkerMirrored, chosen from the TF_CONFIG Vertex sets
     with pytest.raises(CompileError, match="vertex_project"):
         compile_kubeflow(load_config(data_root="gs://b/t", serving_dir="/s", resources={"training_workers": 2}),
                          image="i", pipeline_root="gs://b/r", output_file=str(tmp_path / "q.json"))
+
+
+# ------------------------------------------------------------------ the user's files, staged on the pipeline root
+
+def _user_project(folder, monkeypatch, module: str):
+    """A user's folder outside the project: a curated schema, a config, and a model package of their own
+    (`<module>_models.wide`, which re-exports models.taxi and imports a helper module beside the package)."""
+    import shutil
+    from pipeline.config import PROJECT_ROOT
+
+    (folder / "schemas" / "shop").mkdir(parents=True)
+    shutil.copy(f"{PROJECT_ROOT}/schemas/taxi/schema.pbtxt", folder / "schemas" / "shop" / "schema.pbtxt")
+    package = folder / f"{module}_models"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "wide.py").write_text(f"from models.taxi import *  # noqa: F403\n"
+                                     f"import {module}_helpers  # noqa: F401\n")
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / "wide.cpython-311.pyc").write_bytes(b"not staged")
+    (folder / f"{module}_helpers.py").write_text("WIDTH = 3\n")
+    (folder / "shop.yaml").write_text("pipeline_name: shop\ndata_root: gs://b/d\n"
+                                      f"schema_path: schemas/shop/schema.pbtxt\ntrain:\n  model: {module}_models.wide\n")
+    monkeypatch.chdir(folder)
+    monkeypatch.syspath_prepend(str(folder))
+    for name in [name for name in sys.modules if name.startswith(module)]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+def test_the_users_schema_config_and_model_package_are_staged_by_content_and_the_steps_read_them(tmp_path, capsys,
+                                                                                                  monkeypatch):
+    from pipeline.commands.cli import main as cli_main
+    from pipeline.dag.kfp_entrypoint import MODEL_CODE_FLAG
+
+    user, root = tmp_path / "user", tmp_path / "root"
+    user.mkdir()
+    _user_project(user, monkeypatch, "staging1")
+    argv = ["compile", "--config", "shop.yaml", "--image", "img:1", "--pipeline-root", str(root), "--data", "gs://b/d",
+            "--serving-dir", "gs://b/s", "--output", str(tmp_path / "job.json")]
+    capsys.readouterr()
+    assert cli_main(argv) == 0
+    out = capsys.readouterr().out
+    job = json.loads((tmp_path / "job.json").read_text())
+    staged = sorted(str(path.relative_to(root)) for path in root.rglob("*") if path.is_file())
+
+    def digest(fragment):  # the staged folder of the listed file whose line holds `fragment`
+        line = next(line for line in out.splitlines() if " -> " in line and fragment in line)
+        return line.split("/staged/")[1].split("/")[0]
+
+    schema_digest, config_digest, code_digest = digest("schema.pbtxt"), digest("config.yaml"), digest("wide.py")
+    assert staged == sorted([
+        f"staged/{schema_digest}/schema.pbtxt", f"staged/{schema_digest}/MANIFEST.json",
+        f"staged/{config_digest}/config.yaml", f"staged/{config_digest}/MANIFEST.json",
+        f"staged/{code_digest}/code/staging1_helpers.py", f"staged/{code_digest}/code/staging1_models/__init__.py",
+        f"staged/{code_digest}/code/staging1_models/wide.py", f"staged/{code_digest}/MANIFEST.json"])
+    assert len({schema_digest, config_digest, code_digest}) == 3
+    assert all(re.fullmatch("[0-9a-f]{16}", value) for value in (schema_digest, config_digest, code_digest))
+    assert "staged for the steps (3 item(s) copied, 0 already there):" in out
+    assert f"  schema      schemas/shop/schema.pbtxt -> {root}/staged/{schema_digest}/schema.pbtxt" in out
+    assert f"  model code  staging1_models/wide.py -> {root}/staged/{code_digest}/code/staging1_models/wide.py" in out
+    # The steps read them: the schema in ImportSchemaGen, the code through the entrypoint's flag on every step.
+    tasks = _tasks(job)
+    assert tasks["ImportSchemaGen"]["inputs"]["parameters"]["schema_file"]["runtimeValue"]["constant"] == \
+        f"{root}/staged/{schema_digest}/schema.pbtxt"
+    containers = [_container(job, name) for name in tasks if _container(job, name)]
+    assert {c["args"][0] for c in containers} == {f"{MODEL_CODE_FLAG}={root}/staged/{code_digest}/code"}
+    description = job["pipelineSpec"]["pipelineInfo"]["description"]
+    assert "step image img:1" in description and f"{root}/staged/{code_digest}/code/staging1_helpers.py" in description
+
+    # The same files again: the same folders, nothing copied. An edited schema: a folder of its own, the rest kept.
+    assert cli_main(argv) == 0
+    assert "(0 item(s) copied, 3 already there)" in capsys.readouterr().out
+    schema = user / "schemas" / "shop" / "schema.pbtxt"
+    schema.write_text(schema.read_text() + "\n# curated again\n")
+    assert cli_main(argv) == 0
+    out = capsys.readouterr().out
+    assert "(1 item(s) copied, 2 already there)" in out and schema_digest not in out and code_digest in out
+    assert (root / "staged" / schema_digest / "schema.pbtxt").read_text() != schema.read_text()  # the first one kept
+
+
+def test_the_project_schema_and_model_stage_nothing_and_a_staged_model_cannot_train_on_several_workers(tmp_path,
+                                                                                                     monkeypatch):
+    from pipeline.dag.kubeflow_runner import compile_job
+
+    compiled = compile_job(load_config(data_root="gs://b/t", serving_dir="/s"), image="i",
+                           pipeline_root=str(tmp_path / "root"), output_file=str(tmp_path / "p.json"))
+    assert compiled.staging.items == () and not (tmp_path / "root").exists()
+    assert "Nothing staged" in compiled.job["pipelineSpec"]["pipelineInfo"]["description"]
+    _user_project(tmp_path, monkeypatch, "staging2")
+    config = load_config(str(tmp_path / "shop.yaml"), data_root="gs://b/t", serving_dir="/s",
+                         resources={"training_workers": 2, "vertex_project": "p"})
+    with pytest.raises(CompileError, match=r"train\.model: staging2_models\.wide is staged .* install the module"):
+        compile_job(config, image="i", pipeline_root=str(tmp_path / "root"), output_file=str(tmp_path / "q.json"))
+    assert not (tmp_path / "root").exists() and not (tmp_path / "q.json").exists()
+
+
+def test_the_entrypoint_copies_the_staged_code_and_puts_it_first_on_the_import_path(tmp_path, monkeypatch):
+    from pipeline.dag.kfp_entrypoint import model_code_importable, split_model_code
+
+    code = tmp_path / "staged" / "code"
+    (code / "pkg_of_mine").mkdir(parents=True)
+    (code / "pkg_of_mine" / "__init__.py").write_text("from pkg_of_mine.inner import VALUE\n")
+    (code / "pkg_of_mine" / "inner.py").write_text("VALUE = 42\n")
+    assert split_model_code(["--model_code=s3://b/c", "--executor_class_path", "x"]) == (
+        "s3://b/c", ["--executor_class_path", "x"])
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    with model_code_importable(str(code)) as local:
+        assert sys.path[0] == local and os.environ["PYTHONPATH"] == f"{local}{os.pathsep}/elsewhere"
+        import importlib
+        assert importlib.import_module("pkg_of_mine").VALUE == 42
+    assert not os.path.exists(local)
+    for name in ("pkg_of_mine", "pkg_of_mine.inner"):
+        sys.modules.pop(name, None)
+    with pytest.raises(FileNotFoundError, match="no staged model code"):
+        with model_code_importable(str(tmp_path / "empty")):
+            pass
+
+
+# ---------------------------------------------------------------------------- Beam steps on a cluster engine
+
+def _beam_steps(job) -> dict[str, list[str]]:
+    """Every compiled step whose executor runs Beam -> the Beam flags TFX's entrypoint hands it (its own flags
+    parsed off as TFX's entrypoint parses them)."""
+    import importlib
+    from tfx.dsl.components.base.base_beam_executor import BaseBeamExecutor
+    from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor
+
+    steps = {}
+    for name in _tasks(job):
+        container = _container(job, name)
+        if not container:
+            continue
+        parsed, beam_args = kubeflow_v2_run_executor._parse_flags(container["args"])
+        module, _, cls = parsed.executor_class_path.rpartition(".")
+        if issubclass(getattr(importlib.import_module(module), cls), BaseBeamExecutor):
+            steps[name] = beam_args
+    return steps
+
+
+@pytest.mark.parametrize("flags, added", [
+    (["--runner=DataflowRunner", "--project=p", "--region=r", "--temp_location=gs://b/tmp"],
+     ["--sdk_container_image=reg/accel:1"]),
+    (["--runner=PortableRunner", "--job_endpoint=jobs:8099"],
+     ["--sdk_container_image=reg/accel:1", "--environment_type=DOCKER", "--environment_config=reg/accel:1"]),
+    (["--runner=FlinkRunner", "--flink_master=flink:8081"],
+     ["--sdk_container_image=reg/accel:1", "--environment_type=DOCKER", "--environment_config=reg/accel:1"]),
+    (["--runner=FlinkRunner"], ["--sdk_container_image=reg/accel:1"]),  # Flink in the pod: its workers too
+    (["--runner=FlinkRunner", "--flink_master=flink:8081", "--environment_type=LOOPBACK"],
+     ["--sdk_container_image=reg/accel:1"]),
+    (["--runner=SparkRunner", "--spark_master_url=spark://m:7077", "--environment_config=reg/workers:2"],
+     ["--sdk_container_image=reg/accel:1", "--environment_type=DOCKER"]),
+    (["--runner=DataflowRunner", "--project=p", "--sdk_container_image=reg/workers:2"], []),
+    (["--direct_running_mode=multi_processing"], []),
+], ids=["dataflow", "portable", "flink_cluster", "flink_in_the_pod", "flink_loopback", "spark_own_environment_image",
+        "own_worker_image", "direct"])
+def test_every_beam_step_carries_the_worker_image_flags_and_tfx_builds_no_sdist_for_it(tmp_path, flags, added):
+    from tfx.utils import dependency_utils
+
+    config = load_config(data_root="gs://b/t", serving_dir="/s", beam_pipeline_args=flags)
+    job = compile_kubeflow(config, image="reg/accel:1", pipeline_root="gs://b/r", output_file=str(tmp_path / "p.json"))
+    steps = _beam_steps(job)
+    assert set(steps) == {"TFRecordIngest", "StatisticsGen", "PrecisionEvaluator"}
+    for step, beam_args in steps.items():
+        assert beam_args == flags + added, step
+    if any(flag.startswith("--runner") for flag in flags):
+        # With these flags TFX's Beam executors pass the flags on as they are: no sdist of TFX built per step.
+        assert dependency_utils.make_beam_dependency_flags(flags + added) == flags + added

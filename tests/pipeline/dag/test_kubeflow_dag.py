@@ -17,6 +17,7 @@ import tensorflow as tf
 from components.core import contract, tasks
 from components.atomic_pusher.publish import COMPLETE_MARKER
 from pipeline.config import PROJECT_ROOT, load_config
+from tests.config_text import taxi_config_text
 from pipeline.onboarding.example_data import write_taxi_span
 from pipeline.dag.kubeflow_runner import compile_kubeflow
 from tests.pipeline.dag.kfp_launcher import StepByStepLauncher
@@ -189,9 +190,9 @@ def test_a_local_run_with_its_artifacts_and_serving_dir_on_s3(s3, taxi_span_root
     command = [sys.executable, "-m", "pipeline", "run", "--data", taxi_span_root, "--output", str(output),
                "--pipeline-root", f"s3://{BUCKET}/local-root", "--serving-dir", f"s3://{BUCKET}/local-serving",
                "--config", str(tmp_path / "config.yaml")]
-    (tmp_path / "config.yaml").write_text(
+    (tmp_path / "config.yaml").write_text(taxi_config_text(
         "train: {epochs: 3}\nevaluate: {absolute_bar: 0.8}\nexport: {latency_examples: 50}\n"
-        f"beam_pipeline_args: [--direct_running_mode=in_memory, {', '.join(s3.beam_args)}]\n")
+        f"beam_pipeline_args: [--direct_running_mode=in_memory, {', '.join(s3.beam_args)}]\n"))
     env = {**os.environ, **s3.env, "PYTHONPATH": PROJECT_ROOT}
     result = subprocess.run(command, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
