@@ -60,6 +60,9 @@ CATEGORICAL_MAX = 50  # an integer with at most this many distinct values in the
 # More numeric columns than this are encoded as one tensor (the same encoding per column, a few ops in all):
 # per-column layers would make a graph whose size, compile time and memory grow with the columns
 WIDE_NUMBERS = 32
+# ...and share at most this many piecewise-linear bins among them (fewer bins per column on a very wide table:
+# the first hidden layer's inputs, and so a training step's cost, stay bounded)
+WIDE_BINS_TOTAL = 8192
 MAX_VOCABULARY = 1000
 BINS = 16  # quantile bins of a number's piecewise-linear encoding, at most...
 ROWS_PER_BIN = 40  # ...and at most one per this many training rows (a small sample gets fewer: they would overfit)
@@ -206,13 +209,14 @@ class SchemaModel:
     def _encode_numbers_together(numbers: list[str], sample: dict, inputs: dict, bins: int, output) -> None:
         """A wide table's numbers as one [batch, columns] tensor (in the order of `numbers`), encoded as each
         column alone would be: a missing-value indicator, the value (missing: the median) robustly scaled and
-        smoothly clipped, and its piecewise-linear encoding."""
+        smoothly clipped, and its piecewise-linear encoding (over at most WIDE_BINS_TOTAL bins in all)."""
         present = [np.asarray(sample[name])[_present(np.asarray(sample[name]))].astype(np.float64)
                    for name in numbers]
         stacked = StackColumns(name=_LAYER.format("numbers"))([inputs[name] for name in numbers])
         output(MissingIndicator(name=_LAYER.format("numbers.missing")), stacked)
         fills = [float(np.median(values)) if values.size else 0.0 for values in present]
         filled = FillMissing(fills, name=_LAYER.format("numbers.filled"))(stacked)
+        bins = max(2, min(bins, WIDE_BINS_TOTAL // len(numbers)))
         scale = RobustScaleColumns.fitted(present, bins, name=_LAYER.format("numbers.scaled"))
         output(scale, filled)
         if any(len(edges) > 1 for edges in scale.edges):
