@@ -18,7 +18,6 @@ import typing
 from dataclasses import dataclass, field
 
 from components.core.contract import POLICIES, STRATEGIES, TFLITE_VARIANTS
-from components.core.tasks import PredictionTarget
 from components.core.missing_values import MISSING_TOKENS
 from components.core.tasks import TASK_NAMES, TASKS, PredictionTarget, RegressionTask
 

@@ -20,7 +20,7 @@ import yaml
 
 from components.settings import (CHECK, PROJECT_ROOT, REQUIRED, EvaluateConfig, ExportConfig, IngestConfig,  # noqa: F401
                                  PipelineConfig, ResourcesConfig, StepResources, TrainConfig)
-from components.core.file_system import local_path
+from components.core.path_operations import local_path
 from components.core.tasks import PredictionTarget
 from components.core.model_module import ModelModuleError, check_task, load_model_module
 

@@ -40,7 +40,7 @@ from typing import Callable, Iterator
 from tfx.dsl.io import fileio
 
 from components.core import artifact_files
-from components.core.file_system import local_path
+from components.core.path_operations import local_path
 
 STAGING_PREFIX = ".staging-"
 COMPLETE_MARKER = "_PUBLISHED"  # object stores: written last, after saved_model.pb

@@ -70,7 +70,7 @@ def unsupported_reason(eval_config: tfma.EvalConfig) -> str | None:
 
 
 def evaluator(eval_config: tfma.EvalConfig, run_after: str) -> tfma.evaluators.Evaluator:
-    """Input: the eval config; the stage whose extracts carry labels and predictions (see scoring.py).
+    """Input: the eval config; the stage whose extracts carry labels and predictions (see batch_scoring.py).
     Output: a TFMA evaluator producing TFMA's metrics, plots, attributions and validations."""
     reason = unsupported_reason(eval_config)
     if reason:

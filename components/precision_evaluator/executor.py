@@ -1,6 +1,6 @@
 """PrecisionEvaluator executor: TFMA scores candidate, FP32 baseline and production model; gates decide.
 
-One Beam pipeline (TFMA's ExtractEvaluateAndWriteResults) reads the eval split in batches; scoring.py runs
+One Beam pipeline (TFMA's ExtractEvaluateAndWriteResults) reads the eval split in batches; batch_scoring.py runs
 every model's signatures once per batch, per_example.py gathers each example's label and predictions for the
 gates' paired comparisons, and batched_metrics.py feeds TFMA's metric computations a batch at a time instead
 of an example at a time (where TFMA spends most of its time). The metrics are TFMA's: the same files,
@@ -26,7 +26,7 @@ from tfx.utils import io_utils, path_utils
 from components.core import artifact_files, contract, tasks
 from components.core.records import EvaluationReport, ModelFacts, read_model_facts
 from components.core.tasks import PredictionTarget
-from components.precision_evaluator import batched_metrics, gates, per_example, scoring
+from components.precision_evaluator import batch_scoring, batched_metrics, gates, per_example
 from components.precision_evaluator.blessing import write_blessing
 from components.settings import EvaluateConfig, StepSettings
 
@@ -101,7 +101,7 @@ class Executor(evaluator_executor.Executor):
         shared_models = [tfma.default_eval_shared_model(eval_saved_model_path=path, model_name=name,
                                                         eval_config=eval_config)
                          for name, path in model_paths.items()]
-        score = scoring.extractor(eval_config, model_paths)
+        score = batch_scoring.extractor(eval_config, model_paths)
         gather = per_example.gatherer(output_uri, contract.CANDIDATE)
         extractors = evaluators = None  # None: TFMA's defaults
         reason = batched_metrics.unsupported_reason(eval_config) if self.use_batched_metrics else "switched off"

@@ -24,7 +24,7 @@ LABELS = "labels"
 
 def gatherer(output_uri: str, label_model: str) -> tfma.extractors.Extractor:
     """Input: the evaluation folder, and the model whose labels are the truth (the candidate: its label
-    function is the current one). Output: a TFMA extractor, to run after scoring.py's, that writes
+    function is the current one). Output: a TFMA extractor, to run after batch_scoring.py's, that writes
     <output_uri>/per_example_predictions.npz and passes every extract on unchanged."""
     return tfma.extractors.Extractor(stage_name=STAGE_NAME, ptransform=_Gather(output_uri, label_model))
 

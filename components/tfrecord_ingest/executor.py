@@ -15,7 +15,7 @@ from tfx.types import artifact_utils
 from tfx.components.util import examples_utils
 
 from components.core import artifact_files, contract
-from components.tfrecord_ingest import records
+from components.tfrecord_ingest import tfrecord_files
 from components.tfrecord_ingest import spans as spans_module
 
 SPLITS = ("train", "eval")
@@ -83,11 +83,11 @@ def ingest(input_dirs: list[str], output_uri: str, eval_fraction: float,
     if bad_count:
         listed = [bad for summary in summaries for bad in summary["bad"]][:MAX_LISTED_BAD_RECORDS]
         more = f"\n  ... and {bad_count - len(listed)} more" if bad_count > len(listed) else ""
-        raise records.IngestionError(f"{bad_count} bad record(s) in {', '.join(input_dirs)}:\n  "
+        raise tfrecord_files.IngestionError(f"{bad_count} bad record(s) in {', '.join(input_dirs)}:\n  "
                                      + "\n  ".join(listed) + more)
     for split in SPLITS:
         if counts[split] == 0:
-            raise records.IngestionError(f"{', '.join(input_dirs)}: the {split} split is empty "
+            raise tfrecord_files.IngestionError(f"{', '.join(input_dirs)}: the {split} split is empty "
                                          f"({sum(counts.values())} records, eval_fraction={eval_fraction})")
     per_file = {_relative_name(summary["path"], input_dirs): summary["records"] for summary in summaries}
     return {"input_dirs": input_dirs, "files": per_file, "counts": counts, "eval_fraction": eval_fraction}
@@ -104,33 +104,33 @@ def ingest_file(index: int, path: str, file_count: int, output_uri: str, eval_fr
     bad: list[str] = []
     bad_count, seen, unreadable = 0, 0, False
 
-    def note(bad_record: records.BadRecord) -> None:
+    def note(bad_record: tfrecord_files.BadRecord) -> None:
         nonlocal bad_count
         bad_count += 1
         if len(bad) < MAX_LISTED_BAD_RECORDS:
             bad.append(str(bad_record))
 
     try:
-        for record_index, record in records.iter_records(path):
+        for record_index, record in tfrecord_files.iter_records(path):
             seen += 1
-            reason = records.check_example(record)
+            reason = tfrecord_files.check_example(record)
             if reason:
-                note(records.BadRecord(path, record_index, reason))
+                note(tfrecord_files.BadRecord(path, record_index, reason))
                 continue
-            split = records.split_of(record, eval_fraction)
+            split = tfrecord_files.split_of(record, eval_fraction)
             if split not in writers:
                 shard = SHARD_NAME.format(index=index, count=file_count)
                 writers[split] = tf.io.TFRecordWriter(os.path.join(output_uri, f"Split-{split}", shard), "GZIP")
             writers[split].write(record)
             counts[split] += 1
-    except records.UnreadableRecordError as error:
+    except tfrecord_files.UnreadableRecordError as error:
         note(error.bad)
         unreadable = True
     finally:
         for writer in writers.values():
             writer.close()
     if seen == 0 and not unreadable:
-        note(records.BadRecord(path, 0, "empty file: no records"))
+        note(tfrecord_files.BadRecord(path, 0, "empty file: no records"))
     logging.info("Ingested %s: %d records", path, seen)
     return {"index": index, "path": path, "records": seen, "counts": counts, "bad_count": bad_count, "bad": bad}
 

@@ -1,4 +1,4 @@
-"""A data root's spans, the data files in each, and their fingerprint, through components.core.file_system: a
+"""A data root's spans, the data files in each, and their fingerprint, through components.core.path_operations: a
 local data root is found and fingerprinted without loading TensorFlow (the command line decides "nothing
 new" before any heavy import).
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from components.core.file_system import file_system
+from components.core.path_operations import file_system
 
 SPAN_PREFIX = "span-"
 EDGE_BYTES = 64 * 1024  # fingerprint_spans reads this much from the start and from the end of each file

@@ -39,27 +39,28 @@ def device_from_json(value: dict) -> DeviceDescription:
 
 
 @dataclass(frozen=True)
-class Decision:
+class Choice:
+    """A hardware-dependent choice (a strategy, a precision policy, XLA) and why it was made."""
     value: str
     reason: str
 
 
-def choose_strategy(device: DeviceDescription, override: str | None = None) -> Decision:
+def choose_strategy(device: DeviceDescription, override: str | None = None) -> Choice:
     """Input: a device description and an optional override. Output: strategy name and why."""
     if override:
         if override not in STRATEGIES:
             raise ValueError(f"train.strategy: unknown strategy {override!r} (one of {', '.join(STRATEGIES)})")
-        return Decision(override, "set in the config")
+        return Choice(override, "set in the config")
     if device.tpu_cores:
-        return Decision("tpu", f"{device.tpu_cores} TPU cores")
+        return Choice("tpu", f"{device.tpu_cores} TPU cores")
     if device.num_workers > 1:
-        return Decision("multi_worker_mirrored", f"TF_CONFIG names {device.num_workers} workers")
+        return Choice("multi_worker_mirrored", f"TF_CONFIG names {device.num_workers} workers")
     if len(device.gpus) > 1:
-        return Decision("mirrored", f"{len(device.gpus)} local GPUs")
-    return Decision("one_device", "one GPU" if device.gpus else "no accelerator: one CPU device")
+        return Choice("mirrored", f"{len(device.gpus)} local GPUs")
+    return Choice("one_device", "one GPU" if device.gpus else "no accelerator: one CPU device")
 
 
-def choose_precision(device: DeviceDescription, xla: bool, override: str | None = None) -> Decision:
+def choose_precision(device: DeviceDescription, xla: bool, override: str | None = None) -> Choice:
     """Input: a device description, whether XLA is on, an optional override. Output: Keras policy and why.
 
     mixed_float16 on GPUs that all have Tensor Cores (compute capability >= 7.0); mixed_bfloat16 on
@@ -68,19 +69,19 @@ def choose_precision(device: DeviceDescription, xla: bool, override: str | None 
     if override:
         if override not in POLICIES:
             raise ValueError(f"train.precision: unknown policy {override!r} (one of {', '.join(POLICIES)})")
-        return Decision(override, "set in the config")
+        return Choice(override, "set in the config")
     if device.tpu_cores:
-        return Decision("mixed_bfloat16", "TPU: bfloat16 is native")
+        return Choice("mixed_bfloat16", "TPU: bfloat16 is native")
     if device.gpus:
         capabilities = [gpu.compute_capability for gpu in device.gpus]
         if all(cc is not None and cc >= TENSOR_CORE_MIN_CC for cc in capabilities):
-            return Decision("mixed_float16", f"GPU compute capability {min(capabilities)} has Tensor Cores")
-        return Decision("float32", f"a GPU below compute capability 7.0 ({capabilities}): no Tensor Cores")
+            return Choice("mixed_float16", f"GPU compute capability {min(capabilities)} has Tensor Cores")
+        return Choice("float32", f"a GPU below compute capability 7.0 ({capabilities}): no Tensor Cores")
     if device.cpu_bf16 and xla:
-        return Decision("mixed_bfloat16", "CPU with native bfloat16 and XLA on")
+        return Choice("mixed_bfloat16", "CPU with native bfloat16 and XLA on")
     if device.cpu_bf16:
-        return Decision("float32", "CPU bfloat16 needs XLA to pay off, and XLA is off")
-    return Decision("float32", "no accelerator and no native bfloat16 on this CPU")
+        return Choice("float32", "CPU bfloat16 needs XLA to pay off, and XLA is off")
+    return Choice("float32", "no accelerator and no native bfloat16 on this CPU")
 
 
 def config_override(value: str) -> str | None:

@@ -16,7 +16,7 @@ from absl import logging
 
 from components.settings import TrainConfig
 from components.trainer.callbacks import ThroughputMeter
-from components.trainer.device import (Decision, DeviceDescription, choose_precision, config_override, cpu_without_xla,
+from components.trainer.device import (Choice, DeviceDescription, choose_precision, config_override, cpu_without_xla,
                                       xla_candidates)
 from components.trainer.distribution import work_around_keras_multi_worker_fit
 from components.trainer.plan import TrainingPlan, learning_rate_schedule
@@ -27,7 +27,7 @@ PROBE_BATCHES = 20  # distinct in-memory batches the XLA and input-wait timings 
 
 def build_for_device(model_module: ModelModule, preprocessing: keras.Model, device: DeviceDescription,
                      settings: TrainConfig, plan: TrainingPlan, probe_batch, memory_batches: tf.data.Dataset,
-                     multi_worker: bool) -> tuple[keras.Model, Decision, Decision, float]:
+                     multi_worker: bool) -> tuple[keras.Model, Choice, Choice, float]:
     """Builds and compiles the model for this device; call inside the strategy's scope.
 
     With `xla: auto` on an accelerator (on a CPU auto leaves XLA off: device.cpu_without_xla), two candidates are
@@ -38,7 +38,7 @@ def build_for_device(model_module: ModelModule, preprocessing: keras.Model, devi
     and compiling) and is not tried. A candidate whose first training step
     does not compile under XLA is dropped (with `xla: on`, training goes on without XLA). `probe_batch()`
     gives a few examples to check that XLA compiles when no timing does it.
-    Output: (compiled model, precision Decision, XLA Decision, in-memory examples/s or 0.0 when not timed).
+    Output: (compiled model, precision Choice, XLA Choice, in-memory examples/s or 0.0 when not timed).
     """
     candidates = _xla_order(device, settings)
     built, failure, too_short = _probe_candidates(model_module, preprocessing, device, settings, plan, probe_batch,
@@ -58,7 +58,7 @@ def build_for_device(model_module: ModelModule, preprocessing: keras.Model, devi
         reason = cpu_without_xla(device)
     else:
         reason = "set in the config"
-    return model, precision, Decision(xla, reason), rate
+    return model, precision, Choice(xla, reason), rate
 
 
 def _xla_order(device: DeviceDescription, settings: TrainConfig) -> list[str]:

@@ -25,7 +25,7 @@ from components.core.tasks import LabelSummary
 from components.settings import TaskConfig, TrainConfig
 from components.trainer import callbacks as training_callbacks
 from components.trainer.checkpoints import checkpointed_interval, repair_checkpoint
-from components.trainer.device import Decision, DeviceDescription, choose_strategy, config_override, describe_devices
+from components.trainer.device import Choice, DeviceDescription, choose_strategy, config_override, describe_devices
 from components.trainer.distribution import (configure_gpus, is_chief, make_strategy, supported_steps_per_execution,
                                              worker_task)
 from components.trainer.export import export_serving_model, float32_copy
@@ -61,7 +61,7 @@ class TrainingSetup:
     preprocessing, the labels of each split, the plan, and how the input is fed."""
     settings: TrainConfig  # the job's, with steps_per_execution as the strategy supports it
     device: DeviceDescription
-    strategy_choice: Decision
+    strategy_choice: Choice
     strategy: object  # tf.distribute.Strategy
     model_module: ModelModule
     warm: WarmStart
@@ -105,8 +105,8 @@ class TrainingSetup:
 class FitResult:
     """What fit_model measured."""
     model: keras.Model
-    precision: Decision
-    xla: Decision
+    precision: Choice
+    xla: Choice
     in_memory_rate: float
     host_rate: float  # examples/s the input pipeline alone delivers (0.0: not measured)
     resumed_from_step: int

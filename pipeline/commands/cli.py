@@ -398,7 +398,7 @@ def _run_and_report(config, verbose: bool, known_runs: frozenset[str]) -> int:
     """Runs the pipeline (call inside locked_run), prints how it ended and writes its report. Output: the
     exit status. `known_runs`: the run ids MLMD held before this run, so the report is this run's own."""
     from components.core.tasks import TaskError
-    from components.tfrecord_ingest.records import IngestionError
+    from components.tfrecord_ingest.tfrecord_files import IngestionError
     from components.tfrecord_ingest.spans import MissingInputError
     from pipeline.dag.local_runner import run_locked
     try:

@@ -19,7 +19,6 @@ ImportSchemaGen; the code folder's into each step's `--model_code` flag, which t
 """
 from __future__ import annotations
 
-import ast
 import dataclasses
 import hashlib
 import importlib.util
@@ -28,6 +27,7 @@ import os
 import sysconfig
 
 from pipeline.config import PROJECT_ROOT, PipelineConfig
+from pipeline.runs.code_fingerprint import imported_modules
 
 STAGED_FOLDER = "staged"
 MANIFEST = "MANIFEST.json"
@@ -170,7 +170,7 @@ def _local_modules(module_name: str) -> set[str]:
         if not os.path.abspath(spec.origin).startswith(root + os.sep) or _in_image_or_installed(name):
             continue
         found.add(name)
-        pending += _imported_names(name, spec.origin)
+        pending += imported_modules(name, spec.origin)
     return found
 
 
@@ -179,23 +179,6 @@ def _find(name: str):
         return importlib.util.find_spec(name)
     except (ImportError, ValueError):
         return None
-
-
-def _imported_names(name: str, path: str) -> list[str]:
-    """The absolute names a source file imports, and for `from X import Y` also X.Y (Y may be a module)."""
-    with open(path, "rb") as handle:
-        tree = ast.parse(handle.read(), filename=path)
-    package = name.split(".") if path.endswith("__init__.py") else name.split(".")[:-1]
-    names = []
-    for statement in ast.walk(tree):
-        if isinstance(statement, ast.Import):
-            names += [alias.name for alias in statement.names]
-        elif isinstance(statement, ast.ImportFrom):
-            base = statement.module or ""
-            if statement.level:
-                base = ".".join(package[:len(package) - statement.level + 1] + ([base] if base else []))
-            names += [base] + [f"{base}.{alias.name}" for alias in statement.names if alias.name != "*"]
-    return [imported for imported in names if imported]
 
 
 def _in_image_or_installed(name: str) -> bool:

@@ -52,7 +52,7 @@ import struct
 
 import numpy as np
 
-from components.core.file_system import file_system
+from components.core.path_operations import file_system
 from components.core.missing_values import MISSING_TOKENS
 
 DELIMITERS = ",;\t|"
@@ -1032,7 +1032,7 @@ def leave_out_unlabelled(data_root: str, label: str) -> dict[str, int]:
     left out (spans that had none omitted)."""
     from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
 
-    from components.tfrecord_ingest.records import iter_records
+    from components.tfrecord_ingest.tfrecord_files import iter_records
     from components.tfrecord_ingest.spans import list_record_files
 
     files = file_system(data_root)

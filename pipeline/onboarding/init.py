@@ -290,7 +290,7 @@ def read_columns(data_root: str, label: str | None = None) -> SpanReading:
     import random
     from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
 
-    from components.tfrecord_ingest.records import iter_records
+    from components.tfrecord_ingest.tfrecord_files import iter_records
     from components.tfrecord_ingest.spans import IngestionError, list_record_files, resolve_spans
     reading = SpanReading({}, 0, [])
     chooser = random.Random(0)
@@ -341,7 +341,7 @@ def _note_batch(reading: SpanReading, decoder, batch: list[bytes], path: str, fi
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from components.tfrecord_ingest.records import check_example
+    from components.tfrecord_ingest.tfrecord_files import check_example
     try:
         decoded = decoder.DecodeBatch(batch)
     except RuntimeError:

@@ -41,7 +41,7 @@ def code_files(*module_names: str) -> dict[str, str]:
         if path in seen:
             continue
         seen[path] = name
-        for imported in _imported_modules(name, path):
+        for imported in imported_modules(name, path):
             if _is_local_package(imported, roots):  # resolving a name deeper in TensorFlow would import it
                 pending += [item for item in _source_files(imported) if _is_local(item[1], roots)]
     return seen
@@ -63,7 +63,7 @@ def _source_files(name: str, whole_package: bool = False) -> list[tuple[str, str
             for file in sorted(os.listdir(folder)) if file.endswith(".py")]
 
 
-def _imported_modules(name: str, path: str) -> list[str]:
+def imported_modules(name: str, path: str) -> list[str]:
     """The absolute names of the modules a source file imports, and of `from X import Y`'s possible
     submodules X.Y."""
     with open(path, "rb") as handle:
@@ -79,7 +79,7 @@ def _imported_modules(name: str, path: str) -> list[str]:
                 package = name.split(".") if is_package else name.split(".")[:-1]
                 package = package[:len(package) - statement.level + 1]
                 base = ".".join(package + ([base] if base else []))
-            names += [base] + [f"{base}.{alias.name}" for alias in statement.names]
+            names += [base] + [f"{base}.{alias.name}" for alias in statement.names if alias.name != "*"]
     return [module for module in names if module]
 
 

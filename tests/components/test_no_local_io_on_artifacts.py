@@ -20,7 +20,7 @@ LOCAL_ONLY = {  # (file, function): why it is local by construction
     ("components/atomic_pusher/publish.py", "_age_seconds"): "local push directory",
     ("components/atomic_pusher/publish.py", "_fsync_tree"): "fsync of a local staging folder",
     ("components/atomic_pusher/publish.py", "_fsync_dir"): "fsync of a local folder",
-    ("components/core/file_system.py", "file_system"): "chosen only for a local path (a URI: tf.io.gfile)",
+    ("components/core/path_operations.py", "file_system"): "chosen only for a local path (a URI: tf.io.gfile)",
     ("components/trainer/device.py", "cpu_has_bf16"): "/proc/cpuinfo",
     ("components/trainer/train.py", "_log_dir"): "a scratch folder on a non-chief worker's own disk",
 }

@@ -188,7 +188,7 @@ _STAGE = "ColumnsAsModelOutputs"
 
 
 def _columns_as_model_outputs(model_names):
-    """A TFMA extractor standing in for scoring.py: the label and each model's prediction are columns."""
+    """A TFMA extractor standing in for batch_scoring.py: the label and each model's prediction are columns."""
     def add(extracts):
         batch = extracts[tfma.constants.ARROW_RECORD_BATCH_KEY]
         column = lambda name: batch.column(batch.schema.get_field_index(name)).flatten().to_numpy()  # noqa: E731

@@ -12,7 +12,7 @@ import tempfile
 import tensorflow as tf
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from components.tfrecord_ingest import executor, records
+from components.tfrecord_ingest import executor, tfrecord_files
 
 FUZZ = settings(deadline=None, database=None, derandomize=bool(os.environ.get("CI")),
                 suppress_health_check=[HealthCheck.too_slow])
@@ -33,7 +33,7 @@ def _ingest_bytes(content: bytes):
             handle.write(content)
         try:
             return executor.ingest([os.path.join(folder, "in")], os.path.join(folder, "out"), 0.3)
-        except records.IngestionError as error:
+        except tfrecord_files.IngestionError as error:
             assert "fuzzed.tfrecord" in str(error), error
             return error
 
@@ -52,7 +52,7 @@ def _framed(payloads: list[bytes], compression: str | None = None) -> bytes:
 @FUZZ
 @given(st.binary(max_size=300))
 def test_check_example_returns_a_reason_or_none_for_any_bytes(record):
-    reason = records.check_example(record)
+    reason = tfrecord_files.check_example(record)
     assert reason is None or reason.startswith(("not a tf.Example", "tf.Example with no features"))
 
 
@@ -66,7 +66,7 @@ def test_random_files_are_read_or_rejected_with_the_file_named(content):
 @given(st.lists(st.binary(max_size=80), min_size=1, max_size=8), st.booleans())
 def test_well_framed_random_payloads_are_checked_record_by_record(payloads, zipped):
     result = _ingest_bytes(_framed(payloads, "GZIP" if zipped else None))
-    if isinstance(result, records.IngestionError):
+    if isinstance(result, tfrecord_files.IngestionError):
         assert "fuzzed.tfrecord: record " in str(result)
     else:  # every payload happened to be a tf.Example with features
         assert sum(result["counts"].values()) == len(payloads)
@@ -85,7 +85,7 @@ def test_damaged_valid_files_name_the_file(data):
         for position in data.draw(st.lists(st.integers(0, len(content) - 1), min_size=1, max_size=4)):
             content[position] ^= data.draw(st.integers(1, 255))  # flipped bits
     result = _ingest_bytes(bytes(content))
-    if isinstance(result, records.IngestionError):
+    if isinstance(result, tfrecord_files.IngestionError):
         return
     read = sum(result["counts"].values())
     if truncated:

@@ -8,7 +8,7 @@ import tensorflow as tf
 from tfx.types import artifact_utils, standard_artifacts
 
 from components.core import contract
-from components.tfrecord_ingest import executor, records, spans
+from components.tfrecord_ingest import executor, spans, tfrecord_files
 
 
 def _example(i: int) -> tf.train.Example:
@@ -40,8 +40,8 @@ def test_plain_and_gzip_files_are_detected_read_and_split_without_loss(tmp_path)
     data.mkdir()
     plain = _write(data / "a.tfrecord", _examples(0, 300))
     zipped = _write(data / "b.tfrecord.gz", _examples(300, 300), gzip_it=True)
-    assert records.detect_compression(plain) == ""
-    assert records.detect_compression(zipped) == "GZIP"
+    assert tfrecord_files.detect_compression(plain) == ""
+    assert tfrecord_files.detect_compression(zipped) == "GZIP"
 
     report = executor.ingest([str(data)], str(tmp_path / "out"), eval_fraction=0.25)
 
@@ -75,7 +75,7 @@ def test_corrupt_record_names_file_and_index(tmp_path):
     offset = 3 * framed + 12 + 2  # a payload byte of record 3 (length and CRCs are 16 bytes per record)
     raw[offset] ^= 0xFF
     open(path, "wb").write(bytes(raw))
-    with pytest.raises(records.IngestionError, match=r"a\.tfrecord: record 3: unreadable"):
+    with pytest.raises(tfrecord_files.IngestionError, match=r"a\.tfrecord: record 3: unreadable"):
         executor.ingest([str(data)], str(tmp_path / "out"), 0.3)
 
 
@@ -85,7 +85,7 @@ def test_truncated_gzip_file_names_file_and_index(tmp_path):
     path = _write(data / "a.tfrecord.gz", _examples(0, 50), gzip_it=True)
     plain = gzip.decompress(open(path, "rb").read())
     open(path, "wb").write(gzip.compress(plain[: len(plain) - 7]))  # last record cut short
-    with pytest.raises(records.IngestionError, match=r"a\.tfrecord\.gz: record 49: unreadable"):
+    with pytest.raises(tfrecord_files.IngestionError, match=r"a\.tfrecord\.gz: record 49: unreadable"):
         executor.ingest([str(data)], str(tmp_path / "out"), 0.3)
 
 
@@ -97,7 +97,7 @@ def test_record_that_is_not_a_tf_example_is_named(tmp_path):
     sequence.feature_lists.feature_list["x"].feature.add().int64_list.value.append(1)
     good = _examples(0, 5)
     _write(data / "mixed.tfrecord", good[:2] + [sequence.SerializeToString(), b"\xff\xfe not a proto"] + good[2:])
-    with pytest.raises(records.IngestionError) as raised:
+    with pytest.raises(tfrecord_files.IngestionError) as raised:
         executor.ingest([str(data)], str(tmp_path / "out"), 0.3)
     message = str(raised.value)
     assert "mixed.tfrecord: record 2: not a tf.Example" in message
@@ -107,14 +107,14 @@ def test_record_that_is_not_a_tf_example_is_named(tmp_path):
 
 def test_empty_directory_missing_directory_and_empty_file_are_errors(tmp_path):
     (tmp_path / "empty").mkdir()
-    with pytest.raises(records.IngestionError, match="no TFRecord files"):
+    with pytest.raises(tfrecord_files.IngestionError, match="no TFRecord files"):
         executor.ingest([str(tmp_path / "empty")], str(tmp_path / "out"), 0.3)
-    with pytest.raises(records.IngestionError, match="does not exist"):
+    with pytest.raises(tfrecord_files.IngestionError, match="does not exist"):
         executor.ingest([str(tmp_path / "nowhere")], str(tmp_path / "out"), 0.3)
     (tmp_path / "with_empty").mkdir()
     _write(tmp_path / "with_empty" / "good.tfrecord", _examples(0, 20))
     (tmp_path / "with_empty" / "zero.tfrecord").write_bytes(b"")
-    with pytest.raises(records.IngestionError, match=r"zero\.tfrecord: record 0: empty file"):
+    with pytest.raises(tfrecord_files.IngestionError, match=r"zero\.tfrecord: record 0: empty file"):
         executor.ingest([str(tmp_path / "with_empty")], str(tmp_path / "out"), 0.3)
 
 
@@ -179,7 +179,7 @@ def test_many_bad_records_are_all_counted_but_only_the_first_listed(tmp_path):
     data = tmp_path / "in"
     data.mkdir()
     _write(data / "junk.tfrecord", [b"\xff\xff junk %d" % i for i in range(100)])
-    with pytest.raises(records.IngestionError) as raised:
+    with pytest.raises(tfrecord_files.IngestionError) as raised:
         executor.ingest([str(data)], str(tmp_path / "out"), 0.3)
     message = str(raised.value)
     assert message.startswith("100 bad record(s)")
@@ -193,8 +193,8 @@ def test_a_cut_just_after_a_record_is_caught_although_tensorflow_reads_on_quietl
     data.mkdir()
     path = _write(data / "a.tfrecord", _examples(0, 20))
     whole = open(path, "rb").read()
-    cut = sum(len(record) + records.RECORD_FRAMING_BYTES for record in _examples(0, 15)) + 5
+    cut = sum(len(record) + tfrecord_files.RECORD_FRAMING_BYTES for record in _examples(0, 15)) + 5
     open(path, "wb").write(whole[:cut])
     assert sum(1 for _ in tf.data.TFRecordDataset(path)) == 15  # TensorFlow alone: 15 records, no error
-    with pytest.raises(records.IngestionError, match=r"a\.tfrecord: record 15: truncated: 5 byte\(s\) after"):
+    with pytest.raises(tfrecord_files.IngestionError, match=r"a\.tfrecord: record 15: truncated: 5 byte\(s\) after"):
         executor.ingest([str(data)], str(tmp_path / "out"), 0.3)

@@ -20,7 +20,7 @@ import yaml
 import tensorflow as tf
 
 from components.core import contract
-from components.tfrecord_ingest.records import split_of
+from components.tfrecord_ingest.tfrecord_files import split_of
 from components.trainer.checkpoints import BACKUP_METADATA
 from pipeline.commands.cli import main as cli_main
 from pipeline.config import load_config

@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 from components.core import contract, tasks
-from components.tfrecord_ingest.records import split_of
+from components.tfrecord_ingest.tfrecord_files import split_of
 from pipeline.commands.cli import main as cli_main
 from pipeline.config import PROJECT_ROOT, load_config
 from tests.pipeline.span_files import read_span, write_records
