@@ -9,8 +9,10 @@ import pytest
 from pipeline.commands.cli import main as cli_main
 from pipeline.config import PipelineConfig, load_config
 from pipeline.runs.run_report import REPORT_FILE
+from tests.config_text import taxi_config_text
 
 CONFIG_TEXT = """\
+# over the taxi example's config (configs/taxi.yaml)
 train: {epochs: 3}
 evaluate: {absolute_bar: 0.8}
 export: {latency_examples: 50}
@@ -32,7 +34,7 @@ def production(taxi_span_root, tmp_path_factory):
     data_root = str(root / "data")
     shutil.copytree(os.path.join(taxi_span_root, "span-1"), os.path.join(data_root, "span-1"))
     config_file = root / "config.yaml"
-    config_file.write_text(CONFIG_TEXT)
+    config_file.write_text(taxi_config_text(CONFIG_TEXT))
     output = str(root / "output")
     assert cli_main(["run", "--config", str(config_file), "--data", data_root, "--output", output]) == 0
     config = load_config(str(config_file), data_root=data_root, output_dir=output)

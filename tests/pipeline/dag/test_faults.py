@@ -24,6 +24,7 @@ from components.tfrecord_ingest.tfrecord_files import split_of
 from components.trainer.checkpoints import BACKUP_METADATA
 from pipeline.commands.cli import main as cli_main
 from pipeline.config import load_config
+from tests.config_text import required_keys, taxi_config_text
 from pipeline.runs.run_facts import NOT_STARTED_PREFIX
 from pipeline.runs.run_guard import LOCK_FILE, LOCKED_EXIT_CODE
 from pipeline.runs.run_report import REPORT_FILE, REPORTS_DIR
@@ -55,6 +56,16 @@ def unchanged_production(production, tree_digest):
 
 # ------------------------------------------------------------------------------------------- config faults
 
+def _with_required_keys(text: str) -> str:
+    """A test's YAML text after the taxi example's required keys that it does not give itself (malformed text as
+    it is, so that its error keeps its line)."""
+    try:
+        given = set(yaml.safe_load(text) or {})
+    except yaml.YAMLError:
+        return text
+    return "".join(line + "\n" for line in required_keys().splitlines() if line.split(":", 1)[0] not in given) + text
+
+
 @pytest.mark.parametrize("text, key", [
     ("train: {epochs: 3, epoch: 2}\n", "train.epoch"),  # unknown key
     ("train: {batch_size: big}\n", "train.batch_size"),  # wrong type
@@ -63,7 +74,7 @@ def unchanged_production(production, tree_digest):
 ])
 def test_config_faults_exit_2_naming_the_key(unchanged_production, capsys, tmp_path, text, key):
     config_file = tmp_path / "bad.yaml"
-    config_file.write_text(text)
+    config_file.write_text(_with_required_keys(text))
     code, stderr = _run(unchanged_production, unchanged_production.data_root, capsys, str(config_file))
     assert code == 2
     assert re.search(rf"^config error: .*\b{re.escape(key)}\b", stderr, re.MULTILINE), stderr
@@ -79,7 +90,7 @@ def test_config_faults_exit_2_naming_the_key(unchanged_production, capsys, tmp_p
 def test_malformed_config_and_unusable_references_exit_2_naming_them(unchanged_production, capsys, tmp_path, text,
                                                                       expected):
     config_file = tmp_path / "bad.yaml"
-    config_file.write_text(text)
+    config_file.write_text(_with_required_keys(text))
     runs_before = _execution_count(unchanged_production.config)
     code, stderr = _run(unchanged_production, unchanged_production.data_root, capsys, str(config_file))
     assert code == 2
@@ -280,7 +291,8 @@ def interrupted(production, tmp_path_factory, tree_digest):
     (SIGKILL) and truncates its last training_metadata.json, as a kill in the middle of writing it would
     leave it. Then it runs again, as a user would after the kill, and records what that run did."""
     config_file = tmp_path_factory.mktemp("interrupted") / "config.yaml"
-    config_file.write_text("evaluate: {absolute_bar: 0.8}\nexport: {latency_examples: 50}\n" + KILLABLE_TRAINING)
+    config_file.write_text(taxi_config_text("evaluate: {absolute_bar: 0.8}\nexport: {latency_examples: 50}\n"
+                                            + KILLABLE_TRAINING))
     config = load_config(str(config_file), data_root=production.data_root, output_dir=production.config.output_dir)
     command = [sys.executable, "-m", "pipeline", "run", "--config", str(config_file), "--data", production.data_root,
                "--output", config.output_dir]
