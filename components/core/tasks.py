@@ -6,7 +6,7 @@ A Task says: the label's dtype, which labels a task takes (`label_problem`) and 
 model's output, the serving outputs the SavedModel returns (TF Serving's classify convention for
 classifiers: `scores` [N, K] and `classes` [N, K]; `predictions` [N, 1] for regression) and the one TFMA and
 the device model read, the TFMA metrics the evaluator computes, the primary metric the gates decide on and
-its direction, whether tolerances are absolute or relative, the default bar, the trivial predictor a model
+its direction, whether tolerances are absolute or relative, the trivial predictor a model
 must beat, and how a batch of predictions is scored outside TFMA (the TFLite ladder). The Trainer, the
 evaluator, ModelExport, the schema-driven model, init, the config and the reports ask the Task; none of
 them branches on a task name or asks which kind of task it is. A Task also builds the schema-driven model's
