@@ -101,22 +101,28 @@ class RobustScale(keras.layers.Layer):
 
     @classmethod
     def fitted(cls, values: np.ndarray, bins: int, name: str) -> "RobustScale":
-        """Input: present sample values and the number of quantile bins wanted. Output: the fitted layer, its
-        edges at most bins + 1 distinct quantiles of the scaled sample (fewer for a number of few values)."""
+        """Input: present sample values and the number of quantile bins wanted. Output: the fitted layer (see
+        fit)."""
+        return cls(*cls.fit(values, bins), name=name)
+
+    @classmethod
+    def fit(cls, values: np.ndarray, bins: int) -> tuple[float, float, list[float]]:
+        """Input: present sample values and the number of quantile bins wanted. Output: (center, scale, edges),
+        the edges at most bins + 1 distinct quantiles of the scaled sample (fewer for a number of few values)."""
         values = np.asarray(values, np.float64)
         if not values.size:
-            return cls(0.0, 1.0, (), name=name)
+            return 0.0, 1.0, []
         low, median, high = np.quantile(values, [0.25, 0.5, 0.75])
         spread = high - low if high > low else values.std()
-        layer = cls(*half_precision_safe(float(median), 1.0 / max(float(spread), 1e-6)), name=name)
-        scaled = layer.transform(values)
+        center, scale = half_precision_safe(float(median), 1.0 / max(float(spread), 1e-6))
+        scaled = cls.scaled(values, center, scale)
         edges = np.unique(np.quantile(scaled, np.linspace(0.0, 1.0, bins + 1)).astype(np.float32))
-        layer.edges = [float(edge) for edge in edges] if edges.size > 1 else []
-        return layer
+        return center, scale, [float(edge) for edge in edges] if edges.size > 1 else []
 
-    def transform(self, values: np.ndarray) -> np.ndarray:
+    @classmethod
+    def scaled(cls, values: np.ndarray, center, scale) -> np.ndarray:
         """The layer's function in numpy (float64), for fitting."""
-        z = np.clip((np.asarray(values, np.float64) - self.center) * self.scale, -self.LARGE, self.LARGE)
+        z = np.clip((np.asarray(values, np.float64) - center) * scale, -cls.LARGE, cls.LARGE)
         return z / np.sqrt(1.0 + (z / SMOOTH_CLIP) ** 2)
 
     def call(self, x):
@@ -144,14 +150,9 @@ class RobustScaleColumns(RobustScale):
     @classmethod
     def fitted(cls, columns: list, bins: int, name: str) -> "RobustScaleColumns":
         """Input: each column's present sample values and the number of quantile bins wanted. Output: the
-        fitted layer (per column what RobustScale.fitted fits)."""
-        fitted = [RobustScale.fitted(values, bins, name=f"{name}_{i}") for i, values in enumerate(columns)]
-        return cls([f.center for f in fitted], [f.scale for f in fitted], [f.edges for f in fitted], name=name)
-
-    def call(self, x):
-        z = (keras.ops.cast(x, "float32") - np.float32(self.center)) * np.float32(self.scale)
-        z = keras.ops.clip(z, -self.LARGE, self.LARGE)
-        return z * keras.ops.rsqrt(1.0 + keras.ops.square(z * np.float32(1.0 / SMOOTH_CLIP)))
+        fitted layer (per column what RobustScale.fit fits); its call is RobustScale's, broadcast over columns."""
+        centers, scales, edges = zip(*(RobustScale.fit(values, bins) for values in columns))
+        return cls(centers, scales, edges, name=name)
 
 
 @keras.saving.register_keras_serializable(package="models.layers")
@@ -169,14 +170,19 @@ class PiecewiseLinear(keras.layers.Layer):
         kwargs["dtype"] = "float32"
         super().__init__(**kwargs)
         self.edges = [float(edge) for edge in edges]
-        if len(self.edges) < 2 or any(b <= a for a, b in zip(self.edges, self.edges[1:])):
-            raise ValueError(f"{self.name}: needs two or more increasing edges, got {self.edges}")
-        edges = np.asarray(self.edges, np.float64)
-        self._left = edges[:-1].astype(np.float32)
-        self._inverse_width = (1.0 / np.diff(edges)).astype(np.float32)
-        bins = len(self._left)
-        self._low = np.where(np.arange(bins) == 0, -self.OPEN, 0.0).astype(np.float32)
-        self._high = np.where(np.arange(bins) == bins - 1, self.OPEN, 1.0).astype(np.float32)
+        self._left, self._inverse_width, self._low, self._high = self.bounds(self.edges, self.name)
+
+    @classmethod
+    def bounds(cls, edges: list[float], name: str) -> tuple[np.ndarray, ...]:
+        """Input: two or more increasing edges (ValueError naming `name` otherwise). Output: float32 arrays over
+        the bins: each bin's left edge, its inverse width, and the lower and upper bounds of its reading."""
+        if len(edges) < 2 or any(b <= a for a, b in zip(edges, edges[1:])):
+            raise ValueError(f"{name}: needs two or more increasing edges, got {edges}")
+        edges = np.asarray(edges, np.float64)
+        bins = len(edges) - 1
+        return (edges[:-1].astype(np.float32), (1.0 / np.diff(edges)).astype(np.float32),
+                np.where(np.arange(bins) == 0, -cls.OPEN, 0.0).astype(np.float32),
+                np.where(np.arange(bins) == bins - 1, cls.OPEN, 1.0).astype(np.float32))
 
     def call(self, x):
         position = (keras.ops.expand_dims(keras.ops.cast(x, "float32"), -1) - self._left) * self._inverse_width
@@ -204,14 +210,10 @@ class PiecewiseLinearColumns(keras.layers.Layer):
         self._left, self._inverse_width = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
         self._low, self._high = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
         for row, column in enumerate(self.edges):
-            if len(column) < 2:
-                continue
-            if any(b <= a for a, b in zip(column, column[1:])):
-                raise ValueError(f"{self.name}: column {row}'s edges must increase, got {column}")
-            single = PiecewiseLinear(column)
-            count = len(column) - 1
-            self._left[row, :count], self._inverse_width[row, :count] = single._left, single._inverse_width
-            self._low[row, :count], self._high[row, :count] = single._low, single._high
+            if len(column) >= 2:
+                count = len(column) - 1
+                (self._left[row, :count], self._inverse_width[row, :count], self._low[row, :count],
+                 self._high[row, :count]) = PiecewiseLinear.bounds(column, f"{self.name} column {row}")
 
     def call(self, x):
         position = (keras.ops.expand_dims(keras.ops.cast(x, "float32"), -1) - self._left) * self._inverse_width

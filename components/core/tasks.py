@@ -692,7 +692,8 @@ class PredictionTarget:
         return cls(value["label_key"], value.get("task", LEGACY_TASK), tuple(value.get("classes", ())))
 
     def mismatch(self, facts) -> str:
-        """Why a model described by `facts` (components.core.records.ModelFacts) cannot be compared with this target's models ("" when it can)."""
+        """Why a model described by `facts` (components.core.records.ModelFacts) cannot be compared with this
+        target's models ("" when it can)."""
         if facts.legacy:
             return "" if self.task_name == facts.task_name else (
                 f"it predates model facts (a {facts.task_name} model); the candidate is {self.task_name}")

@@ -84,11 +84,11 @@ def ingest(input_dirs: list[str], output_uri: str, eval_fraction: float,
         listed = [bad for summary in summaries for bad in summary["bad"]][:MAX_LISTED_BAD_RECORDS]
         more = f"\n  ... and {bad_count - len(listed)} more" if bad_count > len(listed) else ""
         raise tfrecord_files.IngestionError(f"{bad_count} bad record(s) in {', '.join(input_dirs)}:\n  "
-                                     + "\n  ".join(listed) + more)
+                                            + "\n  ".join(listed) + more)
     for split in SPLITS:
         if counts[split] == 0:
             raise tfrecord_files.IngestionError(f"{', '.join(input_dirs)}: the {split} split is empty "
-                                         f"({sum(counts.values())} records, eval_fraction={eval_fraction})")
+                                                f"({sum(counts.values())} records, eval_fraction={eval_fraction})")
     per_file = {_relative_name(summary["path"], input_dirs): summary["records"] for summary in summaries}
     return {"input_dirs": input_dirs, "files": per_file, "counts": counts, "eval_fraction": eval_fraction}
 

@@ -5,8 +5,9 @@ Consumes: `examples`, `schema`, optional `base_model` (warm start), optional `ca
 candidate Trainer's ModelRun: the baseline reads the numerics the candidate trained with and does not train
 the same float32 model again). Produces: `model` (serving SavedModel and Keras files) and `model_run`
 (training_report.json, TensorBoard logs). Parameters: `custom_config`, the step's settings record
-(components/settings.py StepSettings, as JSON) plus the checkpoint root and code fingerprint (run_fn.py). With `candidate_run`, the baseline runs after
-the candidate, in the same pod or another (Kubeflow), since that input orders the two.
+(components/settings.py StepSettings, as JSON) plus the checkpoint root and code fingerprint (run_fn.py).
+With `candidate_run`, the baseline runs after the candidate, in the same pod or another (Kubeflow), since
+that input orders the two.
 """
 from __future__ import annotations
 
