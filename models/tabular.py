@@ -176,31 +176,29 @@ class SchemaModel:
         def output(layer: keras.layers.Layer, tensor) -> None:  # a model-ready tensor, named by its layer
             outputs[layer.name] = layer(tensor)
 
-        numbers = []
-        for name, spec in specs.items():
+        categories = {name for name, spec in specs.items() if name not in self.dates and (
+            spec.dtype == tf.string or (spec.dtype == tf.int64 and len(np.unique(sample[name])) <= CATEGORICAL_MAX))}
+        numbers = [name for name in specs if name not in self.dates and name not in categories]
+        together = len(numbers) > WIDE_NUMBERS  # one tensor for all numbers: a few ops, not a few per column
+        for name, spec in specs.items():  # in the columns' order, which the model's inputs keep
             values, column = np.asarray(sample[name]), internal[name]
             if name in self.dates:
                 output(CalendarFeatures.fitted(values, name=derived_name(column, "calendar")), inputs[name])
-                continue
-            if spec.dtype == tf.string or (spec.dtype == tf.int64 and len(np.unique(values)) <= CATEGORICAL_MAX):
+            elif name in categories:
                 missing = self.missing_spellings if spec.dtype == tf.string else ()
                 output(Vocabulary.adapted(values, MAX_VOCABULARY, name=derived_name(column, "lookup"),
                                           missing_spellings=missing), inputs[name])
-                continue
-            numbers.append(name)
-        if len(numbers) > WIDE_NUMBERS:  # one tensor for all numbers: a graph of a few ops, not a few per column
+            elif not together:
+                present = values[_present(values)].astype(np.float64)
+                fill = float(np.median(present)) if present.size else 0.0
+                filled = FillMissing(fill, name=derived_name(column, "filled"))(inputs[name])
+                output(MissingIndicator(name=derived_name(column, "missing")), inputs[name])
+                scale = RobustScale.fitted(present, bins, name=derived_name(column, "scaled"))
+                output(scale, filled)
+                if len(scale.edges) > 1:
+                    output(PiecewiseLinear(scale.edges, name=derived_name(column, "piecewise")), outputs[scale.name])
+        if together:
             self._encode_numbers_together(numbers, sample, inputs, bins, output)
-            numbers = []
-        for name in numbers:
-            values, column = np.asarray(sample[name]), internal[name]
-            present = values[_present(values)].astype(np.float64)
-            fill = float(np.median(present)) if present.size else 0.0
-            filled = FillMissing(fill, name=derived_name(column, "filled"))(inputs[name])
-            output(MissingIndicator(name=derived_name(column, "missing")), inputs[name])
-            scale = RobustScale.fitted(present, bins, name=derived_name(column, "scaled"))
-            output(scale, filled)
-            if len(scale.edges) > 1:
-                output(PiecewiseLinear(scale.edges, name=derived_name(column, "piecewise")), outputs[scale.name])
         with warnings.catch_warnings():  # Keras asks for dict keys equal to the inputs' names: here they are not
             warnings.filterwarnings("ignore", "When providing `inputs` as a dict", UserWarning)
             return keras.Model(inputs, outputs, name=_LAYER.format("preprocessing"))

@@ -264,3 +264,17 @@ def test_a_wide_tables_numbers_are_encoded_as_one_tensor_the_same_way_each_colum
     rows = {name: values[:20] for name, values in table.items() if name in module.INPUTS}
     np.testing.assert_allclose(_device_outputs(flatbuffer, rows, key),
                                model(preprocessing(_features(rows, module))).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_the_model_ready_tensors_follow_the_columns_order_whatever_their_kind(tmp_path):
+    """The preprocessing's outputs, and so the model's inputs, come in the schema's column order, a number
+    before a category when it comes first: the order the model's weights were trained against."""
+    (tmp_path / "schema.pbtxt").write_text('feature { name: "distance" type: FLOAT }\n'
+                                           'feature { name: "company" type: BYTES }\n'
+                                           'feature { name: "label" type: INT }\n')
+    module = tabular.configure(str(tmp_path / "schema.pbtxt"), TaskConfig(type="binary", label="label",
+                                                                          classes=["0", "1"]))
+    table = _table(400, "binary")
+    preprocessing = module.build_preprocessing({name: table[name] for name in ("distance", "company", "label")})
+    assert list(preprocessing.output) == ["distance.missing", "distance.scaled", "distance.piecewise",
+                                          "company.lookup"]
