@@ -156,12 +156,12 @@ class TrainingReport:
 
     def schedule_line(self) -> str:
         """How long training ran and which interval it kept, e.g. "12 of 40 intervals (stopped early), best 7
-        on 1,024 held-out training records"."""
+        on 1,024 held-out training records", or "40 of 40 intervals, the last kept (no validation slice)"."""
         planned = self.plan.get("intervals", self.intervals_run)
         line = f"{self.intervals_run} of {planned} intervals" + (" (stopped early)" if self.stopped_early else "")
         if self.validation_examples:
-            line += f", best {self.best_interval} on {self.validation_examples:,} held-out training records"
-        return line
+            return line + f", best {self.best_interval} on {self.validation_examples:,} held-out training records"
+        return line + ", the last kept (no validation slice)"
 
     def facts(self) -> ModelFacts:
         return ModelFacts(self.model, self.task_name, self.label, tuple(self.classes), self.precision, self.xla,

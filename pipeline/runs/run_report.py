@@ -160,7 +160,8 @@ def _training_section(training: dict[str, TrainingReport | None]) -> str:
                      "on" if report.xla else "off", f"{report.examples_per_second:,.0f}",
                      report.input_line(), str(report.resumed_from_step),
                      "yes" if report.warm_start.get("applied") else "no", report.schedule_line(),
-                     f"{report.task.validation_metric} {_n(report.validation_value)}"])
+                     f"{report.task.validation_metric} {_n(report.validation_value)}"
+                     + ("" if report.validation_examples else " (eval split, after the last epoch)")])
     parts.append(_table(["trainer", "strategy", "precision", "XLA", "examples/s", "input", "resumed from step",
                          "warm start", "training ran", "validation"], rows))
     parts += [f"<p>{_e(node)}: {_e(report.model_description)}</p>" for node, report in reports.items()
@@ -332,8 +333,9 @@ def _training_figure(reports: dict[str, TrainingReport]):
                 if report.best_interval:
                     ax.scatter([report.best_interval], [validation[report.best_interval - 1]], marker="*", s=80,
                                label=f"{node} kept")
-            elif validation:
-                ax.scatter([len(values)], validation[-1:], marker="*", s=80, label=f"{node} validation")
+            elif validation:  # no validation slice: the eval split, scored once after the last interval
+                scored_on = "validation" if report.validation_examples else "eval split"
+                ax.scatter([len(values)], validation[-1:], marker="*", s=80, label=f"{node} {scored_on}")
         ax.set_title(metric, fontsize=9)
         ax.set_xlabel("checkpoint interval", fontsize=8)
         ax.legend(fontsize=7)

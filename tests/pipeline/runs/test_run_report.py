@@ -248,3 +248,25 @@ def test_the_training_figure_draws_the_validation_curve_and_marks_the_kept_inter
     assert curves["Trainer validation"] == [1.9, 1.4, 1.6, 1.7]
     [kept] = [c for c in mae.collections if c.get_label() == "Trainer kept"]
     assert kept.get_offsets().tolist() == [[2.0, 1.4]]
+
+
+def test_the_schedule_line_says_which_interval_was_kept_and_on_how_many_records():
+    from components.core.records import TrainingReport
+    validated = TrainingReport(task_name="binary", precision="float32", best_interval=7, intervals_run=12,
+                               stopped_early=True, validation_examples=1024, plan={"intervals": 40})
+    assert validated.schedule_line() == ("12 of 40 intervals (stopped early), best 7 on 1,024 held-out training "
+                                         "records")
+    whole_budget = TrainingReport(task_name="binary", precision="float32", best_interval=40, intervals_run=40,
+                                  plan={"intervals": 40})
+    assert whole_budget.schedule_line() == "40 of 40 intervals, the last kept (no validation slice)"
+
+
+def test_a_run_without_a_validation_slice_labels_its_one_score_as_the_eval_splits():
+    from components.core.records import TrainingReport
+    from pipeline.runs.run_report import _training_figure, _training_section
+    report = TrainingReport(task_name="binary", precision="float32", best_interval=3, intervals_run=3,
+                            history={"loss": [0.7, 0.5, 0.4], "auc": [0.7, 0.8, 0.85], "val_auc": [0.83]},
+                            final_metrics={"val_auc": 0.83}, plan={"intervals": 3})
+    assert "auc 0.8300 (eval split, after the last epoch)" in _training_section({"Trainer": report})
+    auc = next(ax for ax in _training_figure({"Trainer": report}).axes if ax.get_title() == "auc")
+    assert [c.get_label() for c in auc.collections] == ["Trainer eval split"]
