@@ -133,9 +133,19 @@ class TrainConfig:
     # the weights of the best interval on the task's primary metric are kept; 0 = none (the eval split, which
     # the gates score, is never read by training)
     validation_share: float = setting(0.0, BELOW_HALF)
-    # with validation_share: stop after this many intervals in which neither the validation score nor the
-    # validation loss improved (the best score's interval is kept either way); 0 = never stop early
+    # k-fold bagging, > 1: the training split's records are dealt into this many folds (by a keyed hash of each
+    # record) and the model is built once per fold, each copy with weights of its own; copy g trains on the
+    # records outside fold g, every interval is validated out of fold on the whole training split (each record
+    # scored by the copy that never trained on it), the best interval's weights are kept, and the model served
+    # is the copies' mean. 0 or 1: one model. Not together with validation_share
+    folds: int = setting(0, NOT_NEGATIVE)
+    # with validation_share or folds: stop after this many intervals in which neither the validation score nor
+    # the validation loss improved (the best score's interval is kept either way); 0 = never stop early
     early_stopping_patience: int = setting(0, NOT_NEGATIVE)
+    # seconds of fitting: training ends with the interval after which another one would pass this budget (the
+    # best interval's weights kept, as when it stops early); 0 = no budget. A faster device runs more intervals
+    # in the same budget, up to `epochs`
+    time_budget_seconds: float = setting(0.0, NOT_NEGATIVE)
     gradient_accumulation_steps: int = setting(1, AT_LEAST_1)  # >1: apply gradients once per this many batches
     # records the input pipeline shuffles among (from the in-memory cache: each pass wholly shuffled); 0 = no shuffle
     shuffle_buffer: int = setting(10_000, NOT_NEGATIVE)

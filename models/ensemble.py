@@ -14,10 +14,10 @@ Builtin TFLite ops only: MUL, RESHAPE, FULLY_CONNECTED, SUM, MEAN.
 """
 from __future__ import annotations
 
-import threading
-
 import keras
 import numpy as np
+
+from components.core.bagging import record_members, recorded_members
 
 
 @keras.saving.register_keras_serializable(package="models.ensemble")
@@ -80,21 +80,21 @@ class EnsembleOutputs(keras.layers.Layer):
         return {**super().get_config(), "members": self.members, "width": self.width}
 
 
-_members_seen = threading.local()  # the last members' predictions MembersMean passed on, per thread
-
-
 @keras.saving.register_keras_serializable(package="models.ensemble")
 class MembersMean(keras.layers.Layer):
-    """[N, k, width] members' predictions -> [N, width], their mean (float32). It keeps the members' predictions
-    of its last call (per thread: each replica of a distribution strategy traces in a thread of its own), where
-    EnsembleModel.compute_loss, which runs right after the forward pass, finds them."""
+    """[N, k, width] members' predictions -> [N, width], their mean (float32). It records the members'
+    predictions of its last call (components.core.bagging.record_members: per thread, as each replica of a
+    distribution strategy traces in a thread of its own), where EnsembleModel.compute_loss, which runs right
+    after the forward pass, finds them (and a fold bag of such models, components.core.bagging.FoldBag)."""
+
+    RECORDS_MEMBERS = True
 
     def __init__(self, **kwargs):
         kwargs["dtype"] = "float32"
         super().__init__(**kwargs)
 
     def call(self, members):
-        _members_seen.value = members
+        record_members(self, members)
         return keras.ops.mean(members, axis=1)
 
     def compute_output_spec(self, members):
@@ -107,7 +107,8 @@ class EnsembleModel(keras.Model):
     compiled loss, each member's prediction against the label), scored and served on the members' mean."""
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        members = getattr(_members_seen, "value", None)
+        recorder = next((layer for layer in self.layers if isinstance(layer, MembersMean)), None)
+        members = recorded_members(recorder) if recorder is not None else None
         if members is None or y is None:
             return super().compute_loss(x, y, y_pred, sample_weight, training)
         count, width = members.shape[1], members.shape[2]

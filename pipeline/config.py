@@ -49,6 +49,9 @@ def read_config(path: str | None = None, **overrides: typing.Any) -> PipelineCon
     config = _local_paths_as_paths(_build(PipelineConfig, raw, prefix=""))
     check_no_secrets(config)
     _check_required(config, path)
+    if config.train.folds > 1 and config.train.validation_share:
+        raise ConfigError(f"{path}: train.folds ({config.train.folds}) and train.validation_share "
+                          f"({config.train.validation_share:g}) are two ways to validate: give one")
     return config
 
 

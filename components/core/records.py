@@ -108,10 +108,15 @@ class TrainingReport:
     final_metrics: dict[str, float] = field(default_factory=dict)  # at the interval whose weights were kept
     history: dict[str, list[float]] = field(default_factory=dict)
     model_description: str = ""  # what the model module says it is (its DESCRIPTION)
-    validation_examples: int = 0  # training records held out to validate every interval (0: none)
+    # training records that validated every interval (0: none): held out, or with folds > 1 all of them, each
+    # scored by the copy of the model that never trained on it
+    validation_examples: int = 0
+    folds: int = 1  # the copies of the model, one per fold, whose mean is served (1: one model)
     intervals_run: int = 0
     best_interval: int = 0  # the interval whose weights were kept, best on validation (0: the last)
     stopped_early: bool = False
+    time_budget_seconds: float = 0.0  # train.time_budget_seconds (0: none)
+    stopped_at_budget: bool = False  # the time budget ended training
     skipped: bool = False  # the FP32 baseline, not trained: the candidate is its own baseline
     skip_reason: str = ""
     candidate_run: str = ""
@@ -155,13 +160,24 @@ class TrainingReport:
         return self.final_metrics.get(f"val_{self.task.validation_metric}")
 
     def schedule_line(self) -> str:
-        """How long training ran and which interval it kept, e.g. "12 of 40 intervals (stopped early), best 7
-        on 1,024 held-out training records", or "40 of 40 intervals, the last kept (no validation slice)"."""
+        """How long training ran, why it ended and which interval it kept, e.g. "12 of 40 intervals (stopped
+        early), best 7 on 1,024 held-out training records", "30 of 200 intervals (time budget of 120 s), best
+        28 out of fold on all 6,000 training records (4 folds)" or "40 of 40 intervals, the last kept (no
+        validation slice)"."""
         planned = self.plan.get("intervals", self.intervals_run)
-        line = f"{self.intervals_run} of {planned} intervals" + (" (stopped early)" if self.stopped_early else "")
-        if self.validation_examples:
-            return line + f", best {self.best_interval} on {self.validation_examples:,} held-out training records"
-        return line + ", the last kept (no validation slice)"
+        ended = (" (stopped early)" if self.stopped_early else
+                 f" (time budget of {self.time_budget_seconds:g} s)" if self.stopped_at_budget else "")
+        line = f"{self.intervals_run} of {planned} intervals{ended}"
+        if self.validation_examples and self.folds > 1:
+            line += (f", best {self.best_interval} out of fold on all {self.validation_examples:,} training records "
+                     f"({self.folds} folds)")
+        elif self.validation_examples:
+            line += f", best {self.best_interval} on {self.validation_examples:,} held-out training records"
+        else:
+            line += ", the last kept (no validation slice)"
+        if self.time_budget_seconds:
+            line += f"; fitting took {self.fit_seconds:.0f} s of a {self.time_budget_seconds:g} s budget"
+        return line
 
     def facts(self) -> ModelFacts:
         return ModelFacts(self.model, self.task_name, self.label, tuple(self.classes), self.precision, self.xla,

@@ -1,5 +1,5 @@
 """Keras callbacks the trainer adds to every fit: spaced checkpoints, throughput, loss-scale history,
-divergence stop."""
+divergence stop, the best interval kept, the time budget."""
 from __future__ import annotations
 
 import math
@@ -53,6 +53,28 @@ class ThroughputMeter(keras.callbacks.Callback):
     @property
     def step_seconds(self) -> float:
         return statistics.median(self._steady(self._step_seconds)) if self._step_seconds else 0.0
+
+
+class StopAtTimeBudget(keras.callbacks.Callback):
+    """Ends training at the end of the interval after which one more (as long as the longest so far,
+    validation included) would pass `seconds` since training began. After fit: `stopped` (True when it ended
+    training), `seconds_used`. A job resumed from a checkpoint gets the whole budget again."""
+
+    def __init__(self, seconds: float, clock=time.monotonic):
+        super().__init__()
+        self.seconds, self.clock = seconds, clock
+        self.stopped, self.seconds_used = False, 0.0
+        self._longest = 0.0
+
+    def on_train_begin(self, logs=None):
+        self._began = self._last = self.clock()
+
+    def on_epoch_end(self, epoch, logs=None):
+        now = self.clock()
+        self._longest, self._last = max(self._longest, now - self._last), now
+        self.seconds_used = now - self._began
+        if self.seconds_used + self._longest > self.seconds and not getattr(self.model, "stop_training", False):
+            self.model.stop_training, self.stopped = True, True
 
 
 class LossScaleRecorder(keras.callbacks.Callback):

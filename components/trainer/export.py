@@ -15,24 +15,32 @@ import tensorflow as tf
 from tfx.dsl.io import fileio
 
 from components.core import contract
+from components.core.bagging import bag
 from components.core.model_module import ModelModule, raw_signature_spec, task_of
 from components.core.records import model_ready_dir
 
 
-def build_float32(model_module: ModelModule, preprocessing: keras.Model) -> keras.Model:
-    """Output: the model module's model on `preprocessing`, built under the float32 policy (whatever policy
-    is set, and set again afterwards)."""
+def build_model(model_module: ModelModule, preprocessing: keras.Model, folds: int = 1) -> keras.Model:
+    """Output: what the Trainer trains under the policy set: the model module's model on `preprocessing`, or
+    with folds > 1 a bag of one copy per fold (components.core.bagging)."""
+    return bag(lambda: model_module.build_model(preprocessing), folds)
+
+
+def build_float32(model_module: ModelModule, preprocessing: keras.Model, folds: int = 1) -> keras.Model:
+    """Output: build_model under the float32 policy (whatever policy is set, and set again afterwards)."""
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("float32")
     try:
-        return model_module.build_model(preprocessing)
+        return build_model(model_module, preprocessing, folds)
     finally:
         keras.config.set_dtype_policy(previous)
 
 
-def float32_copy(model_module: ModelModule, preprocessing: keras.Model, trained: keras.Model) -> keras.Model:
-    """Input: the model module, its preprocessing, the trained model. Output: the same model in float32."""
-    copy = build_float32(model_module, preprocessing)
+def float32_copy(model_module: ModelModule, preprocessing: keras.Model, trained: keras.Model,
+                 folds: int) -> keras.Model:
+    """Input: the model module, its preprocessing, the trained model and its folds. Output: the same model in
+    float32."""
+    copy = build_float32(model_module, preprocessing, folds)
     copy.set_weights(trained.get_weights())
     return copy
 

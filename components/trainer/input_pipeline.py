@@ -23,6 +23,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from components.core.bagging import fold_of
+
 MEMORY, DISK = "memory", "disk"  # where a split's preprocessed tensors are cached
 AUTO_SHARE_OF_MEMORY = 4  # cache_max_mb 0 (auto): the in-memory cache may take a quarter of the machine's memory
 CGROUP_MEMORY_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")  # v2, v1
@@ -44,7 +46,8 @@ def record_compression(files: list[str]) -> str:
 def make_dataset(file_patterns: list[str], feature_spec: dict[str, tf.io.FixedLenFeature], batch_size: int,
                  label_fn=None, input_names=None, preprocess=None, shuffle_buffer: int = 0, repeat: bool = False,
                  cache: bool = False, cache_file: str = "", seed: int | None = None,
-                 shard_by_data: bool = False, holdout_share: float = 0.0, holdout: bool = False) -> tf.data.Dataset:
+                 shard_by_data: bool = False, holdout_share: float = 0.0, holdout: bool = False,
+                 folds: int = 0) -> tf.data.Dataset:
     """Input: TFRecord file patterns (gzip when named *.gz) and a feature spec.
 
     Output: batches of parsed features (dict), or (features, label) when `label_fn` maps parsed features to
@@ -57,7 +60,9 @@ def make_dataset(file_patterns: list[str], feature_spec: dict[str, tf.io.FixedLe
     pass: the same examples in every pass as without it, and the same order without shuffling.
     `shard_by_data` makes multi-worker training split elements, not files, between workers (each worker
     builds and caches the whole split, then takes every n-th batch). `holdout_share` > 0 keeps the records of
-    the holdout (`holdout` True: in_holdout) or the rest (False).
+    the holdout (`holdout` True: in_holdout) or the rest (False). `folds` > 1 (with `label_fn`) adds each
+    record's fold (components.core.bagging.fold_of) as a third element, (features, label, fold), in the slot
+    Keras reads sample weights from, where a fold bag reads it.
     """
     files = list_files(file_patterns)
     compression = record_compression(files)
@@ -74,14 +79,22 @@ def make_dataset(file_patterns: list[str], feature_spec: dict[str, tf.io.FixedLe
         if repeat:
             dataset = dataset.repeat()
     dataset = dataset.batch(batch_size, drop_remainder=False)
-    dataset = dataset.map(lambda serialized: tf.io.parse_example(serialized, feature_spec),
-                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    with_folds = folds > 1 and label_fn is not None
+
+    def parse(serialized):
+        features = tf.io.parse_example(serialized, feature_spec)
+        return (features, tf.cast(fold_of(serialized, folds), tf.float32)) if with_folds else features
+
+    dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     if label_fn is not None:
         keep = list(input_names or feature_spec)
         transform = preprocess or (lambda features: features)
-        dataset = dataset.map(
-            lambda features: (transform({name: features[name] for name in keep}), label_fn(features)),
-            num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+
+        def model_ready(features, fold=None):
+            inputs, label = transform({name: features[name] for name in keep}), label_fn(features)
+            return (inputs, label) if fold is None else (inputs, label, fold)
+
+        dataset = dataset.map(model_ready, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     if cache:
         # Packed: one matrix per dtype, so that a batch is a few tensors, not one per feature (tf.data's cost
         # per example grows with its tensors: 5x faster for the taxi model's 18 when shuffled from the disk cache)

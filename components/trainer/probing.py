@@ -19,6 +19,7 @@ from components.trainer.callbacks import ThroughputMeter
 from components.trainer.device import (Choice, DeviceDescription, choose_precision, config_override, cpu_without_xla,
                                       xla_candidates)
 from components.trainer.distribution import work_around_keras_multi_worker_fit
+from components.trainer.export import build_model
 from components.trainer.plan import TrainingPlan, learning_rate_schedule
 from components.core.model_module import ModelModule, check_output_width, task_of
 
@@ -118,7 +119,7 @@ def _build_and_compile(model_module: ModelModule, preprocessing: keras.Model, se
     keras.utils.set_random_seed(settings.seed)
     keras.config.set_dtype_policy(policy)
     try:
-        model = model_module.build_model(preprocessing)
+        model = build_model(model_module, preprocessing, settings.folds)
         check_output_width(model_module, model)
         if model.output.dtype != "float32":  # the loss must see float32 outputs
             model = keras.Model(model.input, keras.layers.Activation("linear", dtype="float32")(model.output))

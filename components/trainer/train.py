@@ -72,12 +72,22 @@ class TrainingSetup:
     # the disk cache's files
     input_cache: PreprocessedCache
     multi_worker: bool
-    validation_examples: int = 0  # training records held out to validate every interval (settings.validation_share)
+    # training records that validate every interval: held out (settings.validation_share), or all of them,
+    # each scored out of fold (settings.folds)
+    validation_examples: int = 0
+
+    @property
+    def folds(self) -> int:
+        """The folds the model is bagged over (1: one model)."""
+        return max(1, self.settings.folds)
 
     @property
     def splits(self) -> tuple[str, ...]:
-        """The splits fit reads: the training split's fitted part, and its validation holdout (with
-        validation_share) or else the eval split, scored once at the end."""
+        """The splits fit reads: the training split's fitted part, and what validates every interval (its
+        holdout with validation_share, the whole split out of fold with folds), or else the eval split, scored
+        once at the end."""
+        if self.folds > 1:
+            return ("train", "folds")
         return ("train", "validation") if self.settings.validation_share else ("train", "eval")
 
     @property
@@ -90,7 +100,8 @@ class TrainingSetup:
         `split` (placed in input_cache) the records are parsed and preprocessed once and the split's cache
         feeds every later pass; without it they are streamed (parsed and preprocessed on every pass). With
         validation_share, split "train" leaves the training records of the validation holdout out and
-        "validation" keeps them alone."""
+        "validation" keeps them alone. With folds, split "train" and "folds" (the whole training split, to
+        validate on) carry each record's fold."""
         module, share = self.model_module, self.settings.validation_share
         return make_dataset(files, {**module.INPUTS, **module.LABEL_INPUTS}, batch_size or self.plan.global_batch,
                             label_fn=module.make_label, input_names=list(module.INPUTS), preprocess=self.preprocessing,
@@ -98,7 +109,7 @@ class TrainingSetup:
                             cache=split is not None, cache_file=self.input_cache.cache_file(split) if split else "",
                             seed=self.settings.seed, shard_by_data=self.multi_worker,
                             holdout_share=share if split in ("train", "validation") else 0.0,
-                            holdout=split == "validation")
+                            holdout=split == "validation", folds=self.folds if split in ("train", "folds") else 0)
 
 
 @dataclasses.dataclass
@@ -113,7 +124,8 @@ class FitResult:
     meter: training_callbacks.ThroughputMeter
     loss_scale: training_callbacks.LossScaleRecorder
     checkpoints: training_callbacks.SpacedBackupAndRestore
-    best: training_callbacks.KeepBest | None  # with validation_share: the best interval, restored
+    best: training_callbacks.KeepBest | None  # with validation_share or folds: the best interval, restored
+    budget: training_callbacks.StopAtTimeBudget | None  # with time_budget_seconds
     history: dict[str, list[float]]
     fit_seconds: float
 
@@ -142,7 +154,7 @@ def set_up(job: TrainingJob) -> TrainingSetup:
     model_module = load_model_module(settings.model, job.task_config, job.schema_path)
     keras.utils.set_random_seed(settings.seed)
     keras.config.set_dtype_policy("float32")
-    warm = load_warm_start(model_module, job.base_model, settings.warm_start)
+    warm = load_warm_start(model_module, job.base_model, settings.warm_start, settings.folds)
     preprocessing = warm.preprocessing
     if preprocessing is None:
         sample = read_sample(job.train_files, {**model_module.INPUTS, **model_module.LABEL_INPUTS}, ADAPT_SAMPLE_SIZE)
@@ -156,11 +168,16 @@ def set_up(job: TrainingJob) -> TrainingSetup:
     if settings.validation_share and not 0 < held_out < labels["train"].examples:
         raise ValueError(f"train.validation_share {settings.validation_share:g} holds out {held_out} of the "
                          f"{labels['train'].examples} training records: too few to validate on, or to train on")
-    examples = {"train": labels["train"].examples - held_out, "validation": held_out, "eval": labels["eval"].examples}
+    if settings.folds > 1 and labels["train"].examples < 2 * settings.folds:
+        raise ValueError(f"train.folds {settings.folds}: {labels['train'].examples} training records are too few "
+                         "to deal into folds")
+    examples = {"train": labels["train"].examples - held_out, "validation": held_out, "eval": labels["eval"].examples,
+                "folds": labels["train"].examples}
+    validating = held_out or (examples["folds"] if settings.folds > 1 else 0)
     setup = TrainingSetup(settings, device, strategy_choice, strategy, model_module, warm, preprocessing, labels,
                           training_plan(examples["train"], settings, replicas),
                           PreprocessedCache(memory_budget_bytes(settings.cache_max_mb), job.scratch_dir),
-                          strategy_choice.value == "multi_worker_mirrored", held_out)
+                          strategy_choice.value == "multi_worker_mirrored", validating)
     # The cache's size, estimated from one preprocessed batch: the training split has the first claim on memory.
     first = next(iter(setup.dataset(job.train_files, False, batch_size=min(setup.plan.global_batch, 1024))))
     for split in setup.splits:
@@ -177,7 +194,8 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
     def probe_batch():  # a few examples to check that XLA compiles when no timing does it
         return next(iter(setup.dataset(job.train_files, False, batch_size=8 * replicas)))
 
-    files_of = {"train": job.train_files, "validation": job.train_files, "eval": job.eval_files}
+    files_of = {"train": job.train_files, "validation": job.train_files, "folds": job.train_files,
+                "eval": job.eval_files}
     for split in setup.splits:
         if setup.input_cache.places[split] == DISK:  # written once here, only read from then on
             fill_cache(setup.dataset(files_of[split], False, split=split))
@@ -205,11 +223,14 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
     checkpoints = training_callbacks.SpacedBackupAndRestore(checkpoint_dir, spacing)
     task = task_of(setup.model_module)
     best = None
-    if settings.validation_share:  # validated every interval; the best interval's weights are kept
+    if setup.validation_examples:  # validated every interval; the best interval's weights are kept
         best = training_callbacks.KeepBest(f"val_{task.validation_metric}", task.primary.higher_is_better,
                                            settings.early_stopping_patience)
-    # KeepBest first: the interval that ends training early is still checkpointed after it
-    callbacks = [*([best] if best else []), checkpoints, training_callbacks.StopOnDivergence(plan.steps_per_interval),
+    budget = (training_callbacks.StopAtTimeBudget(settings.time_budget_seconds) if settings.time_budget_seconds
+              else None)
+    # KeepBest and the budget first: the interval that ends training early is still checkpointed after it
+    callbacks = [*([best] if best else []), *([budget] if budget else []), checkpoints,
+                 training_callbacks.StopOnDivergence(plan.steps_per_interval),
                  meter, loss_scale,
                  keras.callbacks.TensorBoard(_log_dir(job.run_dir, is_chief()), profile_batch=_profile_window(settings)),
                  *extra_callbacks]
@@ -218,16 +239,29 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
         if resumed_from_step:
             logging.info("Resuming from the checkpoint at step %d in %s", resumed_from_step, checkpoint_dir)
         logging.info("Training %d steps (%d intervals of %d) on %d examples, global batch %d%s", plan.total_steps,
-                     plan.intervals, plan.steps_per_interval, setup.labels["train"].examples - setup.validation_examples,
-                     plan.global_batch, f", validating on {setup.validation_examples} held out" if best else "")
+                     plan.intervals, plan.steps_per_interval, setup.labels["train"].examples - held_out_of(setup),
+                     plan.global_batch, f", validating on {validation_phrase(setup)}" if best else "")
         fit_started = time.monotonic()
         history = model.fit(train_data,
                             steps_per_epoch=plan.steps_per_interval, epochs=plan.intervals,
                             validation_data=setup.dataset(files_of[validation_split], False, split=validation_split),
                             validation_freq=1 if best else [plan.intervals], callbacks=callbacks, verbose=0)
     return FitResult(model, precision, xla, memory_rate, host_rate, resumed_from_step, meter, loss_scale, checkpoints,
-                     best, {name: [float(v) for v in values] for name, values in history.history.items()},
+                     best, budget, {name: [float(v) for v in values] for name, values in history.history.items()},
                      time.monotonic() - fit_started)
+
+
+def held_out_of(setup: TrainingSetup) -> int:
+    """Training records no copy of the model trains on (validation_share's holdout; none with folds)."""
+    return 0 if setup.folds > 1 else setup.validation_examples
+
+
+def validation_phrase(setup: TrainingSetup) -> str:
+    """What validates every interval, e.g. "1,024 held-out training records" or "all 6,000 training records,
+    out of fold (4 folds)"."""
+    if setup.folds > 1:
+        return f"all {setup.validation_examples:,} training records, out of fold ({setup.folds} folds)"
+    return f"{setup.validation_examples:,} held-out training records"
 
 
 def report_and_export(job: TrainingJob, setup: TrainingSetup, fitted: FitResult, seconds: float) -> TrainingReport:
@@ -250,15 +284,17 @@ def report_and_export(job: TrainingJob, setup: TrainingSetup, fitted: FitResult,
         loss_scale_history=fitted.loss_scale.history, fit_seconds=fitted.fit_seconds, total_seconds=seconds,
         final_metrics=_final_metrics(fitted), history=fitted.history,
         model_description=getattr(module, "DESCRIPTION", ""), validation_examples=setup.validation_examples,
-        intervals_run=len(next(iter(fitted.history.values()), [])),
+        folds=setup.folds, intervals_run=len(next(iter(fitted.history.values()), [])),
         best_interval=fitted.best.best_interval if fitted.best else 0,
-        stopped_early=bool(fitted.best and fitted.best.stopped_early))
+        stopped_early=bool(fitted.best and fitted.best.stopped_early),
+        time_budget_seconds=setup.settings.time_budget_seconds,
+        stopped_at_budget=bool(fitted.budget and fitted.budget.stopped))
     logging.info("Trained %s: %.0f examples/s, input wait %.1f%%, %s, final %s", report.model,
                  report.examples_per_second, 100 * (report.input_wait_fraction or 0), report.schedule_line(),
                  report.final_metrics)
     if is_chief():  # every worker holds the same model; the chief alone writes what the run leaves behind
-        export_serving_model(module, setup.preprocessing, float32_copy(module, setup.preprocessing, fitted.model),
-                             job.serving_model_dir)
+        export_serving_model(module, setup.preprocessing,
+                             float32_copy(module, setup.preprocessing, fitted.model, setup.folds), job.serving_model_dir)
         write_model_facts(job.serving_model_dir, report.facts())
         artifact_files.write_json(os.path.join(job.run_dir, contract.TRAINING_REPORT_FILE), report.to_json())
     return report

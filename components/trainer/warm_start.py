@@ -32,9 +32,11 @@ class WarmStart:
         return {"base_model": self.base_model, "applied": self.weights is not None, "reason": self.reason}
 
 
-def load_warm_start(model_module: ModelModule, base_serving_dir: str | None, enabled: bool) -> WarmStart:
+def load_warm_start(model_module: ModelModule, base_serving_dir: str | None, enabled: bool,
+                    folds: int = 0) -> WarmStart:
     """Input: the model module, the base model's serving directory (TFX's fn_args.base_model; None when no
-    model is blessed yet) and the config switch. Output: what to start from, or why not."""
+    model is blessed yet), the config switch and the folds the model is bagged over (train.folds). Output:
+    what to start from, or why not (a base of another number of folds does not fit)."""
     if not enabled:
         return WarmStart(base_serving_dir or "", reason="warm start is off in the config")
     if not base_serving_dir:
@@ -46,7 +48,7 @@ def load_warm_start(model_module: ModelModule, base_serving_dir: str | None, ena
     except (OSError, ValueError, TypeError) as error:
         return _skipped(base_serving_dir, f"the base model in {folder} cannot be loaded ({error})")
     try:  # a base from older model code (other preprocessing layers) does not fit what this code builds
-        expected = [weight.shape for weight in build_float32(model_module, preprocessing).get_weights()]
+        expected = [weight.shape for weight in build_float32(model_module, preprocessing, folds).get_weights()]
     except (ValueError, KeyError, TypeError) as error:
         return _skipped(base_serving_dir, f"the base model does not fit the model this code builds ({error})")
     if expected != [weight.shape for weight in weights]:

@@ -161,7 +161,8 @@ def _training_section(training: dict[str, TrainingReport | None]) -> str:
                      report.input_line(), str(report.resumed_from_step),
                      "yes" if report.warm_start.get("applied") else "no", report.schedule_line(),
                      f"{report.task.validation_metric} {_n(report.validation_value)}"
-                     + ("" if report.validation_examples else " (eval split, after the last epoch)")])
+                     + (" (out of fold)" if report.validation_examples and report.folds > 1 else
+                        "" if report.validation_examples else " (eval split, after the last epoch)")])
     parts.append(_table(["trainer", "strategy", "precision", "XLA", "examples/s", "input", "resumed from step",
                          "warm start", "training ran", "validation"], rows))
     parts += [f"<p>{_e(node)}: {_e(report.model_description)}</p>" for node, report in reports.items()

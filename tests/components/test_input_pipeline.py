@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import models.taxi
+from components.core import tasks
 from components.trainer import callbacks, input_pipeline, train as train_module
 from components.trainer.input_pipeline import (DISK, MEMORY, PreprocessedCache, estimated_bytes, fill_cache,
                                                make_dataset, memory_budget_bytes, row_batches)
@@ -272,6 +273,54 @@ def test_training_with_a_validation_share_validates_on_held_out_training_records
         assert max(curve[-2:]) <= max(curve[:-2]) and min(losses[-2:]) >= min(losses[:-2])
     else:
         assert report["intervals_run"] == report["intervals"]
+
+
+def test_the_time_budget_ends_training_before_an_interval_as_long_as_the_longest_would_pass_it():
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    now = [0.0]
+    budget = callbacks.StopAtTimeBudget(10.0, clock=lambda: now[0])
+    budget.set_model(model)
+    model.stop_training = False
+    budget.on_train_begin()
+    for epoch, seconds in enumerate([2.0, 3.0, 3.0, 1.0]):  # ends at 2, 5, 8: 8 + the longest (3) passes 10
+        now[0] += seconds
+        budget.on_epoch_end(epoch)
+        if model.stop_training:
+            break
+    assert epoch == 2 and budget.stopped and budget.seconds_used == 8.0
+
+
+@pytest.mark.training
+def test_training_with_folds_validates_every_training_record_out_of_fold_and_serves_the_copies_mean(files, tmp_path):
+    from components.core import contract
+    from components.core.bagging import COPY_NAME, FoldBag
+    from components.core.records import model_ready_dir
+    from components.core.task_layers import load_keras_model
+
+    job = _job(files, tmp_path, epochs=3, folds=3, early_stopping_patience=2)
+    report = train(job)
+    assert report.folds == 3 and report.validation_examples == report.labels["train"].examples
+    assert len(report.history["val_auc"]) == report.intervals_run and report.best_interval >= 1
+    assert "out of fold on all" in report.schedule_line() and "(3 folds)" in report.schedule_line()
+    folder = model_ready_dir(job.serving_model_dir)
+    model = load_keras_model(os.path.join(folder, contract.MODEL_READY_FILE))
+    assert isinstance(model, FoldBag) and model.folds == 3
+    preprocessing = load_keras_model(os.path.join(folder, contract.PREPROCESSING_FILE))
+    eval_files = input_pipeline.list_files(files["eval_files"])
+    records = next(iter(tf.data.TFRecordDataset(eval_files, input_pipeline.record_compression(eval_files)).batch(64)))
+    ready = preprocessing(tf.io.parse_example(records, models.taxi.INPUTS))
+    copies = np.stack([model.get_layer(COPY_NAME.format(f))(ready).numpy() for f in range(3)])
+    assert copies.std(axis=0).mean() > 1e-4  # three models, not one
+    served = tf.saved_model.load(job.serving_model_dir).signatures["serving_default"](examples=records)
+    np.testing.assert_allclose(served[tasks.task_named("binary").prediction_key].numpy().reshape(-1),
+                               copies.mean(axis=0).reshape(-1), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.training
+def test_a_time_budget_ends_training_early_and_the_schedule_says_so(files, tmp_path):
+    report = train(_job(files, tmp_path, epochs=50, time_budget_seconds=0.5))
+    assert report.stopped_at_budget and report.intervals_run < report.plan["intervals"]
+    assert "time budget of 0.5 s" in report.schedule_line()
 
 
 @pytest.mark.parametrize("rows, batch", [(1000, 256), (1024, 256), (10, 4), (3, 8)])

@@ -13,7 +13,7 @@ from components.core.records import model_ready_dir
 from components.model_export import tflite
 from components.model_export.variants import OUTPUT_TOLERANCE
 from components.settings import TaskConfig
-from components.trainer.export import build_float32
+from components.trainer.export import build_float32, build_model
 from components.trainer.warm_start import apply_warm_start, load_warm_start
 from models import tabular
 from models.ensemble import EnsembleModel, members_count
@@ -109,13 +109,17 @@ def test_a_log_label_is_predicted_in_the_labels_units_within_the_training_range(
         _module(tmp_path, "binary", transform="log")
 
 
-def _trained(tmp_path, task: str, transform: str = "none", epochs: int = 8):
+def _trained(tmp_path, task: str, transform: str = "none", epochs: int = 8, folds: int = 1):
+    """The schema-driven model trained on _table's rows; with folds > 1 the Trainer's bag of one copy per fold,
+    trained with each row's fold."""
     module = _module(tmp_path, task, transform)
     table = _table(1200, task)
     preprocessing = module.build_preprocessing(table)
-    model = module.build_model(preprocessing)
+    model = build_model(module, preprocessing, folds)
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss=module.make_loss())
-    model.fit(preprocessing(_features(table, module)), _label(table, module), batch_size=64, epochs=epochs, verbose=0)
+    fold_ids = np.arange(1200, dtype=np.float32) % folds if folds > 1 else None
+    model.fit(preprocessing(_features(table, module)), _label(table, module), sample_weight=fold_ids, batch_size=64,
+              epochs=epochs, verbose=0)
     return module, table, preprocessing, model
 
 
@@ -127,12 +131,14 @@ def _device_outputs(flatbuffer: bytes, rows: dict[str, np.ndarray], key: str) ->
                            for i in range(len(next(iter(rows.values()))))])
 
 
-@pytest.mark.parametrize("task, transform, variants", [
-    ("binary", "none", ("dynamic_int8", "full_int8")), ("multiclass", "none", ("dynamic_int8", "full_int8")),
-    ("regression", "none", ("dynamic_int8", "full_int8")), ("regression", "log", ("dynamic_int8", "full_int8"))])
+@pytest.mark.parametrize("task, transform, folds", [
+    ("binary", "none", 1), ("multiclass", "none", 1), ("regression", "none", 1), ("regression", "log", 1),
+    ("binary", "none", 4), ("multiclass", "none", 3), ("regression", "log", 4)])
 def test_the_device_model_converts_with_builtins_and_int8_stays_within_the_ladders_tolerance(tmp_path, task, transform,
-                                                                                           variants):
-    module, table, preprocessing, model = _trained(tmp_path, task, transform)
+                                                                                           folds):
+    """The schema-driven model alone, and the bag of one copy per fold that the Trainer serves with folds."""
+    variants = ("dynamic_int8", "full_int8")
+    module, table, preprocessing, model = _trained(tmp_path, task, transform, folds=folds)
     key = tasks.task_named(task).prediction_key
     saved = tflite.write_device_savedmodel(preprocessing, model, module.INPUTS, key, str(tmp_path / "device"))
     rows = {name: values[:150] for name, values in _table(150, task, seed=5).items() if name in module.INPUTS}
@@ -153,27 +159,31 @@ def test_the_device_model_converts_with_builtins_and_int8_stays_within_the_ladde
         assert np.abs(got - expected).mean() / spread <= OUTPUT_TOLERANCE[variant], variant
 
 
-def test_mixed_bfloat16_trains_the_ensemble_with_float32_encodings_and_outputs(tmp_path):
+@pytest.mark.parametrize("folds", [1, 4])
+def test_mixed_bfloat16_trains_the_ensemble_with_float32_encodings_and_outputs(tmp_path, folds):
     module = _module(tmp_path, "binary")
     table = _table(600, "binary")
     preprocessing = module.build_preprocessing(table)
     keras.config.set_dtype_policy("mixed_bfloat16")
     try:
-        model = module.build_model(preprocessing)
+        model = build_model(module, preprocessing, folds)
     finally:
         keras.config.set_dtype_policy("float32")
-    assert model.get_layer("tabular.hidden_1").compute_dtype == "bfloat16"
+    copy = model.get_layer("fold_3") if folds > 1 else model
+    assert copy.get_layer("tabular.hidden_1").compute_dtype == "bfloat16"
     assert preprocessing.get_layer("distance.piecewise").compute_dtype == "float32"
-    assert model.get_layer("tabular.output").compute_dtype == "float32" and model.output.dtype == "float32"
+    assert copy.get_layer("tabular.output").compute_dtype == "float32" and model.output.dtype == "float32"
     model.compile(optimizer="adam", loss=module.make_loss())
-    history = model.fit(preprocessing(_features(table, module)), _label(table, module), batch_size=64, epochs=2,
-                        verbose=0)
+    fold_ids = np.arange(600, dtype=np.float32) % folds if folds > 1 else None
+    history = model.fit(preprocessing(_features(table, module)), _label(table, module), sample_weight=fold_ids,
+                        batch_size=64, epochs=2, verbose=0)
     assert np.isfinite(history.history["loss"]).all() and history.history["loss"][-1] < history.history["loss"][0]
 
 
-def test_a_warm_start_from_the_served_files_predicts_as_the_served_model(tmp_path):
+@pytest.mark.parametrize("folds", [1, 3])
+def test_a_warm_start_from_the_served_files_predicts_as_the_served_model(tmp_path, folds):
     (tmp_path / "served").mkdir()
-    module, table, preprocessing, model = _trained(tmp_path / "served", "regression", "log", epochs=2)
+    module, table, preprocessing, model = _trained(tmp_path / "served", "regression", "log", epochs=2, folds=folds)
     serving = tmp_path / "serving"
     folder = model_ready_dir(str(serving))
     tf.io.gfile.makedirs(folder)
@@ -181,9 +191,11 @@ def test_a_warm_start_from_the_served_files_predicts_as_the_served_model(tmp_pat
     preprocessing.save(f"{folder}/{contract.PREPROCESSING_FILE}")
     (tmp_path / "next").mkdir()
     fresh = _module(tmp_path / "next", "regression", "log")  # a new run's module: no sample fitted
-    warm = load_warm_start(fresh, str(serving), enabled=True)
+    other = load_warm_start(fresh, str(serving), enabled=True, folds=folds + 1)
+    assert other.weights is None and "do not fit" in other.reason  # another number of folds: from scratch
+    warm = load_warm_start(fresh, str(serving), enabled=True, folds=folds)
     assert warm.weights is not None, warm.reason
-    rebuilt = build_float32(fresh, warm.preprocessing)
+    rebuilt = build_float32(fresh, warm.preprocessing, folds)
     apply_warm_start(rebuilt, warm)
     features = _features(table, module)
     np.testing.assert_allclose(rebuilt(warm.preprocessing(features)).numpy(), model(preprocessing(features)).numpy(),
