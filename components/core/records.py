@@ -116,6 +116,7 @@ class TrainingReport:
     best_interval: int = 0  # the interval whose weights were kept, best on validation (0: the last)
     stopped_early: bool = False
     time_budget_seconds: float = 0.0  # train.time_budget_seconds (0: none)
+    intervals_before_budget: int = 0  # the intervals planned before the time budget cut them (0: not cut)
     stopped_at_budget: bool = False  # the time budget ended training
     skipped: bool = False  # the FP32 baseline, not trained: the candidate is its own baseline
     skip_reason: str = ""
@@ -167,7 +168,9 @@ class TrainingReport:
         planned = self.plan.get("intervals", self.intervals_run)
         ended = (" (stopped early)" if self.stopped_early else
                  f" (time budget of {self.time_budget_seconds:g} s)" if self.stopped_at_budget else "")
-        line = f"{self.intervals_run} of {planned} intervals{ended}"
+        cut = (f" (cut from {self.intervals_before_budget} to fit the time budget)" if self.intervals_before_budget
+               else "")
+        line = f"{self.intervals_run} of {planned} intervals{cut}{ended}"
         if self.validation_examples and self.folds > 1:
             line += (f", best {self.best_interval} out of fold on all {self.validation_examples:,} training records "
                      f"({self.folds} folds)")

@@ -41,23 +41,53 @@ def training_plan(train_examples: int, settings: TrainConfig, replicas: int) -> 
                         steps_per_interval=interval, intervals=intervals, total_steps=interval * intervals)
 
 
+# A validation pass costs about this share of a training pass over as many examples (forward only)
+VALIDATION_COST = 0.35
+
+
+def within_budget(plan: TrainingPlan, settings: TrainConfig, examples_per_second: float,
+                  validation_examples: int) -> TrainingPlan:
+    """Input: the plan, the settings, the model's training rate (examples/s on in-memory batches; 0.0: not
+    measured) and the records validated every interval. Output: the plan with as many intervals as fit
+    settings.time_budget_seconds at that rate (at least one); the plan as it is without a budget or a rate, or
+    when it fits."""
+    if not settings.time_budget_seconds or not examples_per_second:
+        return plan
+    seconds = (plan.steps_per_interval * plan.global_batch + VALIDATION_COST * validation_examples) / examples_per_second
+    intervals = max(1, int(settings.time_budget_seconds // seconds))
+    if intervals >= plan.intervals:
+        return plan
+    return dataclasses.replace(plan, intervals=intervals, total_steps=intervals * plan.steps_per_interval)
+
+
 class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """Learning rate rising linearly from 0 to `peak_learning_rate` over `warmup_steps` optimizer steps, then
     constant, or with `cosine_steps` > 0 falling along half a cosine wave to 0 at step warmup_steps +
-    cosine_steps (and 0 after it)."""
+    cosine_steps (and 0 after it). The cosine's length is a variable: `shorten` sets it after the training
+    step is traced (when the time budget cuts the plan)."""
 
     def __init__(self, peak_learning_rate: float, warmup_steps: int, cosine_steps: int = 0):
         self.peak_learning_rate = peak_learning_rate
         self.warmup_steps = warmup_steps
-        self.cosine_steps = cosine_steps
+        self._cosine = keras.Variable(float(cosine_steps), dtype="float32", trainable=False, name="cosine_steps")
+        self.cosine = bool(cosine_steps)
+
+    @property
+    def cosine_steps(self) -> int:
+        return int(keras.ops.convert_to_numpy(self._cosine))
+
+    def shorten(self, cosine_steps: int) -> None:
+        """The cosine reaches 0 at step warmup_steps + cosine_steps from now on (a constant schedule stays)."""
+        if self.cosine:
+            self._cosine.assign(float(max(1, cosine_steps)))
 
     def __call__(self, step):
         step = keras.ops.cast(step, "float32")
         rate = keras.ops.convert_to_tensor(self.peak_learning_rate, "float32")
         if self.warmup_steps:
             rate = rate * keras.ops.minimum((step + 1.0) / self.warmup_steps, 1.0)
-        if self.cosine_steps:
-            progress = keras.ops.clip((step - self.warmup_steps) / self.cosine_steps, 0.0, 1.0)
+        if self.cosine:
+            progress = keras.ops.clip((step - self.warmup_steps) / self._cosine, 0.0, 1.0)
             rate = rate * 0.5 * (1.0 + keras.ops.cos(math.pi * progress))
         return rate
 
@@ -66,8 +96,19 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
                 "cosine_steps": self.cosine_steps}
 
 
+def cosine_steps(plan: TrainingPlan, settings: TrainConfig) -> int:
+    """The cosine's length in optimizer steps: from the warmup's end to the plan's last update (0: constant)."""
+    updates = plan.total_steps // plan.gradient_accumulation_steps
+    return max(1, updates - settings.warmup_steps) if settings.schedule == "cosine" else 0
+
+
 def learning_rate_schedule(plan: TrainingPlan, settings: TrainConfig) -> WarmupSchedule:
     """The schedule `settings` ask for over the plan's optimizer steps (total steps / accumulation)."""
-    updates = plan.total_steps // plan.gradient_accumulation_steps
-    cosine = max(1, updates - settings.warmup_steps) if settings.schedule == "cosine" else 0
-    return WarmupSchedule(plan.learning_rate, settings.warmup_steps, cosine)
+    return WarmupSchedule(plan.learning_rate, settings.warmup_steps, cosine_steps(plan, settings))
+
+
+def schedule_of(optimizer) -> WarmupSchedule | None:
+    """The WarmupSchedule an optimizer (or the one a LossScaleOptimizer wraps) follows, None for another."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    schedule = getattr(inner, "_learning_rate", None)
+    return schedule if isinstance(schedule, WarmupSchedule) else None

@@ -32,7 +32,7 @@ from components.trainer.export import export_serving_model, float32_copy
 from components.trainer.input_pipeline import (DISK, MEMORY, PreprocessedCache, count_records, estimated_bytes,
                                                fill_cache, make_dataset, memory_budget_bytes)
 from components.trainer.labels import read_labels
-from components.trainer.plan import TrainingPlan, training_plan
+from components.trainer.plan import TrainingPlan, cosine_steps, schedule_of, training_plan, within_budget
 from components.trainer.probing import build_for_device, in_memory_batches, input_wait
 from components.trainer.warm_start import WarmStart, apply_warm_start, load_warm_start
 
@@ -72,6 +72,7 @@ class TrainingSetup:
     # the disk cache's files
     input_cache: PreprocessedCache
     multi_worker: bool
+    intervals_before_budget: int = 0  # the plan's intervals before the time budget cut them (0: not cut)
     # training records that validate every interval: held out (settings.validation_share), or all of them,
     # each scored out of fold (settings.folds)
     validation_examples: int = 0
@@ -208,6 +209,14 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
             setup.multi_worker)
         apply_warm_start(model, setup.warm)  # a checkpoint of this job, when there is one, still wins (resume)
     logging.info("Precision %s (%s); XLA %s (%s)", precision.value, precision.reason, xla.value, xla.reason)
+    budgeted = within_budget(plan, settings, memory_rate, setup.validation_examples)
+    if budgeted != plan:  # fewer intervals fit the time budget: the cosine then ends with the last of them
+        schedule = schedule_of(model.optimizer)
+        if schedule is not None:
+            schedule.shorten(cosine_steps(budgeted, settings))
+        logging.info("%d of the %d planned intervals fit the time budget of %g s at %.0f examples/s", budgeted.intervals,
+                     plan.intervals, settings.time_budget_seconds, memory_rate)
+        setup.intervals_before_budget, setup.plan, plan = plan.intervals, budgeted, budgeted
     host_rate = host_throughput(train_data, plan.global_batch, settings.input_probe_steps)
 
     checkpoint_dir = job.checkpoint_dir
@@ -288,6 +297,7 @@ def report_and_export(job: TrainingJob, setup: TrainingSetup, fitted: FitResult,
         best_interval=fitted.best.best_interval if fitted.best else 0,
         stopped_early=bool(fitted.best and fitted.best.stopped_early),
         time_budget_seconds=setup.settings.time_budget_seconds,
+        intervals_before_budget=setup.intervals_before_budget,
         stopped_at_budget=bool(fitted.budget and fitted.budget.stopped))
     logging.info("Trained %s: %.0f examples/s, input wait %.1f%%, %s, final %s", report.model,
                  report.examples_per_second, 100 * (report.input_wait_fraction or 0), report.schedule_line(),

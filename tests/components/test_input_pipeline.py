@@ -317,10 +317,18 @@ def test_training_with_folds_validates_every_training_record_out_of_fold_and_ser
 
 
 @pytest.mark.training
-def test_a_time_budget_ends_training_early_and_the_schedule_says_so(files, tmp_path):
-    report = train(_job(files, tmp_path, epochs=50, time_budget_seconds=0.5))
+def test_a_time_budget_cuts_the_plan_to_the_intervals_that_fit_and_ends_training_at_it(files, tmp_path):
+    # not timed ahead (no probe): the budget ends training after the interval that reaches it
+    report = train(_job(files, tmp_path / "hard", epochs=50, time_budget_seconds=0.5))
     assert report.stopped_at_budget and report.intervals_run < report.plan["intervals"]
+    assert report.intervals_before_budget == 0  # the plan as it was
     assert "time budget of 0.5 s" in report.schedule_line()
+    # timed on in-memory batches: the plan keeps the intervals that fit (the cosine ends with the last)
+    report = train(_job(files, tmp_path / "planned", epochs=500, time_budget_seconds=3.0, input_probe_steps=20,
+                        schedule="cosine"))
+    planned = report.intervals_before_budget
+    assert planned > report.plan["intervals"] >= report.intervals_run
+    assert f"cut from {planned} to fit the time budget" in report.schedule_line()
 
 
 @pytest.mark.parametrize("rows, batch", [(1000, 256), (1024, 256), (10, 4), (3, 8)])

@@ -12,7 +12,8 @@ import tensorflow as tf
 from components.core import contract
 from components.trainer.checkpoints import BACKUP_METADATA, BACKUP_WEIGHTS, checkpointed_interval, repair_checkpoint
 from components.trainer.distribution import is_chief, worker_task
-from components.trainer.plan import WarmupSchedule, learning_rate_schedule, training_plan
+from components.trainer.plan import (VALIDATION_COST, WarmupSchedule, cosine_steps, learning_rate_schedule,
+                                     training_plan, within_budget)
 from pipeline.config import ConfigError, load_config
 from tests.components.training import settings as _settings, train_here as _train_here
 
@@ -77,6 +78,22 @@ def test_a_cosine_schedule_falls_from_the_peak_after_the_warmup_to_zero_at_the_l
     assert float(constant(updates)) == pytest.approx(plan.learning_rate)
 
 
+def test_a_time_budget_keeps_the_intervals_that_fit_it_and_the_cosine_then_ends_with_the_last():
+    settings = _settings(warmup_steps=0, schedule="cosine", learning_rate=0.1, time_budget_seconds=10.0)
+    plan = training_plan(train_examples=2560, settings=dataclasses.replace(settings, epochs=20), replicas=1)
+    # an interval: 2,560 examples trained and 1,000 validated (at VALIDATION_COST) at 1,000 examples/s
+    seconds = (2560 + VALIDATION_COST * 1000) / 1000
+    cut = within_budget(plan, settings, 1000.0, 1000)
+    assert cut.intervals == int(10 // seconds) == 3 and cut.total_steps == 3 * plan.steps_per_interval
+    assert within_budget(plan, settings, 100_000.0, 1000) == plan  # a device fast enough: all 20
+    assert within_budget(plan, settings, 0.0, 1000) == plan  # not measured: the hard stop alone
+    assert within_budget(plan, dataclasses.replace(settings, time_budget_seconds=0), 1.0, 0) == plan
+    schedule = learning_rate_schedule(plan, settings)
+    schedule.shorten(cosine_steps(cut, settings))
+    assert float(schedule(cut.total_steps)) == pytest.approx(0.0, abs=1e-9)
+    assert float(schedule(cut.total_steps // 2)) == pytest.approx(plan.learning_rate / 2, rel=0.05)
+
+
 def test_chief_is_the_chief_task_or_worker_zero():
     workers = {"cluster": {"worker": ["a:1", "b:2"]}}
     assert is_chief("") and worker_task("") == ("chief", 0)
@@ -91,6 +108,14 @@ def test_chief_is_the_chief_task_or_worker_zero():
 def test_config_rejects_unknown_training_choices(key, value):
     with pytest.raises(ConfigError, match=f"train.{key}"):
         load_config(train={key: value})
+
+
+def test_config_takes_one_way_to_validate_folds_or_a_validation_share():
+    assert load_config(train={"folds": 4, "time_budget_seconds": 60}).train.folds == 4
+    with pytest.raises(ConfigError, match="train.folds .* train.validation_share"):
+        load_config(train={"folds": 4, "validation_share": 0.15})
+    with pytest.raises(ConfigError, match="train.time_budget_seconds"):
+        load_config(train={"time_budget_seconds": -1})
 
 
 def test_a_checkpoint_cut_off_by_a_kill_is_repaired_from_the_previous_one_or_dropped(tmp_path):
