@@ -178,7 +178,7 @@ def set_up(job: TrainingJob) -> TrainingSetup:
     setup = TrainingSetup(settings, device, strategy_choice, strategy, model_module, warm, preprocessing, labels,
                           training_plan(examples["train"], settings, replicas),
                           PreprocessedCache(memory_budget_bytes(settings.cache_max_mb), job.scratch_dir),
-                          strategy_choice.value == "multi_worker_mirrored", validating)
+                          strategy_choice.value == "multi_worker_mirrored", validation_examples=validating)
     # The cache's size, estimated from one preprocessed batch: the training split has the first claim on memory.
     first = next(iter(setup.dataset(job.train_files, False, batch_size=min(setup.plan.global_batch, 1024))))
     for split in setup.splits:
