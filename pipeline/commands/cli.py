@@ -68,20 +68,23 @@ def _add_data_commands(commands) -> None:
     data.add_argument("--data", help="data root to write span-N/ into (default: data/<example>; required with --csv)")
     data.add_argument("--span", type=int, default=1)
     data.add_argument("--delimiter", help="--csv: the delimiter (default: detected among , ; tab |)")
-    data.add_argument("--na", default=None, help="--csv: comma-separated cell values that mean missing, besides an "
-                                                  "empty cell, compared without case (default: NA, N/A, #N/A, null, "
-                                                  "None, nan, inf, -inf, infinity, -, ?)")
+    data.add_argument("--na", action="append", default=None,
+                      help="--csv: comma-separated cell values that mean missing, besides an empty cell, compared "
+                           "without case (default: NA, N/A, #N/A, null, None, nan, inf, -inf, infinity, -, ?); "
+                           "repeatable")
     data.add_argument("--date-format", action="append", default=[], metavar="COLUMN=FORMAT",
                       help="--csv: read COLUMN as dates of this strptime FORMAT (e.g. 'day=%%d/%%m/%%Y'); repeatable")
     data.add_argument("--schema", help="--csv: write the columns with the types of this curated schema (default: "
                                        "the types the data root's first span fixed)")
-    data.add_argument("--require", default="", help="--csv: comma-separated columns a row must have a value in "
-                                                     "(rows missing one are left out and counted), e.g. the label")
+    data.add_argument("--require", action="append", default=[],
+                      help="--csv: comma-separated columns a row must have a value in (rows missing one are left "
+                           "out and counted), e.g. the label; repeatable")
     data.add_argument("--decimal", choices=[".", ","], default=None,
                       help="--csv: the decimal mark of the numbers: ',' reads 4,5 and 1.466,14 (default: the data "
                            "root's first span's, else '.')")
-    data.add_argument("--dates", default="", help="--csv: comma-separated integer columns of Unix seconds (since "
-                                                   "1970-01-01 UTC) to read as dates")
+    data.add_argument("--dates", action="append", default=[],
+                      help="--csv: comma-separated integer columns of Unix seconds (since 1970-01-01 UTC) to read as "
+                           "dates; repeatable")
     data.add_argument("--first-row", type=int, default=0, help="taxi: start at this CSV row (0-based)")
     data.add_argument("--rows", type=int, default=None, help="taxi: at most N rows (default: all)")
 
@@ -93,10 +96,12 @@ def _add_data_commands(commands) -> None:
                       "label's values")
     init.add_argument("--name", help="names the config, the schema folder and the pipeline (default: the data "
                                      "folder's name)")
-    init.add_argument("--exclude", default="", help="comma-separated columns the model leaves out")
+    init.add_argument("--exclude", action="append", default=[],
+                      help="comma-separated columns the model leaves out; repeatable (--exclude a --exclude b)")
     init.add_argument("--force", action="store_true", help="overwrite an existing NAME.yaml and schema")
-    init.add_argument("--dates", default="", help="comma-separated integer columns of Unix seconds the model reads "
-                                                   "as dates (calendar features)")
+    init.add_argument("--dates", action="append", default=[],
+                      help="comma-separated integer columns of Unix seconds the model reads as dates (calendar "
+                           "features); repeatable")
     init.add_argument("--refuse-unlabelled", action="store_true",
                       help="stop when some records have no label, instead of leaving them out of the spans "
                            "prepare-data wrote (and counting them)")
@@ -233,8 +238,9 @@ def _date_formats(values: list[str]) -> dict[str, str]:
     return formats
 
 
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(name.strip() for name in text.split(",") if name.strip())
+def _names(given: list[str]) -> tuple[str, ...]:
+    """The names of a repeatable, comma-separated option (--exclude a,b --exclude c: a, b, c), each once."""
+    return tuple(dict.fromkeys(name.strip() for text in given for name in text.split(",") if name.strip()))
 
 
 def run_init(args) -> int:

@@ -149,6 +149,18 @@ def test_init_leaves_out_ids_and_constants_and_says_why(tmp_path, capsys, monkey
     assert (tmp_path / "data.yaml").exists()  # named after the data folder
 
 
+def test_init_takes_exclude_as_a_list_or_repeated(penguin_records, tmp_path, capsys, monkeypatch):
+    """--exclude a,b --exclude c leaves out all three (a repeated flag does not replace the one before it)."""
+    import yaml
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _cli(capsys, "init", "--data", penguin_records, "--label", "species", "--exclude", "island,sex",
+                          "--exclude", "year")
+    assert code == 0, err
+    assert all(f"left out: {column} (excluded with --exclude)" in out for column in ("island", "sex", "year")), out
+    config = yaml.safe_load((tmp_path / f"{os.path.basename(penguin_records)}.yaml").read_text())
+    assert config["task"]["exclude"] == ["island", "sex", "year"]
+
+
 @pytest.mark.parametrize("argv, expected", [
     (["--label", "penguin"], r"--label penguin: no such column \(columns: bill_depth_mm, "),
     (["--label", "species", "--task", "regression"], r"--task regression: the label 'species' holds strings"),
