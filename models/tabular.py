@@ -19,8 +19,10 @@ HIDDEN_UNITS dense layers, each member with its own output: a sigmoid (binary), 
 regression, a value in the training labels' scale, after `task.label_transform` (log: log(1 + label), for a
 positive, heavy-tailed label such as a price), clamped to the training labels' range. Training minimizes the
 mean of the members' losses (regression: the absolute error, after the label transform, which the MAE the
-gates score rewards); the model serves the members' mean. Every layer is device-safe (models/layers.py), so the
-TFLite device model takes the raw features.
+gates score rewards); the model serves the members' mean. With `train.folds` (init writes 8) the Trainer builds
+this model once per fold and serves the copies' mean (components/core/bagging.py): 8 copies of one member, each
+with weights of its own, as many passes per example as one ensemble of 8 members. Every layer is device-safe
+(models/layers.py), so the TFLite device model takes the raw features.
 
 Missing values: an absent float is NaN, an absent integer MISSING_INT, an absent string "": what the
 SavedModel parses an absent feature as, and what a device caller passes (the export report lists them).
@@ -69,7 +71,9 @@ ROWS_PER_BIN = 40  # ...and at most one per this many training rows (a small sam
 DATE_NOTE = "int64 seconds since 1970-01-01 UTC (a date alone: its midnight UTC)"
 HIDDEN_UNITS = (128, 128)
 DROPOUT = 0.1
-ENSEMBLE_MEMBERS = 8
+# per copy of the model: the Trainer's folds (init writes 8) serve the mean of 8 copies; one member is a plain
+# network whose inputs first pass a trainable scale of random signs (EnsembleInputs)
+ENSEMBLE_MEMBERS = 1
 _LAYER = "tabular.{}"  # the name of a layer derived from no column: a '.' keeps it apart from every column's
 
 
@@ -110,8 +114,8 @@ class SchemaModel:
         self._training_labels = np.zeros(0)  # the training sample's labels, which the task's output layer fits
         self.DESCRIPTION = (
             f"numbers: robust scale, smooth clip and piecewise-linear encoding over up to {BINS} quantile bins; "
-            f"categories: embeddings; an ensemble of {ENSEMBLE_MEMBERS} members sharing "
-            f"{'x'.join(map(str, HIDDEN_UNITS))} hidden units{task.head_description()}")
+            f"categories: embeddings; {_network(ENSEMBLE_MEMBERS, HIDDEN_UNITS)} (one per fold, when bagged)"
+            f"{task.head_description()}")
 
     def _schema_features(self) -> dict[str, tf.dtypes.DType]:
         if self._features is None:
@@ -262,6 +266,13 @@ class SchemaModel:
         """The training loss, each member's prediction against the label: the task's (Task.training_loss:
         binary or categorical cross-entropy; for regression the absolute error after the label transform)."""
         return self.task.training_loss()
+
+
+def _network(members: int, hidden_units: tuple[int, ...]) -> str:
+    """What the dense part is, in words: "a network of 128x128 hidden units" or an ensemble's members."""
+    units = "x".join(map(str, hidden_units))
+    return (f"a network of {units} hidden units" if members == 1 else
+            f"an ensemble of {members} members sharing {units} hidden units")
 
 
 def _missing_value(dtype: tf.dtypes.DType):

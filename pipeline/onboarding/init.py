@@ -36,13 +36,15 @@ RARE = 0.01  # a column present in fewer than this share of records is too rare 
 NUMBER_DRIFT = 0.3  # Jensen-Shannon divergence over quantile histograms (as the taxi schema)
 CATEGORY_DRIFT = 0.15  # L-infinity distance between the value distributions
 # The training init configures (README: Your own data): AdamW, a warm-up then a cosine learning rate over a
-# budget of about TARGET_STEPS steps (at least MIN_EPOCHS, at most MAX_EPOCHS passes), every pass validated on
-# VALIDATION_SHARE of the training split, the best pass kept, and a stop after a fifth of the budget's passes
-# in which neither the validation score nor the validation loss improved.
+# budget of about TARGET_STEPS steps (at least MIN_EPOCHS, at most MAX_EPOCHS passes); the model built once per
+# fold of FOLDS (k-fold bagging: each copy trained on the other folds), every pass scored out of fold on the
+# whole training split, the best pass kept, and a stop after a fifth of the budget's passes in which neither the
+# out-of-fold score nor loss improved; fitting within TIME_BUDGET_SECONDS.
 TARGET_STEPS = 3000
 MIN_EPOCHS, MAX_EPOCHS = 20, 200
-VALIDATION_SHARE = 0.15
-VALIDATION_MIN_RECORDS = 30  # a table whose holdout would be smaller trains its whole budget, no holdout
+FOLDS = 8
+FOLDS_MIN_RECORDS = 40  # a training split smaller than this trains one model its whole budget, no validation
+TIME_BUDGET_SECONDS = 150  # the three commands on a 60,000-row table within 5 minutes on 2 CPU cores
 LEARNING_RATE = 0.002
 WEIGHT_DECAY = 0.0003
 # The eval split the gates score: a third of a table's records up to 30,000 of them, EVAL_RECORDS beyond (at
@@ -143,9 +145,14 @@ class Project:
     missing_tokens: list[str] = dataclasses.field(default_factory=list)  # prepare-data --na's, when not the default
 
     @property
-    def validates(self) -> bool:
-        """The training split is large enough to hold VALIDATION_MIN_RECORDS or more out for validation."""
-        return self.records * (1 - self.eval_fraction) * VALIDATION_SHARE >= VALIDATION_MIN_RECORDS
+    def training_records(self) -> int:
+        """About how many records the training split holds (the eval split takes eval_fraction)."""
+        return int(self.records * (1 - self.eval_fraction))
+
+    @property
+    def folds(self) -> int:
+        """FOLDS, or 0 when the training split holds fewer than FOLDS_MIN_RECORDS records."""
+        return FOLDS if self.training_records >= FOLDS_MIN_RECORDS else 0
 
     @property
     def config_path(self) -> str:
@@ -182,10 +189,12 @@ class Project:
             if value != defaults.get(setting):
                 lines.append(f"{setting.replace('_', ' ')}: {value} ({reason})")
         lines += [f"note: {note}" for note in self.notes]
-        kept = (f"the best on a {VALIDATION_SHARE:.0%} validation slice of the training split kept"
-                if self.validates else "no validation slice (too few records)")
+        kept = (f"the model trained once per fold of {self.folds} (each copy on the other folds), every epoch "
+                f"scored out of fold on all {self.training_records:,} training records, the best kept"
+                if self.folds else "one model, no validation (too few records)")
         lines += [f"eval split: {self.eval_fraction:.0%} of the records",
-                  f"training: batch size {self.batch_size}, up to {self.epochs} epochs, {kept}",
+                  f"training: batch size {self.batch_size}, up to {self.epochs} epochs within "
+                  f"{TIME_BUDGET_SECONDS} s of fitting, {kept}",
                   f"wrote {self.config_path}", f"wrote {self.schema_path}",
                   "edit either to change what was decided (README: Your own data), then run:",
                   f"  python -m pipeline run --config {os.path.relpath(self.config_path)}"]
@@ -225,9 +234,13 @@ class Project:
             f"  learning_rate: {LEARNING_RATE}\n"
             "  schedule: cosine  # after the warmup, down to 0 at the last step\n"
             f"  weight_decay: {WEIGHT_DECAY}  # AdamW\n"
-            + (f"  validation_share: {VALIDATION_SHARE}  # of the training split, held out to keep the best epoch\n"
-               f"  early_stopping_patience: {max(5, self.epochs // 5)}  # epochs with no better validation score or loss\n"
-               if self.validates else "  validation_share: 0  # too few records to hold some out\n")
+            + (f"  folds: {self.folds}  # the model built once per fold of the training split, each copy trained on the "
+               "other folds; every epoch scored out of fold on every training record, the best kept; the copies' mean "
+               "served\n"
+               f"  early_stopping_patience: {max(5, self.epochs // 5)}  # epochs with no better out-of-fold score or "
+               "loss\n" if self.folds else "  folds: 0  # too few records to validate on: one model, its whole budget\n")
+            + f"  time_budget_seconds: {TIME_BUDGET_SECONDS}  # of fitting: training ends before an epoch would pass "
+            "it (a faster device fits more epochs in it)\n"
             + "evaluate:\n"
             '  slice_feature: ""  # a feature to report metrics per value of\n'
             "  absolute_bar: null  # a bar on the primary metric, on top of beating the trivial predictor\n")
@@ -558,7 +571,7 @@ def eval_share(records: int) -> float:
 
 def training_size(records: int, eval_fraction: float = IngestConfig.eval_fraction) -> tuple[int, int]:
     """(batch size, epochs at most) giving about TARGET_STEPS steps, within MIN_EPOCHS and MAX_EPOCHS."""
-    train_rows = max(1, int(records * (1 - eval_fraction) * (1 - VALIDATION_SHARE)))
+    train_rows = max(1, int(records * (1 - eval_fraction)))
     batch = 256 if train_rows >= 20_000 else 128 if train_rows >= 5_000 else 64 if train_rows >= 2_000 else 32
     epochs = min(MAX_EPOCHS, max(MIN_EPOCHS, math.ceil(TARGET_STEPS * batch / train_rows)))
     return batch, epochs

@@ -74,7 +74,8 @@ def test_piecewise_linear_encoding_reads_the_position_in_each_bin():
         PiecewiseLinear([0.0, 0.0], name="y.piecewise")
 
 
-def test_the_ensemble_serves_its_members_mean_and_trains_on_the_mean_of_their_losses(tmp_path):
+def test_the_ensemble_serves_its_members_mean_and_trains_on_the_mean_of_their_losses(tmp_path, monkeypatch):
+    monkeypatch.setattr(tabular, "ENSEMBLE_MEMBERS", 4)  # the schema-driven model's network as an ensemble
     module = _module(tmp_path, "regression")
     table = _table(800, "regression")
     preprocessing = module.build_preprocessing(table)

@@ -320,15 +320,16 @@ def test_init_keeps_about_ten_thousand_eval_records_of_a_large_table_and_budgets
     for records in (300, 15_000, 60_000, 1_000_000):
         share = init.eval_share(records)
         batch, epochs = init.training_size(records, share)
-        rows = records * (1 - share) * (1 - init.VALIDATION_SHARE)
+        rows = records * (1 - share)
         steps = epochs * -(-int(rows) // batch)
         assert init.MIN_EPOCHS <= epochs <= init.MAX_EPOCHS
         assert steps >= init.TARGET_STEPS or epochs == init.MAX_EPOCHS
         assert steps < 2 * init.TARGET_STEPS or epochs == init.MIN_EPOCHS
 
 
-@pytest.mark.parametrize("records, holds_out", [(150, False), (334, True), (15_000, True)])
-def test_init_holds_validation_records_out_only_when_there_are_enough(tmp_path, records, holds_out):
+@pytest.mark.parametrize("records, bagged", [(50, False), (334, True), (15_000, True)])
+def test_init_bags_the_model_over_folds_when_there_are_enough_records_and_gives_a_time_budget(tmp_path, records,
+                                                                                              bagged):
     import yaml
     from pipeline.onboarding import init
     from pipeline.config import load_config
@@ -339,6 +340,10 @@ def test_init_holds_validation_records_out_only_when_there_are_enough(tmp_path, 
                            {"float": ["x"]}, {}, "set with --task", schema, batch, epochs, share)
     project.write()
     train = yaml.safe_load(project.config_text())["train"]
-    assert (train["validation_share"] > 0) == holds_out
-    assert ("early_stopping_patience" in train) == holds_out
-    assert load_config(project.config_path).train.validation_share == train["validation_share"]
+    assert train["folds"] == (init.FOLDS if bagged else 0)
+    assert ("early_stopping_patience" in train) == bagged
+    assert train["time_budget_seconds"] == init.TIME_BUDGET_SECONDS > 0
+    config = load_config(project.config_path).train
+    assert (config.folds, config.validation_share, config.time_budget_seconds) == (train["folds"], 0.0,
+                                                                                   init.TIME_BUDGET_SECONDS)
+    assert f"within {init.TIME_BUDGET_SECONDS} s of fitting" in project.render()
