@@ -238,10 +238,21 @@ def _linear_inputs(train_frame, eval_frame):
     return encoded.iloc[:len(train_frame)], encoded.iloc[len(train_frame):]
 
 
+def _probabilities(classifier, frame, classes: int):
+    """A fitted classifier's probabilities for `frame` over all `classes` label ids (a class absent from the
+    training split, as a rare one can be, gets 0): an array (rows, classes)."""
+    import numpy as np
+    seen = classifier.predict_proba(frame)
+    probabilities = np.zeros((seen.shape[0], classes))
+    probabilities[:, np.asarray(classifier.classes_, dtype=int)] = seen
+    return probabilities
+
+
 def yardsticks(task: str, splits: dict) -> dict:
     """LightGBM (defaults) and a linear model on the same split, scored as the pipeline scores (the measured
     code's components.core.tasks). Output: {"lightgbm": value, "linear": value, "linear_model": its name}."""
     import lightgbm
+    import numpy as np
     from sklearn.linear_model import LogisticRegression, Ridge
 
     from components.core import tasks
@@ -252,8 +263,11 @@ def yardsticks(task: str, splits: dict) -> dict:
     train_linear, eval_linear = _linear_inputs(train_frame, eval_frame)
     if isinstance(task_, tasks.ClassificationTask):  # the yardsticks: a classifier or a regressor
         positive = slice(1, 2) if task == "binary" else slice(None)  # binary: the positive class's probability
-        lgb = lightgbm.LGBMClassifier(verbose=-1).fit(train_frame, train_y).predict_proba(eval_frame)[:, positive]
-        linear = LogisticRegression(max_iter=2000).fit(train_linear, train_y).predict_proba(eval_linear)[:, positive]
+        classes = int(max(np.max(train_y), np.max(eval_y))) + 1
+        lgb = _probabilities(lightgbm.LGBMClassifier(verbose=-1).fit(train_frame, train_y), eval_frame,
+                             classes)[:, positive]
+        linear = _probabilities(LogisticRegression(max_iter=2000).fit(train_linear, train_y), eval_linear,
+                                classes)[:, positive]
     else:
         lgb = lightgbm.LGBMRegressor(verbose=-1).fit(train_frame, train_y).predict(eval_frame)
         linear = Ridge(alpha=1.0).fit(train_linear, train_y).predict(eval_linear)
