@@ -227,9 +227,9 @@ def _linear_inputs(train_frame, eval_frame):
     """One-hot (with a missing column; a string column's LINEAR_MAX_CATEGORIES most frequent training values, the
     rest as one "other") and standardized features for the linear model: (train, eval)."""
     import pandas as pd
-    frame = pd.concat([train_frame, eval_frame])
+    frame = pd.concat([train_frame, eval_frame])  # a string column: object (the splits' categories differ)
     for name in frame.columns:
-        if str(frame[name].dtype) == "category":
+        if str(train_frame[name].dtype) == "category":
             kept = train_frame[name].value_counts().index[:LINEAR_MAX_CATEGORIES]
             frame[name] = frame[name].astype(object).where(frame[name].isin(kept), "other")
     encoded = pd.get_dummies(frame, dummy_na=True).astype(float)
