@@ -142,9 +142,10 @@ class TrainConfig:
     # with validation_share or folds: stop after this many intervals in which neither the validation score nor
     # the validation loss improved (the best score's interval is kept either way); 0 = never stop early
     early_stopping_patience: int = setting(0, NOT_NEGATIVE)
-    # seconds of fitting: training ends with the interval after which another one would pass this budget (the
-    # best interval's weights kept, as when it stops early); 0 = no budget. A faster device runs more intervals
-    # in the same budget, up to `epochs`
+    # seconds of fitting: the model is timed before it trains and the plan cut to the intervals that fit (the
+    # cosine then ends with the last of them); training still ends with the interval after which another one
+    # would pass the budget (the best interval's weights kept, as when it stops early); 0 = no budget. A faster
+    # device runs more intervals in the same budget, up to `epochs`. Not applied with several workers
     time_budget_seconds: float = setting(0.0, NOT_NEGATIVE)
     gradient_accumulation_steps: int = setting(1, AT_LEAST_1)  # >1: apply gradients once per this many batches
     # records the input pipeline shuffles among (from the in-memory cache: each pass wholly shuffled); 0 = no shuffle

@@ -50,7 +50,7 @@ def read_config(path: str | None = None, **overrides: typing.Any) -> PipelineCon
     check_no_secrets(config)
     _check_required(config, path)
     if config.train.folds > 1 and config.train.validation_share:
-        raise ConfigError(f"{path}: train.folds ({config.train.folds}) and train.validation_share "
+        raise ConfigError(f"{path or 'the config'}: train.folds ({config.train.folds}) and train.validation_share "
                           f"({config.train.validation_share:g}) are two ways to validate: give one")
     return config
 

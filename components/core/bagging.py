@@ -11,7 +11,7 @@ Copy g trains on the records outside fold g and never sees fold g's, so its pred
 fold: a validation score over the whole training split, every interval, rather than over a slice of it
 (the Trainer keeps the interval with the best such score). The served model, the SavedModel and the device
 model alike, is the copies' mean, trained between them on every record (builtin TFLite ops only: the copies'
-own, ADD and MUL).
+own, PACK and MEAN).
 
 A batch's fold ids ride in Keras's sample-weight slot (float, one per example; FoldBag reads them as such).
 A copy that is an ensemble trains each of its members on its records (the mean of the members' losses), as
@@ -20,6 +20,7 @@ call `record_members`, and FoldBag reads them right after the forward pass.
 """
 from __future__ import annotations
 
+import re
 import threading
 from typing import Callable
 
@@ -30,6 +31,7 @@ FOLD_KEY = [0xF01D, 0xBA66]  # the keyed hash of the folds: independent of inges
 FOLD_BUCKETS = 1 << 20
 COPY_NAME = "fold_{}"  # copy g of a bag is the layer fold_g
 
+_building = threading.local()  # copies: how many copies `bag` is building, while it builds them
 _recorded = threading.local()  # per thread (each replica traces in a thread of its own): id(layer) -> tensor
 
 
@@ -79,7 +81,9 @@ class FoldBag(keras.Model):
 
     @property
     def folds(self) -> int:
-        return sum(1 for layer in self.layers if layer.name.startswith(COPY_NAME.format("")))
+        """How many copies: the models named fold_0, fold_1, ... (an input named so is not one)."""
+        return sum(1 for layer in self.layers
+                   if isinstance(layer, keras.Model) and re.fullmatch(COPY_NAME.format(r"\d+"), layer.name))
 
     def _members_of_copies(self) -> list:
         """Per copy g: its members' predictions [N, m, width] of the last forward pass (a copy with a layer that
@@ -97,6 +101,7 @@ class FoldBag(keras.Model):
         return next(layer for layer in self.layers if isinstance(layer, CopiesMean))
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        self._validating = not training  # compute_metrics, called after it in the same step, scores out of fold
         if sample_weight is None or y is None:
             return super().compute_loss(x, y, y_pred, sample_weight, training)
         folds = _fold_ids(sample_weight)
@@ -114,11 +119,17 @@ class FoldBag(keras.Model):
                                     keras.ops.reshape(weights, (-1,)), training)
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
-        if sample_weight is not None:  # each record scored by the copy that never trained on it
+        # validation: each record scored by the copy that never trained on it; training: as served
+        if sample_weight is not None and getattr(self, "_validating", True):
             outputs = recorded_members(self._combiner())  # [N, k, width]
             own = keras.ops.one_hot(_fold_ids(sample_weight), outputs.shape[1], dtype="float32")
             y_pred = keras.ops.sum(outputs * keras.ops.expand_dims(own, -1), axis=1)
         return super().compute_metrics(x, y, y_pred, sample_weight=None)
+
+
+def copies_being_built() -> int:
+    """While `bag` builds its copies, how many it builds (a model module may size one copy by it); else 1."""
+    return getattr(_building, "copies", 1)
 
 
 def _fold_ids(sample_weight) -> tf.Tensor:
@@ -132,7 +143,11 @@ def bag(build_copy: Callable[[], keras.Model], folds: int, name: str = "fold_bag
     or with folds <= 1 the one copy as it is."""
     if folds <= 1:
         return build_copy()
-    copies = [build_copy() for _ in range(folds)]
+    _building.copies = folds
+    try:
+        copies = [build_copy() for _ in range(folds)]
+    finally:
+        _building.copies = 1
     for fold, copy in enumerate(copies):
         copy.name = COPY_NAME.format(fold)
     inputs = keras.tree.map_structure(

@@ -56,24 +56,29 @@ class ThroughputMeter(keras.callbacks.Callback):
 
 
 class StopAtTimeBudget(keras.callbacks.Callback):
-    """Ends training at the end of the interval after which one more (as long as the longest so far,
-    validation included) would pass `seconds` since training began. After fit: `stopped` (True when it ended
-    training), `seconds_used`. A job resumed from a checkpoint gets the whole budget again."""
+    """Ends training at the end of the interval after which one more (as long as the longest so far after the
+    first, which also traces and compiles; validation included) would pass `seconds` since training began. The
+    last planned interval ends training anyway, so it is never called a stop. After fit: `stopped` (True when it
+    ended training before the plan did), `seconds_used`. A job resumed from a checkpoint gets the whole budget
+    again."""
 
     def __init__(self, seconds: float, clock=time.monotonic):
         super().__init__()
         self.seconds, self.clock = seconds, clock
         self.stopped, self.seconds_used = False, 0.0
-        self._longest = 0.0
+        self._durations: list[float] = []
 
     def on_train_begin(self, logs=None):
         self._began = self._last = self.clock()
 
     def on_epoch_end(self, epoch, logs=None):
         now = self.clock()
-        self._longest, self._last = max(self._longest, now - self._last), now
-        self.seconds_used = now - self._began
-        if self.seconds_used + self._longest > self.seconds and not getattr(self.model, "stop_training", False):
+        self._durations.append(now - self._last)
+        self._last, self.seconds_used = now, now - self._began
+        longest = max(self._durations[1:] or self._durations)
+        if epoch + 1 >= (self.params or {}).get("epochs", float("inf")) or getattr(self.model, "stop_training", False):
+            return
+        if self.seconds_used + longest > self.seconds:
             self.model.stop_training, self.stopped = True, True
 
 

@@ -165,6 +165,11 @@ def set_up(job: TrainingJob) -> TrainingSetup:
               for split, files in (("train", job.train_files), ("eval", job.eval_files))}
     settings = dataclasses.replace(
         settings, steps_per_execution=supported_steps_per_execution(settings.steps_per_execution, replicas))
+    multi_worker = strategy_choice.value == "multi_worker_mirrored"
+    if multi_worker and settings.time_budget_seconds:  # each worker's clock would end training at its own epoch
+        logging.warning("train.time_budget_seconds %g is not applied with several workers (they must agree on "
+                        "the epoch that ends training): the plan's epochs bound it", settings.time_budget_seconds)
+        settings = dataclasses.replace(settings, time_budget_seconds=0.0)
     held_out = count_records(job.train_files, settings.validation_share) if settings.validation_share else 0
     if settings.validation_share and not 0 < held_out < labels["train"].examples:
         raise ValueError(f"train.validation_share {settings.validation_share:g} holds out {held_out} of the "
@@ -178,7 +183,7 @@ def set_up(job: TrainingJob) -> TrainingSetup:
     setup = TrainingSetup(settings, device, strategy_choice, strategy, model_module, warm, preprocessing, labels,
                           training_plan(examples["train"], settings, replicas),
                           PreprocessedCache(memory_budget_bytes(settings.cache_max_mb), job.scratch_dir),
-                          strategy_choice.value == "multi_worker_mirrored", validation_examples=validating)
+                          multi_worker, validation_examples=validating)
     # The cache's size, estimated from one preprocessed batch: the training split has the first claim on memory.
     first = next(iter(setup.dataset(job.train_files, False, batch_size=min(setup.plan.global_batch, 1024))))
     for split in setup.splits:
@@ -187,9 +192,9 @@ def set_up(job: TrainingJob) -> TrainingSetup:
 
 
 def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = ()) -> FitResult:
-    """Builds the model for the device (precision and XLA probed), warm-starts it, resumes from this job's
-    checkpoint when there is one, and fits it with the checkpoint, divergence, throughput and loss-scale
-    callbacks."""
+    """Builds the model for the device (precision and XLA probed), warm-starts it, cuts the plan to the time
+    budget, resumes from this job's checkpoint when there is one, and fits it with the best-interval (when
+    validating), time-budget, checkpoint, divergence, throughput and loss-scale callbacks."""
     settings, plan, replicas = setup.settings, setup.plan, setup.strategy.num_replicas_in_sync
 
     def probe_batch():  # a few examples to check that XLA compiles when no timing does it

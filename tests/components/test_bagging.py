@@ -90,6 +90,25 @@ def test_validation_scores_each_record_by_the_copy_that_never_trained_on_it_and_
     np.testing.assert_allclose(loaded.predict({"x": x[:50]}, verbose=0), served[:50, None], rtol=1e-6)
 
 
+def test_a_column_named_like_a_copy_is_not_counted_as_one_and_training_metrics_score_the_mean_as_served():
+    def build_copy():
+        inputs = {"fold_7": keras.Input(shape=(3,), name="fold_7")}  # a column of cross-validation data
+        return keras.Model(inputs, keras.layers.Dense(1, activation="sigmoid")(inputs["fold_7"]))
+
+    keras.utils.set_random_seed(3)
+    model = bag(build_copy, 3)
+    assert model.folds == 3
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss=keras.losses.BinaryCrossentropy(),
+                  metrics=[keras.metrics.AUC(name="auc")])
+    x, y = _data(300)
+    folds = np.asarray(fold_of(tf.constant([f"r{i}".encode() for i in range(300)]), 3), np.float32)
+    served = model.predict({"fold_7": x}, verbose=0)[:, 0]
+    trained = model.train_on_batch({"fold_7": x}, y, sample_weight=folds, return_dict=True)
+    metric = keras.metrics.AUC()
+    metric.update_state(y, served)
+    assert trained["auc"] == pytest.approx(float(metric.result()), abs=1e-4)
+
+
 def test_one_fold_is_the_model_itself():
     model = bag(_plain, 1)
     assert not isinstance(model, FoldBag) and len(model.layers) == 2

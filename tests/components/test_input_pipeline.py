@@ -4,6 +4,8 @@ the estimated size and leaves no cache file behind, also when training fails. Re
 3,000-row taxi span; the tests that train are marked `training`."""
 import collections
 import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -17,6 +19,8 @@ from components.trainer.input_pipeline import (DISK, MEMORY, PreprocessedCache, 
                                                make_dataset, memory_budget_bytes, row_batches)
 from components.trainer.train import ADAPT_SAMPLE_SIZE, TrainingJob, read_sample, train
 from tests.components.training import settings as _settings
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SPEC = {**models.taxi.INPUTS, **models.taxi.LABEL_INPUTS}
 BATCH = 64
@@ -290,6 +294,34 @@ def test_the_time_budget_ends_training_before_an_interval_as_long_as_the_longest
     assert epoch == 2 and budget.stopped and budget.seconds_used == 8.0
 
 
+def _budget_run(seconds: float, durations: list[float], epochs: int) -> tuple[int, "callbacks.StopAtTimeBudget"]:
+    """StopAtTimeBudget(seconds) over intervals of `durations` in a fit of `epochs`: (intervals run, callback)."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    now = [0.0]
+    budget = callbacks.StopAtTimeBudget(seconds, clock=lambda: now[0])
+    budget.set_model(model)
+    budget.set_params({"epochs": epochs})
+    model.stop_training = False
+    budget.on_train_begin()
+    for epoch, duration in enumerate(durations[:epochs]):
+        now[0] += duration
+        budget.on_epoch_end(epoch)
+        if model.stop_training:
+            break
+    return epoch + 1, budget
+
+
+def test_the_time_budget_leaves_the_first_interval_s_compile_out_and_never_calls_the_plan_s_end_a_stop():
+    # the first interval traced and compiled (4 s); the others take 1 s: the run ends at 9 s, when one more
+    # interval (1 s, not 4) would pass the budget of 9.5 s
+    run, budget = _budget_run(9.5, [4.0] + [1.0] * 7, epochs=8)
+    assert run == 6 and budget.stopped and budget.seconds_used == 9.0
+    # a plan of 3 intervals that ends at 5.5 s, less than its longest interval short of the budget: finished,
+    # not stopped
+    run, budget = _budget_run(6.0, [3.0, 1.0, 1.5], epochs=3)
+    assert run == 3 and not budget.stopped and budget.seconds_used == 5.5
+
+
 @pytest.mark.training
 def test_training_with_folds_validates_every_training_record_out_of_fold_and_serves_the_copies_mean(files, tmp_path):
     from components.core import contract
@@ -305,6 +337,13 @@ def test_training_with_folds_validates_every_training_record_out_of_fold_and_ser
     folder = model_ready_dir(job.serving_model_dir)
     model = load_keras_model(os.path.join(folder, contract.MODEL_READY_FILE))
     assert isinstance(model, FoldBag) and model.folds == 3
+    # a process of its own (ModelExport's container) loads it with the model module's imports alone
+    loaded = subprocess.run([sys.executable, "-c", "import sys; import models.taxi; "
+                             "from components.core.task_layers import load_keras_model; "
+                             "print(type(load_keras_model(sys.argv[1])).__name__)",
+                             os.path.join(folder, contract.MODEL_READY_FILE)],
+                            capture_output=True, text=True, cwd=PROJECT_ROOT, env={**os.environ, "PYTHONPATH": PROJECT_ROOT})
+    assert loaded.stdout.strip().splitlines()[-1:] == ["FoldBag"], loaded.stderr[-2000:]
     preprocessing = load_keras_model(os.path.join(folder, contract.PREPROCESSING_FILE))
     eval_files = input_pipeline.list_files(files["eval_files"])
     records = next(iter(tf.data.TFRecordDataset(eval_files, input_pipeline.record_compression(eval_files)).batch(64)))

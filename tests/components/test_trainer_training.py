@@ -100,15 +100,15 @@ def _free_ports(count):
 PORT_TAKEN = re.compile(r"Address already in use|Could not start gRPC server")
 
 
-def _train_two_workers(files, output, attempts=3):
-    """Trains with two trainer_job.py workers on localhost. A port picked free can be taken by another
-    process before its worker binds it: then both workers stop and the training starts again on new ports.
-    Output: the worker folders and [(exit code, log)] per worker."""
+def _train_two_workers(files, output, attempts=3, **spec):
+    """Trains with two trainer_job.py workers on localhost (`spec`: trainer_job.py's, e.g. overrides). A port
+    picked free can be taken by another process before its worker binds it: then both workers stop and the
+    training starts again on new ports. Output: the worker folders and [(exit code, log)] per worker."""
     for attempt in range(attempts):
         folders = [output / f"attempt-{attempt}" / f"worker-{index}" for index in range(2)]
         workers = [f"localhost:{port}" for port in _free_ports(2)]
         processes = [_start_job(files, folder, env={**CPU_ONLY, "TF_CONFIG": json.dumps(
-            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})})
+            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})}, **spec)
             for index, folder in enumerate(folders)]
         results = _finish_together(processes)
         if not any(code and PORT_TAKEN.search(log) for code, log in results):
@@ -118,7 +118,8 @@ def _train_two_workers(files, output, attempts=3):
 
 @pytest.mark.training
 def test_multi_worker_mirrored_strategy_across_two_processes(files, tmp_path):
-    folders, results = _train_two_workers(files, tmp_path)
+    # a time budget each worker's clock would end at an interval of its own: not applied with several workers
+    folders, results = _train_two_workers(files, tmp_path, overrides={"time_budget_seconds": 0.01})
     for code, log in results:
         assert code == 0, log[-3000:]
     reports = [json.loads((folder / "returned_report.json").read_text()) for folder in folders]
@@ -129,6 +130,7 @@ def test_multi_worker_mirrored_strategy_across_two_processes(files, tmp_path):
         assert report["device"]["num_workers"] == 2
         # Workers must resume from the same interval: each checkpoints every interval, whatever the spacing.
         assert report["checkpoints_written"] == report["intervals"]
+        assert report["time_budget_seconds"] == 0 and report["intervals_run"] == report["intervals"]
     # Gradients are all-reduced every step: both workers end with the same model, hence the same metrics.
     assert reports[0]["final_metrics"] == pytest.approx(reports[1]["final_metrics"], rel=1e-6)
     assert reports[0]["final_metrics"]["val_auc"] > 0.85
