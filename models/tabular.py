@@ -14,14 +14,15 @@ the label and the excluded ones is an input, preprocessed by its kind, the kind 
   in every variant, where 8 bits would blur a narrow bin);
 - strings and integers with few distinct values: a Vocabulary of the values seen (up to MAX_VOCABULARY, the
   rest one out-of-vocabulary index, a missing value its own) through an embedding.
-Then a parameter-efficient ensemble of ENSEMBLE_MEMBERS members (models/ensemble.py: TabM-mini) sharing
+Then a parameter-efficient ensemble of ENSEMBLE_MEMBERS members (models/ensemble.py: TabM-mini; BAGGED_MEMBERS
+per copy when the Trainer bags the model, below) sharing
 HIDDEN_UNITS dense layers, each member with its own output: a sigmoid (binary), a softmax (multiclass) or, for
 regression, a value in the training labels' scale, after `task.label_transform` (log: log(1 + label), for a
 positive, heavy-tailed label such as a price), clamped to the training labels' range. Training minimizes the
 mean of the members' losses (regression: the absolute error, after the label transform, which the MAE the
 gates score rewards); the model serves the members' mean. With `train.folds` (init writes 8) the Trainer builds
-this model once per fold and serves the copies' mean (components/core/bagging.py): 8 copies of one member, each
-with weights of its own, as many passes per example as one ensemble of 8 members. Every layer is device-safe
+this model once per fold and serves the copies' mean (components/core/bagging.py): 8 copies of BAGGED_MEMBERS
+member, each with weights of its own, as many passes per example as one ensemble of 8 members. Every layer is device-safe
 (models/layers.py), so the TFLite device model takes the raw features.
 
 Missing values: an absent float is NaN, an absent integer MISSING_INT, an absent string "": what the
@@ -51,6 +52,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from components.core.bagging import copies_being_built
 from components.core.feature_names import derived_name, internal_names
 from components.core.missing_values import spellings
 from components.core.tasks import Task, TaskError, task_named
@@ -71,9 +73,10 @@ ROWS_PER_BIN = 40  # ...and at most one per this many training rows (a small sam
 DATE_NOTE = "int64 seconds since 1970-01-01 UTC (a date alone: its midnight UTC)"
 HIDDEN_UNITS = (128, 128)
 DROPOUT = 0.1
-# per copy of the model: the Trainer's folds (init writes 8) serve the mean of 8 copies; one member is a plain
-# network whose inputs first pass a trainable scale of random signs (EnsembleInputs)
-ENSEMBLE_MEMBERS = 1
+ENSEMBLE_MEMBERS = 8  # the network's members when the Trainer does not bag the model (train.folds 0 or 1)
+# ...and per copy when it does (init writes folds: 8): 8 copies of one member cost as much as 8 members, and one
+# member is a plain network whose inputs first pass a trainable scale of random signs (EnsembleInputs)
+BAGGED_MEMBERS = 1
 _LAYER = "tabular.{}"  # the name of a layer derived from no column: a '.' keeps it apart from every column's
 
 
@@ -106,6 +109,7 @@ class SchemaModel:
                  exclude: tuple[str, ...], dates: tuple[str, ...] = (), missing_tokens: tuple[str, ...] = ()):
         self.TASK, self.LABEL_KEY, self.CLASSES = task, label, classes
         self.task = task  # configured from the task section: its settings (a label transform) apply
+        self._members = ENSEMBLE_MEMBERS  # the members of the network build_model builds (per copy when bagged)
         self._schema_path, self._exclude = schema_path, set(exclude)
         self.dates = tuple(dates)  # int64 features holding seconds since 1970-01-01 UTC
         self.missing_tokens = tuple(missing_tokens)
@@ -114,7 +118,8 @@ class SchemaModel:
         self._training_labels = np.zeros(0)  # the training sample's labels, which the task's output layer fits
         self.DESCRIPTION = (
             f"numbers: robust scale, smooth clip and piecewise-linear encoding over up to {BINS} quantile bins; "
-            f"categories: embeddings; {_network(ENSEMBLE_MEMBERS, HIDDEN_UNITS)} (one per fold, when bagged)"
+            f"categories: embeddings; {_network(ENSEMBLE_MEMBERS, HIDDEN_UNITS)} (bagged over folds: "
+            f"{_network(BAGGED_MEMBERS, HIDDEN_UNITS)} per fold)"
             f"{task.head_description()}")
 
     def _schema_features(self) -> dict[str, tf.dtypes.DType]:
@@ -247,7 +252,8 @@ class SchemaModel:
             else:
                 parts.append(tensor)
         hidden = keras.layers.Concatenate(name=_LAYER.format("features"))(parts) if len(parts) > 1 else parts[0]
-        hidden = EnsembleInputs(ENSEMBLE_MEMBERS, name=_LAYER.format("members"))(hidden)
+        self._members = BAGGED_MEMBERS if copies_being_built() > 1 else ENSEMBLE_MEMBERS
+        hidden = EnsembleInputs(self._members, name=_LAYER.format("members"))(hidden)
         for depth, width in enumerate(HIDDEN_UNITS, 1):
             hidden = keras.layers.Dense(width, activation="relu", name=_LAYER.format(f"hidden_{depth}"))(hidden)
             hidden = keras.layers.Dropout(DROPOUT, name=_LAYER.format(f"dropout_{depth}"))(hidden)
@@ -257,7 +263,7 @@ class SchemaModel:
         """Input: the last hidden tensor, [N*k, H] (k members per example). Output: the members' mean of the
         task's output in float32 (Task.output_layer: class probabilities, the probability of the positive
         class, or the prediction in the label's units)."""
-        members = EnsembleOutputs(ENSEMBLE_MEMBERS, self.task.output_width(self.CLASSES),
+        members = EnsembleOutputs(self._members, self.task.output_width(self.CLASSES),
                                   name=_LAYER.format("output"))(hidden)
         members = self.task.output_layer(self._training_labels, _LAYER.format(self.task.head_name))(members)
         return MembersMean(name=_LAYER.format("mean"))(members)

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from components.core import contract, tasks
+from components.core.bagging import COPY_NAME
 from components.core.feature_names import internal_names
 from components.core.records import model_ready_dir
 from components.model_export import tflite
@@ -75,7 +76,7 @@ def test_piecewise_linear_encoding_reads_the_position_in_each_bin():
 
 
 def test_the_ensemble_serves_its_members_mean_and_trains_on_the_mean_of_their_losses(tmp_path, monkeypatch):
-    monkeypatch.setattr(tabular, "ENSEMBLE_MEMBERS", 4)  # the schema-driven model's network as an ensemble
+    monkeypatch.setattr(tabular, "ENSEMBLE_MEMBERS", 4)  # fewer members than alone, for speed
     module = _module(tmp_path, "regression")
     table = _table(800, "regression")
     preprocessing = module.build_preprocessing(table)
@@ -140,6 +141,10 @@ def test_the_device_model_converts_with_builtins_and_int8_stays_within_the_ladde
     """The schema-driven model alone, and the bag of one copy per fold that the Trainer serves with folds."""
     variants = ("dynamic_int8", "full_int8")
     module, table, preprocessing, model = _trained(tmp_path, task, transform, folds=folds)
+    # alone, an ensemble of ENSEMBLE_MEMBERS; bagged, BAGGED_MEMBERS per copy (as many passes per example)
+    networks = [model.get_layer(COPY_NAME.format(f)) for f in range(folds)] if folds > 1 else [model]
+    assert [members_count(network) for network in networks] == (
+        [tabular.BAGGED_MEMBERS] * folds if folds > 1 else [tabular.ENSEMBLE_MEMBERS])
     key = tasks.task_named(task).prediction_key
     saved = tflite.write_device_savedmodel(preprocessing, model, module.INPUTS, key, str(tmp_path / "device"))
     rows = {name: values[:150] for name, values in _table(150, task, seed=5).items() if name in module.INPUTS}
