@@ -26,6 +26,7 @@ from typing import Iterable
 import keras
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from components.core import contract
 from components.core.contract import TFLITE_VARIANTS
@@ -329,12 +330,15 @@ def runtime_name() -> str:
         return f"tf.lite.Interpreter (TensorFlow {tf.__version__}; ai-edge-litert is not installed)"
 
 
-def _interpreter_class():
+def _new_interpreter(flatbuffer: bytes, default_delegates: bool = True):
+    """A LiteRT interpreter (TensorFlow's without ai-edge-litert) of one thread for `flatbuffer`; with
+    `default_delegates` False, without the delegate the runtime applies by default (XNNPACK on a CPU)."""
     try:
-        from ai_edge_litert.interpreter import Interpreter
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
     except ImportError:
-        Interpreter = tf.lite.Interpreter
-    return Interpreter
+        Interpreter, OpResolverType = tf.lite.Interpreter, tf.lite.experimental.OpResolverType
+    resolver = OpResolverType.AUTO if default_delegates else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+    return Interpreter(model_content=flatbuffer, num_threads=1, experimental_op_resolver_type=resolver)
 
 
 class DeviceInterpreter:
@@ -345,9 +349,13 @@ class DeviceInterpreter:
     features are keyed by the device model's input names themselves."""
 
     def __init__(self, flatbuffer: bytes, output_name: str, columns: Iterable[str] | None = None):
-        with native_stderr_to_log("TFLite interpreter"):
-            self._interpreter = _interpreter_class()(model_content=flatbuffer, num_threads=1)
-            self._interpreter.allocate_tensors()
+        self._flatbuffer = flatbuffer
+        self.default_delegates = True  # False once XNNPACK (LiteRT's default CPU delegate) refused the model
+        try:
+            self._open()
+        except RuntimeError as error:
+            if not self._without_default_delegates(error):
+                raise
         runner = self._interpreter.get_signature_runner(contract.SERVING_SIGNATURE)
         indices = {name: detail["index"] for name, detail in runner.get_input_details().items()}
         self._output = runner.get_output_details()[output_name]["index"]
@@ -361,9 +369,36 @@ class DeviceInterpreter:
                              f"{sorted(names)} ({sorted(names.values())})")
         self._inputs = {column: indices[name] for column, name in names.items()}  # column -> input tensor
 
+    def _open(self) -> None:
+        with native_stderr_to_log("TFLite interpreter"):
+            self._interpreter = _new_interpreter(self._flatbuffer, self.default_delegates)
+            self._interpreter.allocate_tensors()
+
+    def _without_default_delegates(self, error: RuntimeError) -> bool:
+        """When XNNPACK refused the model (it can fail to prepare a node the builtin kernels run), the
+        interpreter again without it: True; False for any other error."""
+        if not self.default_delegates or "XNNPACK" not in str(error):
+            return False
+        logging.warning("TFLite: XNNPACK refused the model (%s); running it with the builtin kernels alone",
+                        str(error).strip()[:300])
+        self.default_delegates = False
+        self._open()
+        return True
+
     def _set_example(self, features: dict[str, np.ndarray], row: int) -> None:
         for name, index in self._inputs.items():
             self._interpreter.set_tensor(index, features[name][row:row + 1])
+
+    def _invoke(self, features: dict[str, np.ndarray], row: int) -> None:
+        """Sets row `row` of `features` and runs the model on it (without XNNPACK should XNNPACK refuse it)."""
+        self._set_example(features, row)
+        try:
+            self._interpreter.invoke()
+        except RuntimeError as error:
+            if not self._without_default_delegates(error):
+                raise
+            self._set_example(features, row)
+            self._interpreter.invoke()
 
     def predict(self, features: dict[str, np.ndarray]) -> np.ndarray:
         """Input: raw features, column name (see the class) -> array of N rows (strings as bytes). Output: the
@@ -371,8 +406,7 @@ class DeviceInterpreter:
         rows = len(next(iter(features.values())))
         outputs = []
         for row in range(rows):
-            self._set_example(features, row)
-            self._interpreter.invoke()
+            self._invoke(features, row)
             outputs.append(self._interpreter.get_tensor(self._output).reshape(-1).copy())
         out = np.stack(outputs).astype(np.float32) if outputs else np.zeros((0, 1), np.float32)
         return out.reshape(rows) if out.shape[1] == 1 else out
@@ -381,6 +415,8 @@ class DeviceInterpreter:
         """Median wall time of one invoke() over the first `examples` rows (inputs set outside the timing)."""
         rows = min(examples, len(next(iter(features.values()))))
         timings = []
+        if rows:  # a delegate is prepared on the first run: not timed
+            self._invoke(features, 0)
         for row in range(rows):
             self._set_example(features, row)
             start = time.perf_counter()

@@ -479,6 +479,48 @@ def test_device_model_takes_internal_names_and_matches_serving_raw_on_user_named
         tflite.DeviceInterpreter(flatbuffer, tasks.PROBABILITIES, ["trip miles", "case"])
 
 
+class _XnnpackRefuses:
+    """A real interpreter whose runs fail as LiteRT's do when XNNPACK cannot prepare a node."""
+
+    def __init__(self, interpreter):
+        self._interpreter = interpreter
+
+    def __getattr__(self, name):
+        return getattr(self._interpreter, name)
+
+    def invoke(self):
+        raise RuntimeError("failed to create XNNPACK runtimeNode number 93 (TfLiteXNNPackDelegate) failed to prepare.")
+
+
+@KEYS_ARE_NOT_INPUT_NAMES
+def test_the_device_interpreter_runs_a_model_xnnpack_refuses_with_the_builtin_kernels(awkward_export, monkeypatch):
+    report, export_dir, serving, records = awkward_export
+    raw = {column: tensor.numpy()
+           for column, tensor in tf.io.parse_example(tf.constant(records), AWKWARD_INPUTS).items()}
+    with open(os.path.join(export_dir, report["variants"]["float32"]["file"]), "rb") as handle:
+        flatbuffer = handle.read()
+    expected = tflite.DeviceInterpreter(flatbuffer, tasks.PROBABILITIES, AWKWARD_INPUTS).predict(raw)
+    real = tflite._new_interpreter
+    opened = []
+
+    def refusing(flatbuffer, default_delegates=True):
+        opened.append(default_delegates)
+        interpreter = real(flatbuffer, default_delegates)
+        return _XnnpackRefuses(interpreter) if default_delegates else interpreter
+
+    monkeypatch.setattr(tflite, "_new_interpreter", refusing)
+    device = tflite.DeviceInterpreter(flatbuffer, tasks.PROBABILITIES, AWKWARD_INPUTS)
+    np.testing.assert_allclose(device.predict(raw), expected, rtol=1e-5, atol=1e-6)  # other kernels, same model
+    assert opened == [True, False] and not device.default_delegates
+    assert device.median_latency_seconds(raw, 5) > 0
+    def fails_otherwise(self):
+        raise RuntimeError("other")
+
+    monkeypatch.setattr(_XnnpackRefuses, "invoke", fails_otherwise)
+    with pytest.raises(RuntimeError, match="other"):  # any other failure is not hidden
+        tflite.DeviceInterpreter(flatbuffer, tasks.PROBABILITIES, AWKWARD_INPUTS).predict(raw)
+
+
 @KEYS_ARE_NOT_INPUT_NAMES
 def test_export_report_pairs_each_column_with_its_device_input(awkward_export):
     report, export_dir, _, _ = awkward_export
