@@ -147,7 +147,7 @@ class Project:
     @property
     def training_records(self) -> int:
         """About how many records the training split holds (the eval split takes eval_fraction)."""
-        return int(self.records * (1 - self.eval_fraction))
+        return training_records(self.records, self.eval_fraction)
 
     @property
     def folds(self) -> int:
@@ -569,9 +569,14 @@ def eval_share(records: int) -> float:
     return round(max(0.1, EVAL_RECORDS / records), 4)
 
 
+def training_records(records: int, eval_fraction: float) -> int:
+    """About how many of `records` the training split holds when the eval split takes `eval_fraction`."""
+    return int(records * (1 - eval_fraction))
+
+
 def training_size(records: int, eval_fraction: float = IngestConfig.eval_fraction) -> tuple[int, int]:
     """(batch size, epochs at most) giving about TARGET_STEPS steps, within MIN_EPOCHS and MAX_EPOCHS."""
-    train_rows = max(1, int(records * (1 - eval_fraction)))
+    train_rows = max(1, training_records(records, eval_fraction))
     batch = 256 if train_rows >= 20_000 else 128 if train_rows >= 5_000 else 64 if train_rows >= 2_000 else 32
     epochs = min(MAX_EPOCHS, max(MIN_EPOCHS, math.ceil(TARGET_STEPS * batch / train_rows)))
     return batch, epochs
