@@ -24,6 +24,7 @@ import tensorflow as tf
 from absl import logging
 
 from components.core.bagging import fold_of
+from components.core.datasets import without_autotuning
 
 MEMORY, DISK = "memory", "disk"  # where a split's preprocessed tensors are cached
 AUTO_SHARE_OF_MEMORY = 4  # cache_max_mb 0 (auto): the in-memory cache may take a quarter of the machine's memory
@@ -128,13 +129,13 @@ def _finish(dataset: tf.data.Dataset, shuffle_buffer: int, shard_by_data: bool) 
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     # No prefetch_to_device: Keras hands the dataset to the strategy (always one here), whose distributed
     # iterator already copies the next batches to each device; the prefetch below keeps the host side ahead.
-    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+    return without_autotuning(dataset.with_options(options)).prefetch(tf.data.AUTOTUNE)
 
 
 def read_columns(packed_batches: tf.data.Dataset) -> tuple[tf.Tensor, ...]:
     """Input: a finite dataset of packed batches (tuples of tensors, rows first). Output: the whole dataset
     as one tensor per tuple position, its batches' rows one after the other (read once, here)."""
-    parts = [list(batch) for batch in packed_batches]
+    parts = [list(batch) for batch in without_autotuning(packed_batches)]
     if not parts:
         raise ValueError("no records to train on: the training split is empty")
     columns = tuple(tf.concat([batch[i] for batch in parts], axis=0) for i in range(len(parts[0])))
@@ -222,7 +223,7 @@ def _packing(element_spec):
 def count_records(file_patterns: list[str], holdout_share: float) -> int:
     """Input: TFRecord file patterns and a holdout share. Output: how many of their records are in_holdout."""
     files = list_files(file_patterns)
-    records = tf.data.TFRecordDataset(files, compression_type=record_compression(files))
+    records = without_autotuning(tf.data.TFRecordDataset(files, compression_type=record_compression(files)))
     held_out = records.filter(lambda record: in_holdout(record, holdout_share))
     return int(held_out.reduce(np.int64(0), lambda count, _: count + 1))
 

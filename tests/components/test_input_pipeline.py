@@ -93,6 +93,18 @@ def test_the_cached_dataset_keeps_data_sharding_for_multi_worker_training(files,
     assert dataset.options().deterministic is False
 
 
+@pytest.mark.parametrize("cache", ["", MEMORY, DISK])
+@pytest.mark.parametrize("repeat", [True, False])
+def test_training_and_validation_datasets_run_without_tf_data_autotuning(files, preprocessing, tmp_path, cache,
+                                                                        repeat):
+    # With autotuning, ending an iteration (the end of a fit, of every validation pass) can wait for the
+    # autotuning thread's next wake-up, as long again as the iteration itself.
+    dataset = _dataset(files, preprocessing, repeat=repeat, shuffle_buffer=100 if repeat else 0, cache=bool(cache),
+                       cache_file=str(tmp_path / "train") if cache == DISK else "")
+    assert dataset.options().autotune.enabled is False
+    assert next(iter(dataset))[1].shape[0] == BATCH
+
+
 def test_a_split_that_does_not_fit_the_budget_goes_to_disk_and_close_removes_every_cache_file(files, preprocessing,
                                                                                              tmp_path):
     first = next(iter(_dataset(files, preprocessing)))
