@@ -122,7 +122,7 @@ def make_dataset(file_patterns: list[str], feature_spec: dict[str, tf.io.FixedLe
 
 def _finish(dataset: tf.data.Dataset, shuffle_buffer: int, shard_by_data: bool) -> tf.data.Dataset:
     """The dataset with make_dataset's options (order deterministic unless shuffled, data sharding for
-    multi-worker training), prefetched."""
+    multi-worker training, tf.data autotuning off), prefetched."""
     options = tf.data.Options()
     options.deterministic = not shuffle_buffer
     if shard_by_data:
