@@ -358,19 +358,27 @@ def merge_results(documents: list[dict]) -> dict:
     """Input: the JSON documents (`--json`) of bench runs of the same prepared data, e.g. seed 0 in one run and
     seeds 1 and 2 in another. Output: the results one run of all of them would have given: per table and
     model, every document's runs (a seed run twice: the later document's) summarized again; each table's
-    facts and yardsticks from the last document that measured them; every failure."""
+    facts and yardsticks from the last document that measured them; the failures of the runs kept and of
+    the tables' other commands, each once."""
     merged, runs = {}, {}
     for document in documents:
         for name, result in document["tables"].items():
             table = merged.setdefault(name, {"models": {}, "failures": []})
             for key in TABLE_FACTS:
-                if result.get(key) is not None and not (key == "yardsticks" and "error" in result[key]):
+                measured = not (key == "yardsticks" and "error" in (result.get(key) or {}))
+                if result.get(key) is not None and (measured or key not in table):
                     table[key] = result[key]
-            table["failures"] += result.get("failures", [])
+            run_errors = set()
             for model, figures in result.get("models", {}).items():
                 runs.setdefault((name, model), {}).update({run["seed"]: run for run in figures["runs"]})
+                run_errors.update(run["error"] for run in figures["runs"] if run["error"])
+            table["failures"] += [failure for failure in result.get("failures", []) if failure not in run_errors]
     for (name, model), by_seed in runs.items():
-        merged[name]["models"][model] = summarize_runs([by_seed[seed] for seed in sorted(by_seed)])
+        kept = [by_seed[seed] for seed in sorted(by_seed)]
+        merged[name]["models"][model] = summarize_runs(kept)
+        merged[name]["failures"] += [run["error"] for run in kept if run["error"]]
+    for table in merged.values():
+        table["failures"] = list(dict.fromkeys(table["failures"]))
     return merged
 
 

@@ -8,12 +8,12 @@ def without_autotuning(dataset: tf.data.Dataset) -> tf.data.Dataset:
     """Input: any dataset. Output: the same elements, with tf.data's background autotuning turned off.
 
     Why: with TensorFlow 2.16, an iterator whose autotuning thread is asleep is not deleted until that thread
-    wakes, and the thread's sleeps double (10 ms, 20 ms, 40 ms ...), so ending an iteration
-    (the end of Keras's fit, every validation pass) could take as long again as the iteration itself: fits
-    that ended at 20.5, 41 and 82 seconds whatever their epochs. Without autotuning, maps and interleaves
-    given tf.data.AUTOTUNE keep the parallelism autotuning starts from (the host's cores, at most 16) and
-    prefetch(AUTOTUNE) grows its buffer when the consumer waits (bench/trainer_throughput.py measures the
-    host's rate)."""
+    wakes, and the thread's sleeps double (10 ms, 20 ms, 40 ms ...), so ending an iteration (the end of
+    Keras's fit, every validation pass) could take as long again as the iteration itself. Without
+    autotuning, maps given tf.data.AUTOTUNE keep the parallelism autotuning starts from (the host's cores, at
+    most 16) and prefetch(AUTOTUNE) grows its buffer when the consumer waits (bench/trainer_throughput.py
+    measures the host's rate). Not covered: the per-device datasets a tf.distribute strategy builds around
+    this one (Keras iterates through them) have options of their own, with autotuning on."""
     options = tf.data.Options()
     options.autotune.enabled = False
     return dataset.with_options(options)

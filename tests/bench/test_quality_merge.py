@@ -22,10 +22,10 @@ def bench():
         sys.path.remove(os.path.join(PROJECT_ROOT, "bench"))
 
 
-def _run(seed, value, seconds=10.0):
+def _run(seed, value, seconds=10.0, error=None):
     return {"seed": seed, "metric": "auc", "value": value, "trivial": 0.5, "trainer_seconds": seconds,
             "fit_seconds": seconds / 2, "savedmodel": value, "full_int8": value - 0.001, "dynamic_int8": value,
-            "wall_seconds": 20.0, "error": None}
+            "wall_seconds": 20.0, "error": error}
 
 
 def _document(bench, runs, lightgbm=None, failures=()):
@@ -37,7 +37,8 @@ def _document(bench, runs, lightgbm=None, failures=()):
 
 
 def test_merged_runs_are_summarized_as_one_call_of_all_of_them(bench):
-    first = _document(bench, [_run(0, 0.80), _run(1, 0.10)], lightgbm=0.79)
+    first = _document(bench, [_run(0, 0.80), _run(1, 0.10, error="seed 1: Trainer failed")], lightgbm=0.79,
+                      failures=["seed 1: Trainer failed"])
     later = _document(bench, [_run(1, 0.82, seconds=30.0), _run(2, 0.84)], failures=["seed 3 failed"])
     merged = bench.merge_results([first, later])["credit"]
 
@@ -46,5 +47,11 @@ def test_merged_runs_are_summarized_as_one_call_of_all_of_them(bench):
     assert figures["value"] == {"mean": pytest.approx(0.82), "min": 0.80, "max": 0.84, "n": 3}  # seed 1: the later
     assert figures["trainer_seconds"]["max"] == 30.0
     assert merged["yardsticks"]["lightgbm"] == 0.79  # the later call measured none: the earlier one's stay
-    assert merged["failures"] == ["seed 3 failed"]
+    assert merged["failures"] == ["seed 3 failed"]  # seed 1's failure went with the run the later call replaced
     assert bench.goal_lines({"credit": merged})[0].startswith("within goal: 1 of 1 tables")
+
+
+def test_a_table_whose_yardsticks_were_never_measured_keeps_the_reason(bench):
+    merged = bench.merge_results([_document(bench, [_run(0, 0.8)])] * 2)["credit"]
+    assert merged["yardsticks"] == {"error": "no successful schema-driven run"}
+    assert merged["models"][bench.SCHEMA]["value"]["n"] == 1  # the same seed twice: one run
