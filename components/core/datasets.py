@@ -17,3 +17,9 @@ def without_autotuning(dataset: tf.data.Dataset) -> tf.data.Dataset:
     options = tf.data.Options()
     options.autotune.enabled = False
     return dataset.with_options(options)
+
+
+def record_dataset(files, compression: str, **kwargs) -> tf.data.Dataset:
+    """Input: TFRecord file(s), their compression ("GZIP" or ""), TFRecordDataset's other arguments. Output:
+    their records, without autotuning (the datasets built on it, batches, maps, filters, carry that on)."""
+    return without_autotuning(tf.data.TFRecordDataset(files, compression_type=compression, **kwargs))

@@ -17,7 +17,7 @@ from tfx.types import artifact_utils
 from tfx.utils import io_utils, path_utils
 
 from components.core import artifact_files, contract, tasks
-from components.core.datasets import without_autotuning
+from components.core.datasets import record_dataset
 from components.core.model_module import ModelModule, load_model_module, raw_signature_arguments, task_of
 from components.core.records import ExportReport, blessed_model, is_blessed, model_ready_dir
 from components.core.task_layers import load_keras_model
@@ -168,7 +168,7 @@ def _split_files(examples: types.Artifact, split: str) -> list[str]:
 
 
 def _records(files: list[str]) -> tf.data.Dataset:
-    return without_autotuning(tf.data.TFRecordDataset(files, compression_type="GZIP").batch(_BATCH))
+    return record_dataset(files, "GZIP").batch(_BATCH)
 
 
 def _parse_raw(model_module: ModelModule, serialized: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -180,8 +180,8 @@ def _parse_raw(model_module: ModelModule, serialized: tf.Tensor) -> dict[str, tf
 
 def count_records(files: list[str]) -> int:
     """The number of records in gzip TFRecord `files` (one pass, batched: no record is parsed)."""
-    batches = without_autotuning(tf.data.TFRecordDataset(files, compression_type="GZIP").batch(8 * _BATCH))
-    return int(batches.reduce(np.int64(0), lambda count, batch: count + tf.shape(batch, out_type=tf.int64)[0]))
+    return int(record_dataset(files, "GZIP").batch(8 * _BATCH).reduce(
+        np.int64(0), lambda count, batch: count + tf.shape(batch, out_type=tf.int64)[0]))
 
 
 def scoring_sample(saved_model, model_module: ModelModule, task: tasks.Task, files: list[str], examples: int,
@@ -255,8 +255,7 @@ def calibration_features(saved_model, model_module: ModelModule, task: tasks.Tas
 def raw_features(model_module: ModelModule, files: list[str], rows: int) -> dict[str, np.ndarray]:
     """The first `rows` records of `files` as raw features, column name -> array (the full-int8 calibration
     set)."""
-    first_rows = without_autotuning(tf.data.TFRecordDataset(files, compression_type="GZIP").batch(rows))
-    serialized = next(iter(first_rows))
+    serialized = next(iter(record_dataset(files, "GZIP").batch(rows)))
     return {name: tensor.numpy() for name, tensor in _parse_raw(model_module, serialized).items()}
 
 

@@ -13,7 +13,7 @@ import tensorflow as tf
 from google.protobuf import message as proto_message
 from google.protobuf import unknown_fields
 
-from components.core.datasets import without_autotuning
+from components.core.datasets import record_dataset
 from components.tfrecord_ingest.spans import IngestionError
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -51,8 +51,8 @@ def iter_records(path: str) -> Iterator[tuple[int, bytes]]:
     A truncated file or a CRC mismatch raises UnreadableRecordError naming the file and the record index.
     """
     compression = detect_compression(path)
-    dataset = tf.data.TFRecordDataset(path, compression_type=compression, buffer_size=1 << 20)
-    iterator = iter(without_autotuning(dataset.batch(1024)).as_numpy_iterator())
+    dataset = record_dataset(path, compression, buffer_size=1 << 20)
+    iterator = iter(dataset.batch(1024).as_numpy_iterator())
     index, consumed = 0, 0
     while True:
         try:
@@ -96,7 +96,7 @@ def _uncompressed_size(path: str) -> int:
 def _first_unreadable(path: str, compression: str, start: int) -> int:
     index = start
     try:
-        for _ in without_autotuning(tf.data.TFRecordDataset(path, compression_type=compression).skip(start)):
+        for _ in record_dataset(path, compression).skip(start):
             index += 1
     except tf.errors.OpError:
         return index

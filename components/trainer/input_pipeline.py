@@ -24,7 +24,7 @@ import tensorflow as tf
 from absl import logging
 
 from components.core.bagging import fold_of
-from components.core.datasets import without_autotuning
+from components.core.datasets import record_dataset, without_autotuning
 
 MEMORY, DISK = "memory", "disk"  # where a split's preprocessed tensors are cached
 AUTO_SHARE_OF_MEMORY = 4  # cache_max_mb 0 (auto): the in-memory cache may take a quarter of the machine's memory
@@ -223,7 +223,7 @@ def _packing(element_spec):
 def count_records(file_patterns: list[str], holdout_share: float) -> int:
     """Input: TFRecord file patterns and a holdout share. Output: how many of their records are in_holdout."""
     files = list_files(file_patterns)
-    records = without_autotuning(tf.data.TFRecordDataset(files, compression_type=record_compression(files)))
+    records = record_dataset(files, record_compression(files))
     held_out = records.filter(lambda record: in_holdout(record, holdout_share))
     return int(held_out.reduce(np.int64(0), lambda count, _: count + 1))
 

@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from components.core.tasks import Task, TaskError
-from components.core.datasets import without_autotuning
+from components.core.datasets import record_dataset
 from components.trainer.input_pipeline import list_files, record_compression
 from components.core.model_module import ModelModule, check_label_dtype
 
@@ -32,8 +32,8 @@ def read_labels(file_patterns: list[str], model_module: ModelModule, task: Task,
         label = model_module.make_label(tf.io.parse_example(serialized, model_module.LABEL_INPUTS))
         return tf.reshape(label, [-1]), missing
 
-    dataset = without_autotuning(tf.data.TFRecordDataset(files, compression_type=record_compression(files)).batch(
-        BATCH).map(parse, num_parallel_calls=tf.data.AUTOTUNE))
+    dataset = record_dataset(files, record_compression(files)).batch(BATCH).map(
+        parse, num_parallel_calls=tf.data.AUTOTUNE)
     parts, missing_total, records = [], dict.fromkeys(presence, 0), 0
     for labels, missing in dataset.as_numpy_iterator():
         parts.append(labels)
@@ -58,8 +58,8 @@ def _raw_values(files: list[str], model_module: ModelModule, bad: np.ndarray) ->
     """What the records whose labels are not allowed hold in the features the label is derived from: the
     most frequent values, with counts (read again only when reporting the error)."""
     values: dict[str, dict] = {name: {} for name in model_module.LABEL_INPUTS}
-    dataset = without_autotuning(tf.data.TFRecordDataset(files, compression_type=record_compression(files)).batch(
-        BATCH).map(lambda serialized: tf.io.parse_example(serialized, model_module.LABEL_INPUTS)))
+    dataset = record_dataset(files, record_compression(files)).batch(BATCH).map(
+        lambda serialized: tf.io.parse_example(serialized, model_module.LABEL_INPUTS))
     position = 0
     for batch in dataset.as_numpy_iterator():
         rows = len(next(iter(batch.values())))

@@ -12,7 +12,7 @@ import os
 import tensorflow as tf
 from tfx.dsl.io import fileio
 
-from components.core.datasets import without_autotuning
+from components.core.datasets import record_dataset
 
 INT_COLUMNS = frozenset({
     "trip_start_hour", "trip_start_day", "trip_start_month", "trip_start_timestamp", "trip_seconds",
@@ -96,7 +96,7 @@ def write_penguin_span(data_root: str, span: int = 1) -> tuple[str, int]:
     files = bundled_penguin_files()
     records = 0
     for index, source in enumerate(files):
-        records += sum(1 for _ in without_autotuning(tf.data.TFRecordDataset(source, compression_type="GZIP")))
+        records += sum(1 for _ in record_dataset(source, "GZIP"))
         target = os.path.join(span_dir, f"data-{index:05d}-of-{len(files):05d}.tfrecord.gz")
         temporary = os.path.join(span_dir, "." + os.path.basename(target) + ".tmp")  # hidden: ingestion skips it
         fileio.copy(source, temporary, overwrite=True)

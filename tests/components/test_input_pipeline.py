@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 import models.taxi
+from components.core.datasets import record_dataset
 from components.core import tasks
 from components.trainer import callbacks, input_pipeline, train as train_module
 from components.trainer.input_pipeline import (DISK, MEMORY, PreprocessedCache, estimated_bytes, fill_cache,
@@ -103,6 +104,14 @@ def test_training_and_validation_datasets_run_without_tf_data_autotuning(files, 
                        cache_file=str(tmp_path / "train") if cache == DISK else "")
     assert dataset.options().autotune.enabled is False
     assert next(iter(dataset))[1].shape[0] == BATCH
+
+
+def test_records_read_from_files_keep_autotuning_off_through_batches_maps_filters_and_skips(files):
+    records = record_dataset(files["train_files"], input_pipeline.record_compression(files["train_files"]))
+    for dataset in (records.batch(BATCH).map(lambda batch: batch),
+                    records.filter(lambda record: True), records.skip(1)):
+        assert dataset.options().autotune.enabled is False
+    assert next(iter(records.batch(BATCH))).shape[0] == BATCH
 
 
 def test_a_split_that_does_not_fit_the_budget_goes_to_disk_and_close_removes_every_cache_file(files, preprocessing,
