@@ -12,8 +12,9 @@ def without_autotuning(dataset: tf.data.Dataset) -> tf.data.Dataset:
     Keras's fit, every validation pass) could take as long again as the iteration itself. Without
     autotuning, maps given tf.data.AUTOTUNE keep the parallelism autotuning starts from (the host's cores, at
     most 16) and prefetch(AUTOTUNE) grows its buffer when the consumer waits (bench/trainer_throughput.py
-    measures the host's rate). Not covered: the per-device datasets a tf.distribute strategy builds around
-    this one (Keras iterates through them) have options of their own, with autotuning on."""
+    measures the host's rate). Not covered: on GPUs, the per-device datasets a tf.distribute strategy builds
+    around this one (Keras iterates through them) have options of their own, with autotuning on; on one CPU
+    the Trainer uses TensorFlow's default strategy, which iterates this dataset itself."""
     options = tf.data.Options()
     options.autotune.enabled = False
     return dataset.with_options(options)

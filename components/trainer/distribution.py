@@ -31,7 +31,11 @@ def configure_gpus(memory_growth: bool, memory_limit_mb: int) -> None:
 def make_strategy(name: str, device: DeviceDescription) -> tf.distribute.Strategy:
     """Input: a strategy name from choose_strategy and the device. Output: the tf.distribute strategy.
 
-    `mirrored` spans all local GPUs, or all logical CPU devices when there is no GPU.
+    `mirrored` spans all local GPUs, or all logical CPU devices when there is no GPU. `one_device` is
+    OneDeviceStrategy on a GPU (its iterator copies the next batches to the GPU ahead of each step) and
+    TensorFlow's default strategy on a host without one: Keras then iterates the Trainer's dataset itself,
+    where OneDeviceStrategy would wrap it in a per-device dataset of its own, with tf.data autotuning on (a
+    wait at the end of every pass, components.core.datasets) and more work per step.
     """
     if name == "tpu":
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
@@ -47,7 +51,9 @@ def make_strategy(name: str, device: DeviceDescription) -> tf.distribute.Strateg
     if name == "mirrored":
         devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
         return tf.distribute.MirroredStrategy([d.name for d in devices])
-    return tf.distribute.OneDeviceStrategy("/gpu:0" if device.gpus else "/cpu:0")
+    if device.gpus:
+        return tf.distribute.OneDeviceStrategy("/gpu:0")
+    return tf.distribute.get_strategy()
 
 
 def supported_steps_per_execution(steps_per_execution: int, replicas: int) -> int:

@@ -127,8 +127,8 @@ def _finish(dataset: tf.data.Dataset, shuffle_buffer: int, shard_by_data: bool) 
     options.deterministic = not shuffle_buffer
     if shard_by_data:
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    # No prefetch_to_device: Keras hands the dataset to the strategy (always one here), whose distributed
-    # iterator already copies the next batches to each device; the prefetch below keeps the host side ahead.
+    # No prefetch_to_device: on GPUs Keras hands the dataset to the strategy, whose distributed iterator
+    # already copies the next batches to each device; the prefetch below keeps the host side ahead.
     return without_autotuning(dataset.with_options(options)).prefetch(tf.data.AUTOTUNE)
 
 

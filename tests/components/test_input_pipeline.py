@@ -16,6 +16,8 @@ import models.taxi
 from components.core.datasets import record_dataset
 from components.core import tasks
 from components.trainer import callbacks, input_pipeline, train as train_module
+from components.trainer.device import DeviceDescription, Gpu
+from components.trainer.distribution import make_strategy
 from components.trainer.input_pipeline import (DISK, MEMORY, PreprocessedCache, estimated_bytes, fill_cache,
                                                make_dataset, memory_budget_bytes, row_batches)
 from components.trainer.train import ADAPT_SAMPLE_SIZE, TrainingJob, read_sample, train
@@ -112,6 +114,17 @@ def test_records_read_from_files_keep_autotuning_off_through_batches_maps_filter
                     records.filter(lambda record: True), records.skip(1)):
         assert dataset.options().autotune.enabled is False
     assert next(iter(records.batch(BATCH))).shape[0] == BATCH
+
+
+def test_one_device_without_a_gpu_hands_keras_the_trainers_dataset_itself(files, preprocessing):
+    # Keras iterates what the strategy's experimental_distribute_dataset returns: OneDeviceStrategy would wrap
+    # the dataset in a per-device one of its own, with autotuning on again.
+    dataset = _dataset(files, preprocessing)
+    distributed = make_strategy("one_device", DeviceDescription()).experimental_distribute_dataset(dataset)
+    assert distributed is dataset and distributed.options().autotune.enabled is False
+    one_gpu = make_strategy("one_device", DeviceDescription(gpus=(Gpu("GPU 0", (8, 0)),)))
+    assert isinstance(one_gpu, tf.distribute.OneDeviceStrategy)
+    assert one_gpu.extended.worker_devices[0].endswith("GPU:0")
 
 
 def test_a_split_that_does_not_fit_the_budget_goes_to_disk_and_close_removes_every_cache_file(files, preprocessing,
