@@ -5,9 +5,9 @@ that is not among `known_runs`, the ids MLMD held before it started; or the fact
 and writes `<output_dir>/run_report.html` (the latest run) plus a copy in `<output_dir>/reports/<run id>.html`.
 A run that failed before it started (nothing in MLMD) gets a page of its own saying so, under an id of its
 own: another run's page is never rewritten. The page holds the steps, the data statistics per split (tables
-and matplotlib plots of TFDV's statistics), the anomalies and drift, the training curves, the candidate vs
-FP32 baseline (and production) metrics per slice, the gates and the blessing, the TFLite ladder and where the
-model was pushed. Plots are PNG images inside the page, so the file opens anywhere with no network.
+of every feature, matplotlib plots of at most FIGURE_FEATURES of them), the anomalies and drift, the training
+curves, the candidate vs FP32 baseline (and production) metrics per slice, the gates and the blessing, the
+TFLite ladder and where the model was pushed. Plots are PNG images inside the page, so the file opens anywhere with no network.
 """
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ from pipeline.runs.run_facts import MODEL_ROLES, RunFacts, not_started_facts, re
 
 REPORT_FILE = "run_report.html"
 REPORTS_DIR = "reports"
+# The data section's figures draw at most this many features each (numeric histograms, string top values): a
+# figure of a thousand plots takes about a minute to draw and is too large to read; the tables list every feature.
+FIGURE_FEATURES = 24
 
 
 def write_run_report(config: PipelineConfig, error: str | None = None, known_runs: frozenset[str] | None = None,
@@ -114,9 +117,31 @@ def _data_section(facts: RunFacts) -> str:
         parts.append(f"<h3>Split {_e(split)}: {dataset.num_examples:,} examples</h3>")
         parts.append(_table(["feature", "type", "present", "missing", "mean", "std", "min", "median", "max",
                              "top values"], rows))
-    parts.append(_image(_histogram_figure(statistics), "numeric feature histograms per split (TFDV statistics)"))
-    parts.append(_image(_top_values_figure(statistics), "most frequent values of string features per split"))
+    numeric, strings = _names_with(statistics, "num_stats"), _names_with(statistics, "string_stats")
+    drawn_numeric, drawn_strings = _features_to_draw(numeric, facts), _features_to_draw(strings, facts)
+    parts.append(_image(_histogram_figure(statistics, drawn_numeric),
+                        "numeric feature histograms per split (TFDV statistics)" + _drawn_note(drawn_numeric, numeric)))
+    parts.append(_image(_top_values_figure(statistics, drawn_strings),
+                        "most frequent values of string features per split" + _drawn_note(drawn_strings, strings)))
     return "\n".join(parts)
+
+
+def _features_to_draw(names: list[str], facts: RunFacts) -> list[str]:
+    """Input: feature names, the run's facts. Output: at most FIGURE_FEATURES of them, those with an anomaly or
+    that drifted first, then the rest, each group by name."""
+    flagged = {row[0] for rows in (facts.anomalies or {}).values() for row in rows}
+    drift = facts.validation.get("drift") or {}
+    flagged |= {name for features in drift.get("splits", {}).values() for name, entries in features.items()
+                if any(measured.get("drifted") for measured in entries)}
+    return sorted(names, key=lambda name: (name not in flagged, name))[:FIGURE_FEATURES]
+
+
+def _drawn_note(drawn: list[str], names: list[str]) -> str:
+    """The caption's note when a figure draws only some of the features."""
+    if len(drawn) == len(names):
+        return ""
+    return (f": {len(drawn)} of {len(names):,} features, those with anomalies or drift first, then by name "
+            "(the table above lists every feature)")
 
 
 def _validation_section(facts: RunFacts) -> str:
@@ -264,9 +289,9 @@ def _names_with(statistics: dict, kind: str) -> list[str]:
     return sorted({_feature_name(f) for dataset in statistics.values() for f in dataset.features if f.HasField(kind)})
 
 
-def _histogram_figure(statistics: dict):
+def _histogram_figure(statistics: dict, numeric: list[str]):
+    """Input: statistics per split, the numeric features to draw. Output: a figure of their histograms, or None."""
     from tensorflow_metadata.proto.v0 import statistics_pb2
-    numeric = _names_with(statistics, "num_stats")
     if not numeric:
         return None
     plt = _pyplot()
@@ -292,8 +317,8 @@ def _histogram_figure(statistics: dict):
     return figure
 
 
-def _top_values_figure(statistics: dict):
-    strings = _names_with(statistics, "string_stats")
+def _top_values_figure(statistics: dict, strings: list[str]):
+    """Input: statistics per split, the string features to draw. Output: a figure of their top values, or None."""
     if not strings:
         return None
     plt = _pyplot()

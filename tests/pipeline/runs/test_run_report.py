@@ -270,3 +270,27 @@ def test_a_run_without_a_validation_slice_labels_its_one_score_as_the_eval_split
     assert "auc 0.8300 (eval split, after the last epoch)" in _training_section({"Trainer": report})
     auc = next(ax for ax in _training_figure({"Trainer": report}).axes if ax.get_title() == "auc")
     assert [c.get_label() for c in auc.collections] == ["Trainer eval split"]
+
+
+def test_a_wide_tables_histograms_draw_the_flagged_features_first_and_the_caption_says_how_many_of_all():
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+    from pipeline.runs.run_report import FIGURE_FEATURES, _features_to_draw, _histogram_figure
+    dataset = statistics_pb2.DatasetFeatureStatistics(num_examples=10)
+    names = [f"f{i:02d}" for i in range(FIGURE_FEATURES + 6)]
+    for name in names:
+        feature = dataset.features.add()
+        feature.path.step.append(name)
+        histogram = feature.num_stats.histograms.add(type=statistics_pb2.Histogram.STANDARD)
+        histogram.buckets.add(low_value=0.0, high_value=1.0, sample_count=10)
+    drift = {"previous_span": 1, "splits": {"eval": {
+        "f07": [{"measure": "jensen_shannon", "value": 0.4, "threshold": 0.1, "drifted": True}],
+        "f03": [{"measure": "jensen_shannon", "value": 0.01, "threshold": 0.1, "drifted": False}]}}}
+    facts = _blessed_run(statistics={"train": dataset}, anomalies={"train": [("f29", "ERROR", "out of range", "...")]},
+                         validation={"drift": drift})
+    drawn = _features_to_draw(names, facts)
+    assert drawn == ["f07", "f29"] + [name for name in names if name not in ("f07", "f29")][:FIGURE_FEATURES - 2]
+    titles = [ax.get_title() for ax in _histogram_figure(facts.statistics, drawn).axes if ax.get_title()]
+    assert titles == drawn
+    page = render_html(facts)
+    assert f"{FIGURE_FEATURES} of {len(names)} features, those with anomalies or drift first" in page
+    assert all(f"<td>{name}</td>" in page for name in names)  # the statistics table still lists every feature
