@@ -580,9 +580,12 @@ _KIND_TEXT = {"int": "an integer", "float": "a number", "date": "a date", "strin
 def _serialize(lists: dict, present: np.ndarray) -> list[bytes]:
     """Input: column -> list array of one block (one value per row), and the rows x columns presence matrix.
     Output: each row's serialized tf.Example holding only its present columns (rows grouped by which columns
-    they hold, each group encoded at once by tfx-bsl's encoder)."""
+    they hold, each group encoded at once by tfx-bsl's encoder), in canonical form (canonical_examples: equal
+    rows give equal bytes, so ingestion's hash splits the same CSV the same way every time)."""
     import pyarrow as pa
     from tfx_bsl.coders.example_coder import RecordBatchToExamples
+
+    from pipeline.onboarding.canonical_examples import canonical
 
     names = list(lists)
     patterns, group_of_row = np.unique(present, axis=0, return_inverse=True)
@@ -592,7 +595,7 @@ def _serialize(lists: dict, present: np.ndarray) -> list[bytes]:
         kept = [name for name, keep in zip(names, pattern) if keep]
         indices = pa.array(rows)
         batch = pa.RecordBatch.from_arrays([lists[name].take(indices) for name in kept], kept)
-        for row, record in zip(rows, RecordBatchToExamples(batch)):
+        for row, record in zip(rows, canonical(RecordBatchToExamples(batch))):
             records[row] = record
     return records
 
