@@ -70,7 +70,7 @@ def write_taxi_span(data_root: str, span: int = 1, csv_path: str | None = None, 
                 continue
             if max_rows is not None and rows >= max_rows:
                 break
-            writers[rows % num_shards].write(row_to_example(row).SerializeToString(deterministic=True))
+            writers[rows % num_shards].write(row_to_example(row).SerializeToString())
             rows += 1
     for writer, temp, path in zip(writers, temp_paths, paths):
         writer.close()
