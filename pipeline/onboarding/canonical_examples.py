@@ -18,39 +18,39 @@ _PACKAGE = "canonical_examples"
 @functools.lru_cache(maxsize=1)
 def _example_class():
     """The tf.Example message class (Example > Features > map<string, Feature> > Bytes/Float/Int64List)."""
-    proto = descriptor_pb2.FileDescriptorProto(name="canonical_examples.proto", package=_PACKAGE, syntax="proto3")
-    label, optional = descriptor_pb2.FieldDescriptorProto, descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
-    repeated = label.LABEL_REPEATED
+    field_proto = descriptor_pb2.FieldDescriptorProto
+    optional, repeated = field_proto.LABEL_OPTIONAL, field_proto.LABEL_REPEATED
 
-    def message(name, *fields, map_entry=False, nested=()):
+    def message(name, *fields, map_entry=False, nested=(), oneof=""):
+        """A message of `fields`: (name, type, label, message type or "", packed), numbered from 1; with
+        `oneof`, every field belongs to that oneof."""
         result = descriptor_pb2.DescriptorProto(name=name, nested_type=list(nested))
-        if map_entry:
-            result.options.map_entry = True
-        for number, (field_name, kind, field_label, type_name, packed) in enumerate(fields, start=1):
-            field = result.field.add(name=field_name, number=number, type=kind, label=field_label)
+        result.options.map_entry = map_entry
+        if oneof:
+            result.oneof_decl.add(name=oneof)
+        for number, (field_name, kind, label, type_name, packed) in enumerate(fields, start=1):
+            field = result.field.add(name=field_name, number=number, type=kind, label=label)
             if type_name:
                 field.type_name = f".{_PACKAGE}.{type_name}"
             if packed:
                 field.options.packed = True
+            if oneof:
+                field.oneof_index = 0
         return result
 
+    proto = descriptor_pb2.FileDescriptorProto(name="canonical_examples.proto", package=_PACKAGE, syntax="proto3")
     proto.message_type.extend([
-        message("BytesList", ("value", label.TYPE_BYTES, repeated, "", False)),
-        message("FloatList", ("value", label.TYPE_FLOAT, repeated, "", True)),
-        message("Int64List", ("value", label.TYPE_INT64, repeated, "", True)),
-        message("Feature", ("bytes_list", label.TYPE_MESSAGE, optional, "BytesList", False),
-                ("float_list", label.TYPE_MESSAGE, optional, "FloatList", False),
-                ("int64_list", label.TYPE_MESSAGE, optional, "Int64List", False)),
-        message("Features", ("feature", label.TYPE_MESSAGE, repeated, "Features.FeatureEntry", False),
-                nested=[message("FeatureEntry", ("key", label.TYPE_STRING, optional, "", False),
-                                ("value", label.TYPE_MESSAGE, optional, "Feature", False), map_entry=True)]),
-        message("Example", ("features", label.TYPE_MESSAGE, optional, "Features", False)),
+        message("BytesList", ("value", field_proto.TYPE_BYTES, repeated, "", False)),
+        message("FloatList", ("value", field_proto.TYPE_FLOAT, repeated, "", True)),
+        message("Int64List", ("value", field_proto.TYPE_INT64, repeated, "", True)),
+        message("Feature", ("bytes_list", field_proto.TYPE_MESSAGE, optional, "BytesList", False),
+                ("float_list", field_proto.TYPE_MESSAGE, optional, "FloatList", False),
+                ("int64_list", field_proto.TYPE_MESSAGE, optional, "Int64List", False), oneof="kind"),
+        message("Features", ("feature", field_proto.TYPE_MESSAGE, repeated, "Features.FeatureEntry", False),
+                nested=[message("FeatureEntry", ("key", field_proto.TYPE_STRING, optional, "", False),
+                                ("value", field_proto.TYPE_MESSAGE, optional, "Feature", False), map_entry=True)]),
+        message("Example", ("features", field_proto.TYPE_MESSAGE, optional, "Features", False)),
     ])
-    # Feature's three lists are one oneof ("kind") in tf.Example; as plain fields they parse and write the same
-    feature = proto.message_type[3]
-    feature.oneof_decl.add(name="kind")
-    for field in feature.field:
-        field.oneof_index = 0
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
     return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.Example"))

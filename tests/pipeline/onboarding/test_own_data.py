@@ -71,6 +71,20 @@ def test_the_same_csv_prepared_twice_gives_the_same_bytes_and_equal_rows_equal_r
     assert all(record == tf.train.Example.FromString(record).SerializeToString(deterministic=True) for record in records)
 
 
+def test_canonical_records_are_tensorflows_deterministic_bytes_whatever_the_features_order():
+    from pipeline.onboarding.canonical_examples import canonical
+    features = {"b": tf.train.Feature(float_list=tf.train.FloatList(value=[1.5, -2.0])),
+                "a": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"x", b""])),
+                "c": tf.train.Feature(int64_list=tf.train.Int64List(value=[-3, 2**40])),
+                "d": tf.train.Feature(int64_list=tf.train.Int64List())}  # present, empty: kept as such
+    orders = (["a", "b", "c", "d"], ["d", "c", "b", "a"], ["c", "a", "d", "b"])
+    examples = [tf.train.Example(features=tf.train.Features(feature={name: features[name] for name in order}))
+                for order in orders]
+    expected = examples[0].SerializeToString(deterministic=True)
+    assert canonical([example.SerializeToString() for example in examples]) == [expected] * 3
+    assert tf.train.Example.FromString(expected) == examples[0]
+
+
 def test_quoted_delimiters_and_a_detected_delimiter_are_read_as_one_cell(tmp_path, capsys):
     csv_file = tmp_path / "shops.csv"
     csv_file.write_text('name;city;revenue;note\n"Smith; Sons";"Paris";1200.5;"said ""hi"""\n'
