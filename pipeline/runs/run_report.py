@@ -7,7 +7,8 @@ A run that failed before it started (nothing in MLMD) gets a page of its own say
 own: another run's page is never rewritten. The page holds the steps, the data statistics per split (tables
 of every feature, matplotlib plots of at most FIGURE_FEATURES of them), the anomalies and drift, the training
 curves, the candidate vs FP32 baseline (and production) metrics per slice, the gates and the blessing, the
-TFLite ladder and where the model was pushed. Plots are PNG images inside the page, so the file opens anywhere with no network.
+TFLite ladder and where the model was pushed. Plots are PNG images inside the page, so the file opens
+anywhere with no network.
 """
 from __future__ import annotations
 
