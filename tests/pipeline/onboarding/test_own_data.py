@@ -68,7 +68,8 @@ def test_the_same_csv_prepared_twice_gives_the_same_bytes_and_equal_rows_equal_r
     files = sorted(str(path) for path in (tmp_path / "one" / "span-1").glob("*.gz"))
     records = list(tf.data.TFRecordDataset(files, compression_type="GZIP").as_numpy_iterator())
     assert len(records) == 303 and len(set(records)) == 300  # each repeated row: the very bytes of its first
-    assert all(record == tf.train.Example.FromString(record).SerializeToString(deterministic=True) for record in records)
+    assert all(record == tf.train.Example.FromString(record).SerializeToString(deterministic=True)
+               for record in records)
 
 
 def test_canonical_records_are_tensorflows_deterministic_bytes_whatever_the_features_order():
