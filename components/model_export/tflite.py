@@ -110,13 +110,14 @@ def convert(saved_model_dir: str, variant: str, representative: dict[str, np.nda
             float_output_layer: bool = False) -> bytes:
     """Input: a device SavedModel (write_device_savedmodel), a variant name, (full_int8 only) raw calibration
     features, column -> array of N rows for every input of the model (keyed by column name, as
-    DeviceInterpreter.predict takes them), and whether full_int8 keeps the model's output layer in float32 (a
-    regression output: an int8 one saturates outside the calibration range). Output: the .tflite bytes.
+    DeviceInterpreter.predict takes them), and whether full_int8 and float16 keep the model's output layer in
+    float32 (a regression output: an int8 one saturates outside the calibration range, a float16 constant
+    beyond 65,504 overflows). Output: the .tflite bytes.
 
     Every variant is converted with TFLITE_BUILTINS only (full int8: TFLITE_BUILTINS_INT8 first, builtin
     float and integer kernels for what has no int8 kernel); ConversionError names any op that would need
     more. full_int8 quantizes all but the ops under PREPROCESSING_SCOPE (and the output layer when asked),
-    inputs and output stay float."""
+    float16 stores the weights of all but those in float16; inputs and output stay float."""
     if variant not in TFLITE_VARIANTS:
         raise ValueError(f"unknown TFLite variant {variant!r} (known: {', '.join(TFLITE_VARIANTS)})")
     converter = tf.lite.TFLiteConverter.from_saved_model(saved_model_dir,
@@ -129,10 +130,13 @@ def convert(saved_model_dir: str, variant: str, representative: dict[str, np.nda
         converter.target_spec.supported_types = [tf.float16]
     try:
         with native_stderr_to_log(f"TFLite converter ({variant})"):
-            if variant != "full_int8":
-                flatbuffer = converter.convert()
-            else:
+            if variant == "full_int8":
                 flatbuffer = _quantize_core(converter, representative, float_output_layer)
+            elif variant == "float16":
+                flatbuffer = _float16_core(convert(saved_model_dir, "float32"), converter.convert(),
+                                           float_output_layer)
+            else:
+                flatbuffer = converter.convert()
     except Exception as error:  # the converter raises its own ConverterError, with the ops in its notes
         text = "\n".join([str(error), *getattr(error, "__notes__", [])])
         missing = sorted(set(re.findall(r"'tf\.(\w+)' op is neither a custom op nor a flex op", text)))
@@ -171,6 +175,63 @@ def _quantize_core(converter, representative: dict[str, np.ndarray] | None, floa
                                       denylisted_nodes=denied)
 
 
+def _float16_core(float32_flatbuffer: bytes, converted: bytes, float_output_layer: bool) -> bytes:
+    """The float32 model with the core's constants stored in float16, each read through a DEQUANTIZE op, as
+    TFLite's float16 quantization stores them; `converted` is the converter's own float16 file, whose metadata
+    (minimum runtime, reduced-precision support) the result carries. The converter would store every constant
+    in float16, the preprocessing's too: a date's seconds since 1970 (about 1.7e9), a large median or a bin's
+    edge overflow or round there, and the device model would read such a number wrongly. Here a constant stays
+    float32 when a preprocessing op uses it (or, with `float_output_layer`, an op of the output layer), or when
+    float16 cannot hold it."""
+    from tensorflow.lite.python import schema_py_generated as schema
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(float32_flatbuffer))
+    kept = set(output_layer_tensor_names(float32_flatbuffer)) if float_output_layer else set()
+    dequantize = schema.OperatorCodeT()
+    dequantize.builtinCode, dequantize.deprecatedBuiltinCode = (schema.BuiltinOperator.DEQUANTIZE,) * 2
+    dequantize.version = 3  # the DEQUANTIZE that reads float16
+    model.operatorCodes.append(dequantize)
+    replaced = set()  # buffers that held a float32 constant now stored in float16
+    for graph in model.subgraphs:
+        users: dict[int, list] = {}
+        for op in graph.operators:
+            for index in _indices(op.inputs):
+                users.setdefault(index, []).append(op)
+        added = []
+        for index, tensor in enumerate(list(graph.tensors)):
+            data = model.buffers[tensor.buffer].data
+            if tensor.type != schema.TensorType.FLOAT32 or data is None or index not in users:
+                continue
+            outputs = [graph.tensors[i].name.decode() for op in users[index] for i in _indices(op.outputs)]
+            values = np.frombuffer(bytes(data), dtype=np.float32)
+            if any(_is_preprocessing(name) or name in kept for name in outputs) or not np.isfinite(
+                    values.astype(np.float16)).all():
+                continue
+            stored = schema.BufferT()
+            stored.data = np.frombuffer(values.astype(np.float16).tobytes(), dtype=np.uint8)
+            model.buffers.append(stored)
+            half = schema.TensorT()
+            half.name, half.shape, half.type = tensor.name + b"_float16", tensor.shape, schema.TensorType.FLOAT16
+            half.buffer = len(model.buffers) - 1
+            graph.tensors.append(half)
+            replaced.add(tensor.buffer)
+            tensor.buffer = 0  # TFLite's empty buffer: the value is computed now
+            op = schema.OperatorT()
+            op.opcodeIndex, op.inputs, op.outputs = len(model.operatorCodes) - 1, [len(graph.tensors) - 1], [index]
+            added.append(op)
+        graph.operators = added + graph.operators  # constants first: every op still follows its inputs
+    for buffer in replaced - {tensor.buffer for graph in model.subgraphs for tensor in graph.tensors}:
+        model.buffers[buffer].data = None
+    reference = flatbuffer_utils.convert_bytearray_to_object(bytearray(converted))
+    model.metadata = []
+    for entry in reference.metadata or []:
+        model.buffers.append(reference.buffers[entry.buffer])
+        entry.buffer = len(model.buffers) - 1
+        model.metadata.append(entry)
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+
+
 def _calibration_value(value: bytes) -> np.ndarray:
     """One string for TFLite's calibrator, which reads a string input only from a bytes array exactly as wide
     as the string: the Python objects that tf.Tensor.numpy() gives, or a wider fixed-width array, are each
@@ -206,25 +267,24 @@ def preprocessing_tensor_names(flatbuffer: bytes) -> list[str]:
 
 
 def output_layer_tensor_names(flatbuffer: bytes) -> list[str]:
-    """Names of the tensors the output layer produces: walking back from each subgraph output through the
-    ops that produce it, up to and including the last FULLY_CONNECTED (the layer that sets the output's
-    range)."""
+    """Names of the tensors the output layers produce: walking back from each subgraph output along every
+    path of ops that produce it, each path up to and including its last FULLY_CONNECTED (the layer that sets
+    the output's range). A bag's mean of copies reaches each copy's output layer on a path of its own."""
     model = _model(flatbuffer)
     op_names = _op_names(model)
     names = set()
     for graph in model.subgraphs:
         producer = {index: op for op in graph.operators for index in _indices(op.outputs)}
-        for output in _indices(graph.outputs):
-            index = output
-            while index in producer:
-                op = producer[index]
-                names.add(graph.tensors[index].name.decode())
-                if op_names[op.opcodeIndex] == "FULLY_CONNECTED":
-                    break
-                inputs = [i for i in _indices(op.inputs) if i in producer]
-                if not inputs:
-                    break
-                index = inputs[0]
+        pending = [index for index in _indices(graph.outputs) if index in producer]
+        while pending:
+            index = pending.pop()
+            name = graph.tensors[index].name.decode()
+            if name in names:
+                continue
+            names.add(name)
+            op = producer[index]
+            if op_names[op.opcodeIndex] != "FULLY_CONNECTED":
+                pending.extend(i for i in _indices(op.inputs) if i in producer)
     return sorted(names)
 
 
@@ -262,17 +322,20 @@ def quantized_preprocessing_ops(flatbuffer: bytes) -> list[str]:
     """Preprocessing ops of a converted model that compute in a quantized type (int8, int16, ...): [] when
     lookups, bins and normalization run in their exact types. Each entry: "<OP> -> <output tensor>".
     The QUANTIZE ops that take the preprocessing's float outputs into the int8 core are the core's inputs,
-    not preprocessing (the converter names their outputs after their inputs)."""
+    not preprocessing (the converter names their outputs after their inputs), and so are those that take such
+    an int8 input to another scale (a bag's copies each read the preprocessing at a scale of their own)."""
     from tensorflow.lite.python import schema_py_generated as schema
     type_names = {code: name for name, code in vars(schema.TensorType).items() if not name.startswith("_")}
     model = _model(flatbuffer)
     op_names = _op_names(model)
     found = []
     for graph in model.subgraphs:
+        core_inputs = set()  # tensors a QUANTIZE op gives the core: from a float, or from another such tensor
         for op in graph.operators:
             tensors = [graph.tensors[i] for i in _indices(op.outputs)]
             if op_names[op.opcodeIndex] == "QUANTIZE" and all(
-                    type_names[graph.tensors[i].type] == "FLOAT32" for i in _indices(op.inputs)):
+                    type_names[graph.tensors[i].type] == "FLOAT32" or i in core_inputs for i in _indices(op.inputs)):
+                core_inputs.update(_indices(op.outputs))
                 continue
             if any(_is_preprocessing(t.name.decode()) for t in tensors) and any(
                     type_names[t.type] in _QUANTIZED_TYPES for t in tensors):

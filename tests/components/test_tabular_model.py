@@ -23,10 +23,10 @@ from models.layers import SMOOTH_CLIP, PiecewiseLinear, RobustScale
 FEATURES = {"distance": "FLOAT", "minutes": "INT", "company": "BYTES"}
 
 
-def _module(tmp_path, task: str, transform: str = "none") -> tabular.SchemaModel:
+def _module(tmp_path, task: str, transform: str = "none", features: dict[str, str] = FEATURES) -> tabular.SchemaModel:
     label_type = "FLOAT" if task == "regression" else "INT"
     (tmp_path / "schema.pbtxt").write_text("".join(f'feature {{ name: "{name}" type: {kind} }}\n' for name, kind in
-                                                   {**FEATURES, "label": label_type}.items()))
+                                                   {**features, "label": label_type}.items()))
     classes = {"binary": ["0", "1"], "multiclass": ["0", "1", "2"], "regression": []}[task]
     return tabular.configure(str(tmp_path / "schema.pbtxt"),
                              TaskConfig(type=task, label="label", classes=classes, label_transform=transform))
@@ -163,6 +163,59 @@ def test_the_device_model_converts_with_builtins_and_int8_stays_within_the_ladde
         got = _device_outputs(converted, rows, key)
         assert np.isfinite(got).all()
         assert np.abs(got - expected).mean() / spread <= OUTPUT_TOLERANCE[variant], variant
+
+
+def test_float16_and_full_int8_read_numbers_beyond_float16s_range_and_keep_each_copys_output_layer_float(tmp_path):
+    """A bag of 3 copies, a number of about 1.7e9 (a date's seconds since 1970) that float16 cannot hold, and a
+    price label: the float16 variant stores the core's weights in float16 but the preprocessing's constants in
+    float32, so it predicts as the model does; full int8 keeps every copy's output layer in float32, and the
+    copies' own scales for the preprocessing's outputs (each copy's features, embeddings among them, have a
+    range of their own) count as the core's inputs, not as quantized preprocessing."""
+    module = _module(tmp_path, "regression", "log",
+                     features={"started": "FLOAT", "distance": "FLOAT", "company": "BYTES"})
+
+    def table(rows: int, seed: int) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(seed)
+        started = rng.uniform(1.6e9, 1.7e9, rows).astype(np.float32)
+        distance = rng.lognormal(1.0, 0.8, rows).astype(np.float32)
+        company = rng.choice(np.array([b"a", b"b", b"c"], dtype=object), rows)
+        price = (3 + 2.5 * distance + 20 * (started - 1.6e9) / 1e8 + np.where(company == b"a", 4.0, 0.0)
+                 + rng.exponential(1.0, rows))
+        return {"started": started, "distance": distance, "company": company, "label": price.astype(np.float32)}
+
+    folds, train = 3, table(1200, 0)
+    preprocessing = module.build_preprocessing(train)
+    model = build_model(module, preprocessing, folds)
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss=module.make_loss())
+    model.fit(preprocessing(_features(train, module)), _label(train, module), batch_size=64, epochs=8, verbose=0,
+              sample_weight=np.arange(1200, dtype=np.float32) % folds)
+    saved = tflite.write_device_savedmodel(preprocessing, model, module.INPUTS, "prediction", str(tmp_path / "device"))
+    rows = {name: values[:100] for name, values in table(100, 5).items() if name in module.INPUTS}
+    expected = model(preprocessing(_features(rows, module))).numpy()
+    spread = np.abs(expected - expected.mean()).mean()
+    assert spread > 1.0
+
+    float32, float16 = tflite.convert(saved, "float32"), tflite.convert(saved, "float16", float_output_layer=True)
+    assert np.abs(_device_outputs(float16, rows, "prediction") - expected).mean() / spread <= OUTPUT_TOLERANCE["float16"]
+    sizes32, sizes16 = tflite.weight_bytes(float32), tflite.weight_bytes(float16)
+    assert sizes16["preprocessing_bytes"] == sizes32["preprocessing_bytes"] > 0
+    assert sizes16["weight_bytes"] < 0.55 * sizes32["weight_bytes"]
+    assert not tflite.non_builtin_ops(float16)
+
+    representative = {name: values[:200] for name, values in train.items() if name in module.INPUTS}
+    full_int8 = tflite.convert(saved, "full_int8", representative, float_output_layer=True)
+    from tensorflow.lite.tools import flatbuffer_utils
+    graph = flatbuffer_utils.convert_bytearray_to_object(bytearray(full_int8)).subgraphs[0]
+    types = {tensor.name.decode(): tensor.type for tensor in graph.tensors}
+    outputs = tflite.output_layer_tensor_names(full_int8)
+    float32_type = 0  # TensorType.FLOAT32
+    for fold in range(folds):
+        copy = [name for name in outputs if f"/{COPY_NAME.format(fold)}" in name]
+        assert any("tabular.prediction" in name for name in copy), fold
+        assert all(types[name] == float32_type for name in copy), fold
+    assert tflite.quantized_preprocessing_ops(full_int8) == []
+    got = _device_outputs(full_int8, rows, "prediction")
+    assert np.abs(got - expected).mean() / spread <= OUTPUT_TOLERANCE["full_int8"]
 
 
 @pytest.mark.parametrize("folds", [1, 4])
