@@ -8,7 +8,7 @@ Two ways to feed a split:
   cache the model-ready tensors (features after preprocessing, and labels; packed into one matrix per dtype),
   in memory or in files (`cache_file`). In memory and repeated or shuffled (training), the whole split is
   read at once into one tensor per dtype and each batch gathered from it by a batch of row numbers
-  (`row_batches`: a permutation per pass); otherwise every pass after the first reads the cached batches
+  (`row_batches`: a permutation per pass; repeated, GATHERED_BATCHES batches at a time); otherwise every pass after the first reads the cached batches
   back (from files: unbatched, shuffled among `shuffle_buffer` examples, batched again), unpacks and
   prefetches. `PreprocessedCache` decides, per split, where the cache goes from its estimated size
   (`estimated_bytes`) and removes the cache files when training ends.
@@ -29,6 +29,9 @@ from components.core.datasets import record_dataset, without_autotuning
 MEMORY, DISK = "memory", "disk"  # where a split's preprocessed tensors are cached
 AUTO_SHARE_OF_MEMORY = 4  # cache_max_mb 0 (auto): the in-memory cache may take a quarter of the machine's memory
 CGROUP_MEMORY_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")  # v2, v1
+# Batches fed from memory are gathered and unpacked this many at a time (one map call, then handed out one
+# by one): each call's fixed cost, more than a batch's own gather on a CPU, is paid once per this many steps
+GATHERED_BATCHES = 16
 
 
 def list_files(file_patterns: list[str]) -> list[str]:
@@ -104,9 +107,17 @@ def make_dataset(file_patterns: list[str], feature_spec: dict[str, tf.io.FixedLe
         if not cache_file and (shuffle_buffer or repeat):  # in memory, fed by batches of row numbers
             columns = read_columns(dataset)
             rows = int(columns[0].shape[0])
+            picked = row_batches(rows, batch_size, shuffle=bool(shuffle_buffer), repeat=repeat, seed=seed)
             # one map, not parallel: a step is microseconds, less than handing it to another thread costs
-            dataset = row_batches(rows, batch_size, shuffle=bool(shuffle_buffer), repeat=repeat, seed=seed).map(
-                lambda picked: unpack(*(tf.gather(column, picked) for column in columns)))
+            if not repeat:
+                dataset = picked.map(lambda batch: unpack(*(tf.gather(column, batch) for column in columns)))
+                return _finish(dataset, shuffle_buffer, shard_by_data)
+
+            def gathered(group):  # [GATHERED_BATCHES, batch_size] row numbers -> their batches, stacked
+                element = unpack(*(tf.gather(column, tf.reshape(group, [-1])) for column in columns))
+                return tf.nest.map_structure(lambda leaf: _stacked(leaf, GATHERED_BATCHES, batch_size), element)
+
+            dataset = picked.batch(GATHERED_BATCHES).map(gathered).unbatch()
             return _finish(dataset, shuffle_buffer, shard_by_data)
         dataset = dataset.cache(cache_file)
         if shuffle_buffer or repeat:  # as without the cache: shuffle examples, batches run across passes
@@ -118,6 +129,14 @@ def make_dataset(file_patterns: list[str], feature_spec: dict[str, tf.io.FixedLe
             dataset = dataset.batch(batch_size, drop_remainder=False)
         dataset = dataset.map(unpack, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return _finish(dataset, shuffle_buffer, shard_by_data)
+
+
+def _stacked(leaf: tf.Tensor, batches: int, batch_size: int) -> tf.Tensor:
+    """A leaf of `batches` batches of `batch_size` rows, [batches * batch_size, ...] -> [batches, batch_size,
+    ...] (static where the row shape is)."""
+    if leaf.shape[1:].is_fully_defined():
+        return tf.reshape(leaf, [batches, batch_size, *leaf.shape[1:].as_list()])
+    return tf.reshape(leaf, tf.concat([[batches, batch_size], tf.shape(leaf)[1:]], axis=0))
 
 
 def _finish(dataset: tf.data.Dataset, shuffle_buffer: int, shard_by_data: bool) -> tf.data.Dataset:

@@ -84,6 +84,10 @@ def test_the_cached_path_feeds_the_same_examples_as_the_streamed_one_in_every_pa
         assert collections.Counter(epoch) == collections.Counter(reference)
         assert epoch != reference
     assert shuffled[0] != shuffled[1]
+    if where == MEMORY:  # fed in the very batches of row numbers row_batches picks, each batch its own rows
+        picked = np.concatenate(list(row_batches(examples, BATCH, shuffle=True, repeat=True, seed=7)
+                                     .take(3 * examples // BATCH).as_numpy_iterator()))
+        assert sum(shuffled, [])[:len(picked)] == [reference[row] for row in picked]
 
     # Not repeated (the eval split): the cached batches are the streamed ones.
     once = _dataset(files, preprocessing, cache=True, cache_file=cache_file)
