@@ -1,0 +1,92 @@
+"""Converts and scores a finished run's trained model again, as ModelExport would with this checkout's code
+(or another's): the TFLite ladder of an export change, measured on models already trained, without training
+them again.
+
+For each RUN folder (a `python -m pipeline run --output` folder, or one of bench/tabular_quality.py's
+`WORK/TABLE/schema-driven-N` folders, whose config is the YAML file beside it of the same name) it takes the
+newest Trainer model and the run's ingested splits, runs ModelExport's `export_model` on them (calibration on
+the training split, scoring on at most `export.scoring_examples` eval records) and prints one line per variant:
+its primary metric beside the SavedModel's, its size, and its verdict with the reasons.
+
+    TF_CPP_MIN_LOG_LEVEL=3 .venv/bin/python bench/export_again.py RUN [RUN ...] [--config CONFIG]
+        [--code DIR] [--json FILE]
+
+`--code DIR` imports the pipeline from another checkout (e.g. a `git worktree` of an older commit), so the
+same models can be exported by the code before and after a change. `--json` appends one JSON line per run.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+import tempfile
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _newest(pattern: str) -> str:
+    """The path matching `pattern` with the highest numeric folder (TFX numbers each output by execution)."""
+    found = glob.glob(pattern)
+    if not found:
+        raise SystemExit(f"export_again: nothing matches {pattern}")
+    return max(found, key=lambda path: [int(part) if part.isdigit() else -1 for part in path.split(os.sep)])
+
+
+def _config_path(run: str, config: str) -> str:
+    if config:
+        return config
+    beside = run.rstrip(os.sep) + ".yaml"
+    if os.path.exists(beside):
+        return beside
+    raise SystemExit(f"export_again: no config for {run}: pass --config (the run's YAML file)")
+
+
+def export_again(run: str, config_path: str) -> dict:
+    """Input: a run folder and its config's path. Output: the table, the metric, the SavedModel's figure and
+    each variant's figure, size, verdict and reasons."""
+    from components.core.model_module import load_model_module
+    from components.model_export.executor import export_model
+    from pipeline.config import load_config
+
+    config = load_config(config_path)
+    module = load_model_module(config.train.model, config.task, config.schema_path)
+    serving = _newest(os.path.join(run, "pipeline", "Trainer", "model", "*", "Format-Serving"))
+    examples = _newest(os.path.join(run, "pipeline", "TFRecordIngest", "examples", "*"))
+    with tempfile.TemporaryDirectory() as output:
+        report = export_model(serving, module, sorted(glob.glob(os.path.join(examples, "Split-train", "*"))),
+                              sorted(glob.glob(os.path.join(examples, "Split-eval", "*"))), output, config.export)
+    metric = report.primary_metric
+    return {"run": run, "metric": metric, "savedmodel": report.savedmodel[metric], "scored": report.scored_examples,
+            "variants": {name: {"metric": result[metric], "size_bytes": result["size_bytes"],
+                                "accepted": result["accepted"], "recommended": result.get("recommended", False),
+                                "reasons": result["reasons"]} for name, result in report.variants.items()},
+            "failed": report.failed_variants}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", help="run folders (each with pipeline/Trainer and pipeline/TFRecordIngest)")
+    parser.add_argument("--config", default="", help="the runs' config (default: RUN.yaml beside each run)")
+    parser.add_argument("--code", default=PROJECT_ROOT, help="the checkout whose export code runs")
+    parser.add_argument("--json", default="", help="append one JSON line per run to this file")
+    args = parser.parse_args()
+    sys.path.insert(0, os.path.abspath(args.code))
+    for run in args.runs:
+        result = export_again(run, _config_path(run, args.config))
+        result["code"] = os.path.abspath(args.code)
+        print(f"{run}: {result['metric']} on {result['scored']:,} eval records, SavedModel {result['savedmodel']:.4f}")
+        for name, variant in result["variants"].items():
+            verdict = "recommended" if variant["recommended"] else "accepted" if variant["accepted"] else "rejected"
+            reasons = f" ({'; '.join(reason[:120] for reason in variant['reasons'])})" if variant["reasons"] else ""
+            print(f"  {name:13} {variant['metric']:.4f}  {variant['size_bytes']:>10,} bytes  {verdict}{reasons}")
+        for name, why in result["failed"].items():
+            print(f"  {name:13} not converted: {why}")
+        if args.json:
+            with open(args.json, "a") as handle:
+                handle.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()
