@@ -194,10 +194,7 @@ def _float16_core(float32_flatbuffer: bytes, converted: bytes, float_output_laye
     model.operatorCodes.append(dequantize)
     replaced = set()  # buffers that held a float32 constant now stored in float16
     for graph in model.subgraphs:
-        users: dict[int, list] = {}
-        for op in graph.operators:
-            for index in _indices(op.inputs):
-                users.setdefault(index, []).append(op)
+        users = _consumers(graph)
         added = []
         for index, tensor in enumerate(list(graph.tensors)):
             data = model.buffers[tensor.buffer].data
@@ -274,7 +271,7 @@ def output_layer_tensor_names(flatbuffer: bytes) -> list[str]:
     op_names = _op_names(model)
     names = set()
     for graph in model.subgraphs:
-        producer = {index: op for op in graph.operators for index in _indices(op.outputs)}
+        producer = _producers(graph)
         pending = [index for index in _indices(graph.outputs) if index in producer]
         while pending:
             index = pending.pop()
@@ -286,6 +283,20 @@ def output_layer_tensor_names(flatbuffer: bytes) -> list[str]:
             if op_names[op.opcodeIndex] != "FULLY_CONNECTED":
                 pending.extend(i for i in _indices(op.inputs) if i in producer)
     return sorted(names)
+
+
+def _producers(graph) -> dict[int, object]:
+    """Tensor index -> the op of `graph` that outputs it."""
+    return {index: op for op in graph.operators for index in _indices(op.outputs)}
+
+
+def _consumers(graph) -> dict[int, list]:
+    """Tensor index -> the ops of `graph` that take it as an input, in graph order."""
+    consumers: dict[int, list] = {}
+    for op in graph.operators:
+        for index in _indices(op.inputs):
+            consumers.setdefault(index, []).append(op)
+    return consumers
 
 
 def _indices(values) -> list[int]:
@@ -353,14 +364,7 @@ def weight_bytes(flatbuffer: bytes) -> dict[str, int]:
     op_names = _op_names(model)
     buffer_use: dict[int, set[bool]] = {}  # buffer index -> {consumed by preprocessing?} over its consumers
     for graph in model.subgraphs:
-        produced = {}
-        for op in graph.operators:
-            for index in _indices(op.outputs):
-                produced[index] = op
-        consumers: dict[int, list] = {}
-        for op in graph.operators:
-            for index in _indices(op.inputs):
-                consumers.setdefault(index, []).append(op)
+        produced, consumers = _producers(graph), _consumers(graph)
 
         def preprocessing_consumer(op) -> bool:
             name = op_names[op.opcodeIndex]

@@ -8,8 +8,8 @@ Two ways to feed a split:
   cache the model-ready tensors (features after preprocessing, and labels; packed into one matrix per dtype),
   in memory or in files (`cache_file`). In memory and repeated or shuffled (training), the whole split is
   read at once into one tensor per dtype and each batch gathered from it by a batch of row numbers
-  (`row_batches`: a permutation per pass; repeated, GATHERED_BATCHES batches at a time); otherwise every pass after the first reads the cached batches
-  back (from files: unbatched, shuffled among `shuffle_buffer` examples, batched again), unpacks and
+  (`row_batches`: a permutation per pass; repeated, GATHERED_BATCHES batches at a time); otherwise every
+  pass after the first reads the cached batches back (from files: unbatched, shuffled among `shuffle_buffer` examples, batched again), unpacks and
   prefetches. `PreprocessedCache` decides, per split, where the cache goes from its estimated size
   (`estimated_bytes`) and removes the cache files when training ends.
 """
@@ -108,16 +108,16 @@ def make_dataset(file_patterns: list[str], feature_spec: dict[str, tf.io.FixedLe
             columns = read_columns(dataset)
             rows = int(columns[0].shape[0])
             picked = row_batches(rows, batch_size, shuffle=bool(shuffle_buffer), repeat=repeat, seed=seed)
-            # one map, not parallel: a step is microseconds, less than handing it to another thread costs
-            if not repeat:
-                dataset = picked.map(lambda batch: unpack(*(tf.gather(column, batch) for column in columns)))
-                return _finish(dataset, shuffle_buffer, shard_by_data)
+
+            def rows_of(numbers):  # row numbers -> those rows, unpacked
+                return unpack(*(tf.gather(column, numbers) for column in columns))
 
             def gathered(group):  # [GATHERED_BATCHES, batch_size] row numbers -> their batches, stacked
-                element = unpack(*(tf.gather(column, tf.reshape(group, [-1])) for column in columns))
+                element = rows_of(tf.reshape(group, [-1]))
                 return tf.nest.map_structure(lambda leaf: _stacked(leaf, GATHERED_BATCHES, batch_size), element)
 
-            dataset = picked.batch(GATHERED_BATCHES).map(gathered).unbatch()
+            # one map, not parallel: a step is microseconds, less than handing it to another thread costs
+            dataset = picked.batch(GATHERED_BATCHES).map(gathered).unbatch() if repeat else picked.map(rows_of)
             return _finish(dataset, shuffle_buffer, shard_by_data)
         dataset = dataset.cache(cache_file)
         if shuffle_buffer or repeat:  # as without the cache: shuffle examples, batches run across passes

@@ -204,15 +204,15 @@ def test_float16_and_full_int8_read_numbers_beyond_float16s_range_and_keep_each_
 
     representative = {name: values[:200] for name, values in train.items() if name in module.INPUTS}
     full_int8 = tflite.convert(saved, "full_int8", representative, float_output_layer=True)
+    from tensorflow.lite.python.schema_py_generated import TensorType
     from tensorflow.lite.tools import flatbuffer_utils
     graph = flatbuffer_utils.convert_bytearray_to_object(bytearray(full_int8)).subgraphs[0]
     types = {tensor.name.decode(): tensor.type for tensor in graph.tensors}
     outputs = tflite.output_layer_tensor_names(full_int8)
-    float32_type = 0  # TensorType.FLOAT32
     for fold in range(folds):
         copy = [name for name in outputs if f"/{COPY_NAME.format(fold)}" in name]
         assert any("tabular.prediction" in name for name in copy), fold
-        assert all(types[name] == float32_type for name in copy), fold
+        assert all(types[name] == TensorType.FLOAT32 for name in copy), fold
     assert tflite.quantized_preprocessing_ops(full_int8) == []
     got = _device_outputs(full_int8, rows, "prediction")
     assert np.abs(got - expected).mean() / spread <= OUTPUT_TOLERANCE["full_int8"]
