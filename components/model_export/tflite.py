@@ -107,12 +107,13 @@ def input_conventions(inputs: dict, notes: dict[str, str] | None = None) -> list
 
 
 def convert(saved_model_dir: str, variant: str, representative: dict[str, np.ndarray] | None = None,
-            float_output_layer: bool = False) -> bytes:
+            float_output_layer: bool = False, float32_flatbuffer: bytes | None = None) -> bytes:
     """Input: a device SavedModel (write_device_savedmodel), a variant name, (full_int8 only) raw calibration
     features, column -> array of N rows for every input of the model (keyed by column name, as
-    DeviceInterpreter.predict takes them), and whether full_int8 and float16 keep the model's output layer in
+    DeviceInterpreter.predict takes them), whether full_int8 and float16 keep the model's output layer in
     float32 (a regression output: an int8 one saturates outside the calibration range, a float16 constant
-    beyond 65,504 overflows). Output: the .tflite bytes.
+    beyond 65,504 overflows), and (float16 only) the float32 variant of the same SavedModel when already
+    converted (else float16 converts it). Output: the .tflite bytes.
 
     Every variant is converted with TFLITE_BUILTINS only (full int8: TFLITE_BUILTINS_INT8 first, builtin
     float and integer kernels for what has no int8 kernel); ConversionError names any op that would need
@@ -133,8 +134,8 @@ def convert(saved_model_dir: str, variant: str, representative: dict[str, np.nda
             if variant == "full_int8":
                 flatbuffer = _quantize_core(converter, representative, float_output_layer)
             elif variant == "float16":
-                flatbuffer = _float16_core(convert(saved_model_dir, "float32"), converter.convert(),
-                                           float_output_layer)
+                flatbuffer = _float16_core(float32_flatbuffer or convert(saved_model_dir, "float32"),
+                                           converter.convert(), float_output_layer)
             else:
                 flatbuffer = converter.convert()
     except Exception as error:  # the converter raises its own ConverterError, with the ops in its notes

@@ -201,6 +201,8 @@ def test_float16_and_full_int8_read_numbers_beyond_float16s_range_and_keep_each_
     assert sizes16["preprocessing_bytes"] == sizes32["preprocessing_bytes"] > 0
     assert sizes16["weight_bytes"] < 0.55 * sizes32["weight_bytes"]
     assert not tflite.non_builtin_ops(float16)
+    # ModelExport hands float16 the float32 variant it converted already: the same model comes out
+    assert tflite.convert(saved, "float16", float_output_layer=True, float32_flatbuffer=float32) == float16
 
     representative = {name: values[:200] for name, values in train.items() if name in module.INPUTS}
     full_int8 = tflite.convert(saved, "full_int8", representative, float_output_layer=True)
