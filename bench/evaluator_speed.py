@@ -51,10 +51,7 @@ def latest_inputs(output_dir: str) -> dict[str, object]:
     found = {}
     for key, node, output_key in (("examples", "TFRecordIngest", "examples"), ("model", "Trainer", "model"),
                                   ("baseline_model", "Fp32BaselineTrainer", "model")):
-        context = store.get_context_by_type_and_name("node", f"{config.pipeline_name}.{node}")
-        executions = store.get_executions_by_context(context.id) if context else []
-        newest = max(executions, key=lambda execution: execution.id) if executions else None
-        artifact = mlmd.output_artifact(store, newest, output_key)
+        artifact = mlmd.newest_output(store, config.pipeline_name, node, output_key)
         if artifact is None:
             raise SystemExit(f"no {node} output in {config.metadata_path}")
         artifact_type = store.get_artifact_types_by_id([artifact.type_id])[0]

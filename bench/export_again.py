@@ -4,9 +4,9 @@ them again.
 
 For each RUN folder (a `python -m pipeline run --output` folder, or one of bench/tabular_quality.py's
 `WORK/TABLE/schema-driven-N` folders, whose config is the YAML file beside it of the same name) it takes the
-newest Trainer model and the run's ingested splits, runs ModelExport's `export_model` on them (calibration on
-the training split, scoring on at most `export.scoring_examples` eval records) and prints one line per variant:
-its primary metric beside the SavedModel's, its size, and its verdict with the reasons.
+newest Trainer model and ingested splits the run's MLMD records, runs ModelExport's `export_model` on them
+(calibration on the training split, scoring on at most `export.scoring_examples` eval records) and prints one
+line per variant: its primary metric beside the SavedModel's, its size, and its verdict with the reasons.
 
     TF_CPP_MIN_LOG_LEVEL=3 .venv/bin/python bench/export_again.py RUN [RUN ...] [--config CONFIG]
         [--code DIR] [--json FILE]
@@ -26,12 +26,24 @@ import tempfile
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _newest(pattern: str) -> str:
-    """The path matching `pattern` with the highest numeric folder (TFX numbers each output by execution)."""
-    found = glob.glob(pattern)
-    if not found:
-        raise SystemExit(f"export_again: nothing matches {pattern}")
-    return max(found, key=lambda path: [int(part) if part.isdigit() else -1 for part in path.split(os.sep)])
+def _newest_outputs(run: str, config) -> tuple[str, str]:
+    """The run's newest Trainer model (its Format-Serving folder) and ingested Examples folder, read from the
+    run's MLMD."""
+    from tfx.utils import path_utils
+
+    from pipeline.runs import mlmd
+
+    store = mlmd.open_store(config)
+    if store is None:
+        raise SystemExit(f"export_again: no MLMD under {run}: not a pipeline run's output folder")
+    found = []
+    for node, output_key in (("Trainer", "model"), ("TFRecordIngest", "examples")):
+        artifact = mlmd.newest_output(store, config.pipeline_name, node, output_key)
+        if artifact is None:
+            raise SystemExit(f"export_again: no {node} output in {config.metadata_path}")
+        found.append(artifact.uri)
+    model, examples = found
+    return path_utils.serving_model_path(model), examples
 
 
 def _config_path(run: str, config: str) -> str:
@@ -50,10 +62,9 @@ def export_again(run: str, config_path: str) -> dict:
     from components.model_export.executor import export_model
     from pipeline.config import load_config
 
-    config = load_config(config_path)
+    config = load_config(config_path, output_dir=run)
     module = load_model_module(config.train.model, config.task, config.schema_path)
-    serving = _newest(os.path.join(run, "pipeline", "Trainer", "model", "*", "Format-Serving"))
-    examples = _newest(os.path.join(run, "pipeline", "TFRecordIngest", "examples", "*"))
+    serving, examples = _newest_outputs(run, config)
     with tempfile.TemporaryDirectory() as output:
         report = export_model(serving, module, sorted(glob.glob(os.path.join(examples, "Split-train", "*"))),
                               sorted(glob.glob(os.path.join(examples, "Split-eval", "*"))), output, config.export)

@@ -62,6 +62,15 @@ def output_artifact(store, execution, output_key: str):
     return None
 
 
+def newest_output(store, pipeline_name: str, node: str, output_key: str):
+    """The artifact that `node`'s newest execution in the pipeline (ran or cached) output under `output_key`,
+    or None when the node never ran."""
+    context = store.get_context_by_type_and_name("node", f"{pipeline_name}.{node}")
+    executions = store.get_executions_by_context(context.id) if context else []
+    return output_artifact(store, max(executions, key=lambda execution: execution.id) if executions else None,
+                           output_key)
+
+
 def artifact_json(artifact, name: str) -> dict:
     """The JSON file `name` in an MLMD artifact's folder (a local path or a URI), or {} when there is no
     artifact or no file."""

@@ -29,6 +29,7 @@ from pipeline.commands.cli import main as cli_main
 from pipeline.config import load_config
 from pipeline.onboarding.example_data import write_taxi_span
 from pipeline.dag.local_runner import run_local
+from pipeline.runs import mlmd
 from pipeline.runs.run_facts import list_runs
 from tests.pipeline.span_files import count_outputs, private_copy, read_span, write_records
 
@@ -312,6 +313,10 @@ def test_next_span_trains_warm_started_and_is_evaluated_against_the_blessed_mode
         assert warm["applied"] is True and warm["base_model"].startswith(blessed["uri"] + os.sep), (node, warm)
     assert summary.facts.evaluation.models["production"]["id"] == blessed["id"]
     assert any(check.gate == "vs_production" for check in summary.facts.evaluation.checks)
+    store = mlmd.open_store(second_span.config)  # newest_output, the benchmarks' way to a run's model and data
+    for node, key in (("Trainer", contract.MODEL), ("TFRecordIngest", contract.EXAMPLES)):
+        newest = mlmd.newest_output(store, second_span.config.pipeline_name, node, key).uri
+        assert newest == second_span.outputs[(node, key)] != first_run.outputs[(node, key)]
     assert summary.facts.blessed == (summary.facts.pushed_to is not None)
 
 
