@@ -26,7 +26,7 @@ import tempfile
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _newest_outputs(run: str, config) -> tuple[str, str]:
+def newest_outputs(run: str, config) -> tuple[str, str]:
     """The run's newest Trainer model (its Format-Serving folder) and ingested Examples folder, read from the
     run's MLMD."""
     from tfx.utils import path_utils
@@ -46,7 +46,8 @@ def _newest_outputs(run: str, config) -> tuple[str, str]:
     return path_utils.serving_model_path(model), examples
 
 
-def _config_path(run: str, config: str) -> str:
+def config_path(run: str, config: str) -> str:
+    """The config a run was made with: `config` when given, else the YAML file beside the run's folder."""
     if config:
         return config
     beside = run.rstrip(os.sep) + ".yaml"
@@ -55,16 +56,16 @@ def _config_path(run: str, config: str) -> str:
     raise SystemExit(f"export_again: no config for {run}: pass --config (the run's YAML file)")
 
 
-def export_again(run: str, config_path: str) -> dict:
+def export_again(run: str, config_file: str) -> dict:
     """Input: a run folder and its config's path. Output: the table, the metric, the SavedModel's figure and
     each variant's figure, size, verdict and reasons."""
     from components.core.model_module import load_model_module
     from components.model_export.executor import export_model
     from pipeline.config import load_config
 
-    config = load_config(config_path, output_dir=run)
+    config = load_config(config_file, output_dir=run)
     module = load_model_module(config.train.model, config.task, config.schema_path)
-    serving, examples = _newest_outputs(run, config)
+    serving, examples = newest_outputs(run, config)
     with tempfile.TemporaryDirectory() as output:
         report = export_model(serving, module, sorted(glob.glob(os.path.join(examples, "Split-train", "*"))),
                               sorted(glob.glob(os.path.join(examples, "Split-eval", "*"))), output, config.export)
@@ -85,7 +86,7 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, os.path.abspath(args.code))
     for run in args.runs:
-        result = export_again(run, _config_path(run, args.config))
+        result = export_again(run, config_path(run, args.config))
         result["code"] = os.path.abspath(args.code)
         print(f"{run}: {result['metric']} on {result['scored']:,} eval records, SavedModel {result['savedmodel']:.4f}")
         for name, variant in result["variants"].items():

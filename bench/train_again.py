@@ -1,0 +1,118 @@
+"""Trains a finished run's model again on the run's own ingested splits, as the Trainer would with this
+checkout's code (or another's), and scores the SavedModel on the whole eval split: a model change tried on the
+quality bench's prepared tables without running the rest of the pipeline.
+
+For each RUN folder (a `python -m pipeline run --output` folder, or one of bench/tabular_quality.py's
+`WORK/TABLE/schema-driven-N` folders, whose config is the YAML file beside it of the same name) it reads the
+config and the newest Examples the run's MLMD records, trains once per seed (train.seed) in a fresh folder and
+prints the holdout metric with the schedule the Trainer reports. With the same code, config and seed the figure
+is the pipeline's candidate's (unless the time budget cut the schedule at another measured speed).
+
+    TF_CPP_MIN_LOG_LEVEL=3 .venv/bin/python bench/train_again.py RUN [RUN ...] [--seeds 0,1,2]
+        [--set train.KEY=VALUE ...] [--module NAME=VALUE ...] [--code DIR] [--work DIR] [--json FILE]
+
+`--set` overrides a `train` setting (a YAML value); `--module` sets a constant of the model module before it
+builds the model (e.g. `--module BINS=48` for models/tabular.py), to try a default before changing it.
+`--code DIR` imports the pipeline from another checkout. `--json` appends one JSON line per training.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import inspect
+import json
+import os
+import sys
+import tempfile
+import time
+
+import yaml
+
+from export_again import PROJECT_ROOT, config_path, newest_outputs
+
+
+def eval_metric(serving_dir: str, module, examples: str) -> tuple[str, float]:
+    """Input: a SavedModel, its model module and an Examples folder. Output: the task's primary metric and its
+    value on the whole eval split, scored through the serving signature."""
+    import numpy as np
+    import tensorflow as tf
+
+    from components.core import contract
+    from components.core.model_module import task_of
+
+    task = task_of(module)
+    serve = tf.saved_model.load(serving_dir).signatures[contract.SERVING_SIGNATURE]
+    files = sorted(glob.glob(os.path.join(examples, "Split-eval", "*")))
+    predictions, labels = [], []
+    for batch in tf.data.TFRecordDataset(files, compression_type="GZIP").batch(4096):
+        predictions.append(serve(examples=batch)[task.prediction_key].numpy())
+        labels.append(module.make_label(tf.io.parse_example(batch, module.LABEL_INPUTS)).numpy())
+    return task.primary.name, task.score(np.concatenate(labels), np.concatenate(predictions))[task.primary.name]
+
+
+def train_again(run: str, config_file: str, seed: int, train_overrides: dict, constants: dict, work: str) -> dict:
+    """Input: a run folder, its config's path, the seed, train settings and model-module constants to
+    override, and a scratch folder. Output: the metric, its value, the schedule line and the seconds."""
+    from components.core.model_module import load_model_module
+    from components.trainer.train import TrainingJob, train
+    from pipeline.config import load_config
+
+    config = load_config(config_file, output_dir=run)
+    module = load_model_module(config.train.model, config.task, config.schema_path)
+    source = module if inspect.ismodule(module) else sys.modules[type(module).__module__]
+    for name, value in constants.items():
+        if not hasattr(source, name):
+            raise SystemExit(f"train_again: {source.__name__} has no constant {name}")
+        setattr(source, name, value)
+    settings = dataclasses.replace(config.train, **train_overrides, seed=seed)
+    _, examples = newest_outputs(run, config)
+    split = lambda name: [os.path.join(examples, f"Split-{name}", "*")]  # noqa: E731
+    out = tempfile.mkdtemp(prefix="train-again-", dir=work)
+    job = TrainingJob(settings, split("train"), split("eval"), os.path.join(out, "serving"), os.path.join(out, "run"),
+                      os.path.join(out, "checkpoint"), task_config=config.task, schema_path=config.schema_path)
+    report = train(job)
+    metric, value = eval_metric(job.serving_model_dir, module, examples)
+    return {"run": run, "seed": seed, "metric": metric, "value": value, "schedule": report.schedule_line(),
+            "fit_seconds": report.fit_seconds, "trainer_seconds": report.total_seconds,
+            "train_overrides": train_overrides, "module_constants": constants}
+
+
+def _assignments(pairs: list[str], prefix: str = "") -> dict:
+    """["train.epochs=40", ...] -> {"epochs": 40} (values read as YAML; `prefix` stripped from the keys)."""
+    parsed = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if not _ or (prefix and not key.startswith(prefix)):
+            raise SystemExit(f"train_again: expected {prefix or ''}NAME=VALUE, got {pair!r}")
+        parsed[key[len(prefix):]] = yaml.safe_load(value)
+    return {key: tuple(value) if isinstance(value, list) else value for key, value in parsed.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", help="run folders (each with its MLMD and TFRecordIngest's output)")
+    parser.add_argument("--config", default="", help="the runs' config (default: RUN.yaml beside each run)")
+    parser.add_argument("--seeds", default="0", help="comma-separated train.seed values, one training each")
+    parser.add_argument("--set", action="append", default=[], help="train.KEY=VALUE: a train setting overridden")
+    parser.add_argument("--module", action="append", default=[], help="NAME=VALUE: a model-module constant set")
+    parser.add_argument("--code", default=PROJECT_ROOT, help="the checkout whose Trainer runs")
+    parser.add_argument("--work", default="", help="where the trained models go (default: the system's temp)")
+    parser.add_argument("--json", default="", help="append one JSON line per training to this file")
+    args = parser.parse_args()
+    sys.path.insert(0, os.path.abspath(args.code))
+    overrides, constants = _assignments(args.set, "train."), _assignments(args.module)
+    for run in args.runs:
+        for seed in (int(seed) for seed in args.seeds.split(",")):
+            started = time.monotonic()
+            result = train_again(run, config_path(run, args.config), seed, overrides, constants, args.work or None)
+            result["code"] = os.path.abspath(args.code)
+            print(f"{run} seed {seed}: {result['metric']} {result['value']:.4f} ({result['schedule']}; "
+                  f"{time.monotonic() - started:.0f} s)", flush=True)
+            if args.json:
+                with open(args.json, "a") as handle:
+                    handle.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()
