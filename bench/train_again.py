@@ -5,7 +5,8 @@ quality bench's prepared tables without running the rest of the pipeline.
 For each RUN folder (a `python -m pipeline run --output` folder, or one of bench/tabular_quality.py's
 `WORK/TABLE/schema-driven-N` folders, whose config is the YAML file beside it of the same name) it reads the
 config and the newest Examples the run's MLMD records, trains once per seed (train.seed) in a fresh folder and
-prints the holdout metric with the schedule the Trainer reports. With the same code, config and seed the figure
+prints the holdout metric, the validation metric of the interval the Trainer kept (out of fold with
+train.folds) and the schedule the Trainer reports. With the same code, config and seed the figure
 is the pipeline's candidate's (unless the time budget cut the schedule at another measured speed).
 
     TF_CPP_MIN_LOG_LEVEL=3 .venv/bin/python bench/train_again.py RUN [RUN ...] [--seeds 0,1,2]
@@ -54,7 +55,7 @@ def eval_metric(serving_dir: str, module, examples: str) -> tuple[str, float]:
 def train_again(run: str, config_file: str, seed: int, train_overrides: dict, constants: dict, work: str) -> dict:
     """Input: a run folder, its config's path, the seed, train settings and model-module constants to
     override, and a scratch folder. Output: the metric, its value, the schedule line and the seconds."""
-    from components.core.model_module import load_model_module
+    from components.core.model_module import load_model_module, task_of
     from components.trainer.train import TrainingJob, train
     from pipeline.config import load_config
 
@@ -73,7 +74,10 @@ def train_again(run: str, config_file: str, seed: int, train_overrides: dict, co
                       os.path.join(out, "checkpoint"), task_config=config.task, schema_path=config.schema_path)
     report = train(job)
     metric, value = eval_metric(job.serving_model_dir, module, examples)
-    return {"run": run, "seed": seed, "metric": metric, "value": value, "schedule": report.schedule_line(),
+    validated = report.history.get(f"val_{task_of(module).validation_metric}", [])
+    kept = validated[report.best_interval - 1] if report.best_interval and validated else None
+    return {"run": run, "seed": seed, "metric": metric, "value": value, "validation": kept,
+            "schedule": report.schedule_line(),
             "fit_seconds": report.fit_seconds, "trainer_seconds": report.total_seconds,
             "train_overrides": train_overrides, "module_constants": constants}
 
@@ -107,7 +111,8 @@ def main() -> None:
             started = time.monotonic()
             result = train_again(run, config_path(run, args.config), seed, overrides, constants, args.work or None)
             result["code"] = os.path.abspath(args.code)
-            print(f"{run} seed {seed}: {result['metric']} {result['value']:.4f} ({result['schedule']}; "
+            validation = "" if result["validation"] is None else f", validation {result['validation']:.4f}"
+            print(f"{run} seed {seed}: {result['metric']} {result['value']:.4f}{validation} ({result['schedule']}; "
                   f"{time.monotonic() - started:.0f} s)", flush=True)
             if args.json:
                 with open(args.json, "a") as handle:
