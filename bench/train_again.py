@@ -35,21 +35,16 @@ from export_again import PROJECT_ROOT, config_path, newest_outputs
 
 def eval_metric(serving_dir: str, module, examples: str) -> tuple[str, float]:
     """Input: a SavedModel, its model module and an Examples folder. Output: the task's primary metric and its
-    value on the whole eval split, scored through the serving signature."""
-    import numpy as np
+    value on the whole eval split, scored as ModelExport scores the SavedModel (scoring_sample, every record)."""
     import tensorflow as tf
 
-    from components.core import contract
     from components.core.model_module import task_of
+    from components.model_export.executor import scoring_sample
 
     task = task_of(module)
-    serve = tf.saved_model.load(serving_dir).signatures[contract.SERVING_SIGNATURE]
     files = sorted(glob.glob(os.path.join(examples, "Split-eval", "*")))
-    predictions, labels = [], []
-    for batch in tf.data.TFRecordDataset(files, compression_type="GZIP").batch(4096):
-        predictions.append(serve(examples=batch)[task.prediction_key].numpy())
-        labels.append(module.make_label(tf.io.parse_example(batch, module.LABEL_INPUTS)).numpy())
-    return task.primary.name, task.score(np.concatenate(labels), np.concatenate(predictions))[task.primary.name]
+    split = scoring_sample(tf.saved_model.load(serving_dir), module, task, files, examples=0)
+    return task.primary.name, task.score(split["labels"], split["predictions"])[task.primary.name]
 
 
 def train_again(run: str, config_file: str, seed: int, train_overrides: dict, constants: dict, work: str) -> dict:
