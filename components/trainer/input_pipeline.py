@@ -9,9 +9,9 @@ Two ways to feed a split:
   in memory or in files (`cache_file`). In memory and repeated or shuffled (training), the whole split is
   read at once into one tensor per dtype and each batch gathered from it by a batch of row numbers
   (`row_batches`: a permutation per pass; repeated, GATHERED_BATCHES batches at a time); otherwise every
-  pass after the first reads the cached batches back (from files: unbatched, shuffled among `shuffle_buffer` examples, batched again), unpacks and
-  prefetches. `PreprocessedCache` decides, per split, where the cache goes from its estimated size
-  (`estimated_bytes`) and removes the cache files when training ends.
+  pass after the first reads the cached batches back (from files: unbatched, shuffled among `shuffle_buffer`
+  examples, batched again), unpacks and prefetches. `PreprocessedCache` decides, per split, where the cache
+  goes from its estimated size (`estimated_bytes`) and removes the cache files when training ends.
 """
 from __future__ import annotations
 
