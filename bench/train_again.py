@@ -72,7 +72,7 @@ def train_again(run: str, config_file: str, seed: int, train_overrides: dict, co
     validated = report.history.get(f"val_{task_of(module).validation_metric}", [])
     kept = validated[report.best_interval - 1] if report.best_interval and validated else None
     return {"run": run, "seed": seed, "metric": metric, "value": value, "validation": kept,
-            "schedule": report.schedule_line(),
+            "schedule": report.schedule_line(), "search": report.search_line(), "candidates": report.candidates,
             "fit_seconds": report.fit_seconds, "trainer_seconds": report.total_seconds,
             "train_overrides": train_overrides, "module_constants": constants}
 
@@ -107,8 +107,9 @@ def main() -> None:
             result = train_again(run, config_path(run, args.config), seed, overrides, constants, args.work or None)
             result["code"] = os.path.abspath(args.code)
             validation = "" if result["validation"] is None else f", validation {result['validation']:.4f}"
-            print(f"{run} seed {seed}: {result['metric']} {result['value']:.4f}{validation} ({result['schedule']}; "
-                  f"{time.monotonic() - started:.0f} s)", flush=True)
+            search = f"; search: {result['search']}" if result["search"] else ""
+            print(f"{run} seed {seed}: {result['metric']} {result['value']:.4f}{validation} ({result['schedule']}"
+                  f"{search}; {time.monotonic() - started:.0f} s)", flush=True)
             if args.json:
                 with open(args.json, "a") as handle:
                     handle.write(json.dumps(result) + "\n")

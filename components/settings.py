@@ -139,6 +139,11 @@ class TrainConfig:
     # scored by the copy that never trained on it), the best interval's weights are kept, and the model served
     # is the copies' mean. 0 or 1: one model. Not together with validation_share
     folds: int = setting(0, NOT_NEGATIVE)
+    # with validation_share or folds: train each of the model module's CANDIDATES in turn (models.tabular: its
+    # number encodings), each with the time budget left shared among those still to train, and serve the one
+    # best on validation (out of fold with folds); the first alone, with the whole budget, when its share would
+    # cut its plan. No search when warm-starting (the served model's variant continues)
+    search: bool = setting(False)
     # with validation_share or folds: stop after this many intervals in which neither the validation score nor
     # the validation loss improved (the best score's interval is kept either way); 0 = never stop early
     early_stopping_patience: int = setting(0, NOT_NEGATIVE)

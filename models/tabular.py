@@ -9,9 +9,11 @@ the label and the excluded ones is an input, preprocessed by its kind, the kind 
   day of year and time of day);
 - numbers (floats, and integers with more than CATEGORICAL_MAX distinct values): a missing-value indicator,
   the value robustly scaled and smoothly clipped (models.layers.RobustScale; missing: the median) and its
-  piecewise-linear encoding over up to BINS quantile bins (models.layers.PiecewiseLinear), so that the model
-  can cut a number where trees would (part of the preprocessing: the device model computes it in float32
-  in every variant, where 8 bits would blur a narrow bin);
+  piecewise-linear encoding over quantile bins (models.layers.PiecewiseLinear), so that the model can cut a
+  number where trees would (part of the preprocessing: the device model computes it in float32 in every
+  variant, where 8 bits would blur a narrow bin): up to BINS bins, one per ROWS_PER_BIN training rows, or in the
+  finer candidate up to FINE_BINS, one per FINE_ROWS_PER_BIN (CANDIDATES: with `train.search` the Trainer
+  trains both and serves the one better out of fold);
 - strings and integers with few distinct values: a Vocabulary of the values seen (up to MAX_VOCABULARY, the
   rest one out-of-vocabulary index, a missing value its own) through an embedding.
 Then a parameter-efficient ensemble of ENSEMBLE_MEMBERS members (models/ensemble.py: TabM-mini; BAGGED_MEMBERS
@@ -45,6 +47,7 @@ A model module of one's own (components/core/model_module.py) is the way beyond 
 """
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 
@@ -70,6 +73,7 @@ WIDE_BINS_TOTAL = 8192
 MAX_VOCABULARY = 1000
 BINS = 16  # quantile bins of a number's piecewise-linear encoding, at most...
 ROWS_PER_BIN = 40  # ...and at most one per this many training rows (a small sample gets fewer: they would overfit)
+FINE_BINS, FINE_ROWS_PER_BIN = 48, 20  # the finer encoding, the second candidate (CANDIDATES)
 DATE_NOTE = "int64 seconds since 1970-01-01 UTC (a date alone: its midnight UTC)"
 HIDDEN_UNITS = (128, 128)
 DROPOUT = 0.1
@@ -116,11 +120,31 @@ class SchemaModel:
         self.missing_spellings = spellings(missing_tokens)  # a served string input reads these as missing
         self._features = None  # name -> schema dtype, read on first use
         self._training_labels = np.zeros(0)  # the training sample's labels, which the task's output layer fits
-        self.DESCRIPTION = (
-            f"numbers: robust scale, smooth clip and piecewise-linear encoding over up to {BINS} quantile bins; "
-            f"categories: embeddings; {_network(ENSEMBLE_MEMBERS, HIDDEN_UNITS)} (bagged over folds: "
-            f"{_network(BAGGED_MEMBERS, HIDDEN_UNITS)} per fold)"
-            f"{task.head_description()}")
+        self.candidate_name = self.CANDIDATES[0]  # the number encoding: the default one
+        self.DESCRIPTION = self._description()
+
+    @property
+    def CANDIDATES(self) -> tuple[str, ...]:  # noqa: N802 - the model contract's name
+        """The number encodings the Trainer may try (train.search), the default first: "16 bins", "48 bins"."""
+        return tuple(_encodings())
+
+    def candidate(self, name: str) -> "SchemaModel":
+        """Input: one of CANDIDATES. Output: this model module with that number encoding (a copy). ValueError
+        names the candidates for any other name."""
+        if name not in _encodings():
+            raise ValueError(f"models.tabular has no candidate {name!r}: its candidates are "
+                             f"{', '.join(self.CANDIDATES)}")
+        chosen = copy.copy(self)
+        chosen.candidate_name = name
+        chosen.DESCRIPTION = chosen._description()
+        return chosen
+
+    def _description(self) -> str:
+        bins, rows = _encodings()[self.candidate_name]
+        return (f"numbers: robust scale, smooth clip and piecewise-linear encoding over up to {bins} quantile bins "
+                f"(one per {rows} training rows); categories: embeddings; {_network(ENSEMBLE_MEMBERS, HIDDEN_UNITS)} "
+                f"(bagged over folds: {_network(BAGGED_MEMBERS, HIDDEN_UNITS)} per fold)"
+                f"{self.task.head_description()}")
 
     def _schema_features(self) -> dict[str, tf.dtypes.DType]:
         if self._features is None:
@@ -179,7 +203,8 @@ class SchemaModel:
         inputs = {name: keras.Input(shape=(), name=internal[name], dtype=keras_dtype(spec.dtype))
                   for name, spec in specs.items()}
         rows = len(next(iter(sample.values()))) if sample else 0
-        bins = max(2, min(BINS, rows // ROWS_PER_BIN))
+        most, rows_per_bin = _encodings()[self.candidate_name]
+        bins = max(2, min(most, rows // rows_per_bin))
         outputs = {}
 
         def output(layer: keras.layers.Layer, tensor) -> None:  # a model-ready tensor, named by its layer
@@ -279,6 +304,11 @@ def _network(members: int, hidden_units: tuple[int, ...]) -> str:
     units = "x".join(map(str, hidden_units))
     return (f"a network of {units} hidden units" if members == 1 else
             f"an ensemble of {members} members sharing {units} hidden units")
+
+
+def _encodings() -> dict[str, tuple[int, int]]:
+    """The number encodings by candidate name, the default first: name -> (bins at most, training rows per bin)."""
+    return {f"{BINS} bins": (BINS, ROWS_PER_BIN), f"{FINE_BINS} bins": (FINE_BINS, FINE_ROWS_PER_BIN)}
 
 
 def _missing_value(dtype: tf.dtypes.DType):

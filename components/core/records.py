@@ -118,6 +118,12 @@ class TrainingReport:
     time_budget_seconds: float = 0.0  # train.time_budget_seconds (0: none)
     intervals_before_budget: int = 0  # the intervals planned before the time budget cut them (0: not cut)
     stopped_at_budget: bool = False  # the time budget ended training
+    # the model module's candidate served (its CANDIDATES' name; "": a module without candidates, or the warm
+    # start's variant); with train.search, what each candidate tried scored: name, validation (the best
+    # interval's value), best_interval, intervals_run, fit_seconds, time_budget_seconds, in the order trained
+    candidate: str = ""
+    candidates: list[dict] = field(default_factory=list)
+    search_note: str = ""  # why train.search tried no candidate, or stopped after the first
     skipped: bool = False  # the FP32 baseline, not trained: the candidate is its own baseline
     skip_reason: str = ""
     candidate_run: str = ""
@@ -181,6 +187,16 @@ class TrainingReport:
         if self.time_budget_seconds:
             line += f"; fitting took {self.fit_seconds:.0f} s of a {self.time_budget_seconds:g} s budget"
         return line
+
+    def search_line(self) -> str:
+        """What train.search tried and chose, e.g. "48 bins chosen out of fold: 48 bins 1.7349 (best 50 of 110),
+        16 bins 1.8012 (best 41 of 90)", or why it tried none ("" without a search)."""
+        if len(self.candidates) < 2:
+            return self.search_note
+        where = "out of fold" if self.folds > 1 else "on validation"
+        tried = ", ".join(f"{c['name']} {c['validation']:.4f} (best {c['best_interval']} of {c['intervals_run']})"
+                          for c in self.candidates)
+        return f"{self.candidate} chosen {where}: {tried}"
 
     def facts(self) -> ModelFacts:
         return ModelFacts(self.model, self.task_name, self.label, tuple(self.classes), self.precision, self.xla,

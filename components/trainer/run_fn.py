@@ -13,6 +13,7 @@ fp32_baseline_skipped.json, and the training report says why.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from components.core import artifact_files, contract
@@ -41,6 +42,19 @@ def same_numerics_as_candidate(candidate_run: str, settings: TrainConfig) -> str
     return ""
 
 
+def candidate_variant(candidate_run: str, settings: TrainConfig) -> tuple[TrainConfig, str]:
+    """Input: the candidate's ModelRun folder and the baseline's settings. Output: the settings and the model
+    module's variant ("": the module's default) that train what the candidate served: with a search, its
+    chosen variant alone, with the time budget that variant had."""
+    report = TrainingReport.from_json(artifact_files.read_json(os.path.join(candidate_run,
+                                                                            contract.TRAINING_REPORT_FILE)))
+    chosen = next((tried for tried in report.candidates if tried["name"] == report.candidate), None)
+    settings = dataclasses.replace(settings, search=False)
+    if chosen:
+        settings = dataclasses.replace(settings, time_budget_seconds=chosen["time_budget_seconds"])
+    return settings, report.candidate
+
+
 def write_skipped_baseline(serving_model_dir: str, model_run_dir: str, reason: str, candidate_run: str) -> None:
     """The outputs of a baseline that was not trained: the marker the evaluator reads (inside
     serving_model_dir, which TFX checks exists) and a training report that says why."""
@@ -57,9 +71,13 @@ def run_fn(fn_args) -> None:
     if reason:
         write_skipped_baseline(fn_args.serving_model_dir, fn_args.model_run_dir, reason, candidate_run)
         return
+    candidate = ""
+    if candidate_run:  # the FP32 baseline trains the candidate's chosen variant, with the budget it had
+        settings, candidate = candidate_variant(candidate_run, settings)
     train_files = list(fn_args.train_files)
     train(TrainingJob(settings=settings, train_files=train_files, eval_files=list(fn_args.eval_files),
                       serving_model_dir=fn_args.serving_model_dir, run_dir=fn_args.model_run_dir,
                       base_model=fn_args.base_model, task_config=record.task,
                       schema_path=fn_args.schema_path,
-                      checkpoint_dir=checkpoint_dir_for(checkpoint_root, train_files, settings, code_fingerprint)))
+                      checkpoint_dir=checkpoint_dir_for(checkpoint_root, train_files, settings, code_fingerprint),
+                      candidate=candidate))

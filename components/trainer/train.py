@@ -9,6 +9,7 @@ How the precision and XLA are probed is in probing.py, checkpoint handling in ch
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tempfile
 import time
@@ -53,6 +54,9 @@ class TrainingJob:
     # a local folder where the preprocessed input is cached when it does not fit in memory, in a folder of
     # its own deleted when training ends ("": the system's temporary folder, $TMPDIR)
     scratch_dir: str = ""
+    # the model module's candidate to train, alone ("": its default, or with settings.search each in turn);
+    # the FP32 baseline trains the candidate's chosen one
+    candidate: str = ""
 
 
 @dataclasses.dataclass
@@ -76,6 +80,8 @@ class TrainingSetup:
     # training records that validate every interval: held out (settings.validation_share), or all of them,
     # each scored out of fold (settings.folds)
     validation_examples: int = 0
+    sample: dict | None = None  # the training rows the preprocessing was fitted to (None: the warm start's)
+    plan_examples: dict[str, int] = dataclasses.field(default_factory=dict)  # records per split fit reads
 
     @property
     def folds(self) -> int:
@@ -129,15 +135,101 @@ class FitResult:
     budget: training_callbacks.StopAtTimeBudget | None  # with time_budget_seconds
     history: dict[str, list[float]]
     fit_seconds: float
+    # a searched candidate whose share of the time budget would have cut its plan trained alone, with the
+    # whole budget
+    alone: bool = False
+
+
+@dataclasses.dataclass
+class Search:
+    """What train.search tried: each candidate's setup and fit, in the order trained, and why it stopped
+    short of the module's every candidate ("" when it did not)."""
+    tried: list[tuple[str, TrainingSetup, FitResult]]
+    budget: float = 0.0  # the whole time budget the candidates shared (0: none)
+    note: str = ""
+
+    def chosen(self) -> tuple[str, TrainingSetup, FitResult]:
+        """The candidate best on validation (the first of equals, so the default wins a tie)."""
+        task = task_of(self.tried[0][1].model_module)
+        sign = 1 if task.primary.higher_is_better else -1
+        def score(index: int) -> tuple[float, int]:
+            value = self.tried[index][2].best.best_value
+            return (-math.inf if value is None else sign * value, -index)
+        return self.tried[max(range(len(self.tried)), key=score)]
+
+    def to_json(self) -> list[dict]:
+        return [{"name": name, "validation": fitted.best.best_value, "best_interval": fitted.best.best_interval,
+                 "intervals_run": len(next(iter(fitted.history.values()), [])), "fit_seconds": fitted.fit_seconds,
+                 "time_budget_seconds": setup.settings.time_budget_seconds}
+                for name, setup, fitted in self.tried]
 
 
 def train(job: TrainingJob, extra_callbacks: tuple = ()) -> TrainingReport:
     """Trains and exports one model; returns the training report (also written to run_dir by the chief)."""
     started = time.monotonic()
     setup = set_up(job)
-    with setup.input_cache:  # the disk cache's files go when training ends, or fails
-        fitted = fit_model(job, setup, extra_callbacks)
-    return report_and_export(job, setup, fitted, time.monotonic() - started)
+    names, note = candidates_to_search(job, setup)
+    if len(names) < 2:
+        with setup.input_cache:  # the disk cache's files go when training ends, or fails
+            fitted = fit_model(job, setup, extra_callbacks)
+        return report_and_export(job, setup, fitted, time.monotonic() - started, search_note=note)
+    search = search_candidates(job, setup, names, extra_callbacks)
+    _, chosen_setup, fitted = search.chosen()
+    return report_and_export(job, chosen_setup, fitted, time.monotonic() - started, search=search)
+
+
+def candidates_to_search(job: TrainingJob, setup: TrainingSetup) -> tuple[tuple[str, ...], str]:
+    """Input: the job and its setup. Output: the model module's candidates settings.search trains in turn
+    (fewer than two: no search) and why none are searched ("" when they are, or search is off)."""
+    names = tuple(getattr(setup.model_module, "CANDIDATES", ()))
+    if not setup.settings.search or job.candidate or len(names) < 2:
+        return (), ""
+    if setup.warm.preprocessing is not None:
+        return (), "not searched: the warm start continues the served model's variant"
+    if not setup.validation_examples:
+        return (), "not searched: no validation (train.folds or train.validation_share) to choose by"
+    return names, ""
+
+
+def search_candidates(job: TrainingJob, setup: TrainingSetup, names: tuple[str, ...],
+                      extra_callbacks: tuple = ()) -> Search:
+    """Trains each candidate in turn (the first is set_up's: the module's default), each from the same seed
+    with the time budget left shared among those still to train, and each with a checkpoint folder of its own
+    (a killed search resumes the candidate it was in; those before it train again). When the first one's
+    share would cut its plan it trains alone with the whole budget and the search ends there."""
+    budget, spent = setup.settings.time_budget_seconds, 0.0
+    search = Search([], budget)
+    for index, name in enumerate(names):
+        share = (budget - spent) / (len(names) - index) if budget else 0.0
+        candidate = setup if index == 0 else with_candidate(job, setup, name)
+        candidate.settings = dataclasses.replace(candidate.settings, time_budget_seconds=share)
+        candidate_job = dataclasses.replace(job, checkpoint_dir=os.path.join(job.checkpoint_dir, f"candidate-{index}"))
+        logging.info("Search: candidate %d of %d, %s%s", index + 1, len(names), name,
+                     f", {share:.0f} s of the time budget" if budget else "")
+        with candidate.input_cache:
+            fitted = fit_model(candidate_job, candidate, extra_callbacks, whole_budget=budget if index == 0 else 0.0)
+        search.tried.append((name, candidate, fitted))
+        spent += fitted.fit_seconds
+        if fitted.alone:
+            search.note = (f"{name} alone: its share of the {budget:g} s time budget would have cut its plan, "
+                           "so it had the whole budget")
+            break
+    return search
+
+
+def with_candidate(job: TrainingJob, setup: TrainingSetup, name: str) -> TrainingSetup:
+    """set_up's decisions for another candidate of the model module: the candidate's preprocessing fitted to
+    the same sample from the same seed, the plan as planned, and an input cache of its own."""
+    module = setup.model_module.candidate(name)
+    keras.utils.set_random_seed(setup.settings.seed)
+    candidate = dataclasses.replace(setup, model_module=module, preprocessing=module.build_preprocessing(setup.sample),
+                                    plan=training_plan(setup.plan_examples["train"], setup.settings,
+                                                       setup.strategy.num_replicas_in_sync),
+                                    input_cache=PreprocessedCache(memory_budget_bytes(setup.settings.cache_max_mb),
+                                                                  job.scratch_dir),
+                                    intervals_before_budget=0)
+    place_input_cache(job, candidate)
+    return candidate
 
 
 def set_up(job: TrainingJob) -> TrainingSetup:
@@ -153,10 +245,12 @@ def set_up(job: TrainingJob) -> TrainingSetup:
     logging.info("Training on %s: strategy %s (%s), %d replica(s)", device, strategy_choice.value,
                  strategy_choice.reason, replicas)
     model_module = load_model_module(settings.model, job.task_config, job.schema_path)
+    if job.candidate:
+        model_module = model_module.candidate(job.candidate)
     keras.utils.set_random_seed(settings.seed)
     keras.config.set_dtype_policy("float32")
     warm = load_warm_start(model_module, job.base_model, settings.warm_start, settings.folds)
-    preprocessing = warm.preprocessing
+    preprocessing, sample = warm.preprocessing, None
     if preprocessing is None:
         sample = read_sample(job.train_files, {**model_module.INPUTS, **model_module.LABEL_INPUTS}, ADAPT_SAMPLE_SIZE)
         preprocessing = model_module.build_preprocessing(sample)
@@ -183,18 +277,25 @@ def set_up(job: TrainingJob) -> TrainingSetup:
     setup = TrainingSetup(settings, device, strategy_choice, strategy, model_module, warm, preprocessing, labels,
                           training_plan(examples["train"], settings, replicas),
                           PreprocessedCache(memory_budget_bytes(settings.cache_max_mb), job.scratch_dir),
-                          multi_worker, validation_examples=validating)
-    # The cache's size, estimated from one preprocessed batch: the training split has the first claim on memory.
-    first = next(iter(setup.dataset(job.train_files, False, batch_size=min(setup.plan.global_batch, 1024))))
-    for split in setup.splits:
-        setup.input_cache.place(split, estimated_bytes(first, examples[split]))
+                          multi_worker, validation_examples=validating, sample=sample, plan_examples=examples)
+    place_input_cache(job, setup)
     return setup
 
 
-def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = ()) -> FitResult:
+def place_input_cache(job: TrainingJob, setup: TrainingSetup) -> None:
+    """Places each split's preprocessed tensors in memory or on disk, their size estimated from one
+    preprocessed batch: the training split has the first claim on memory."""
+    first = next(iter(setup.dataset(job.train_files, False, batch_size=min(setup.plan.global_batch, 1024))))
+    for split in setup.splits:
+        setup.input_cache.place(split, estimated_bytes(first, setup.plan_examples[split]))
+
+
+def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (), whole_budget: float = 0.0) -> FitResult:
     """Builds the model for the device (precision and XLA probed), warm-starts it, cuts the plan to the time
     budget, resumes from this job's checkpoint when there is one, and fits it with the best-interval (when
-    validating), time-budget, checkpoint, divergence, throughput and loss-scale callbacks."""
+    validating), time-budget, checkpoint, divergence, throughput and loss-scale callbacks. With
+    `whole_budget` (a searched candidate's), a plan that its share of the budget would cut trains alone with
+    the whole budget instead (FitResult.alone)."""
     settings, plan, replicas = setup.settings, setup.plan, setup.strategy.num_replicas_in_sync
 
     def probe_batch():  # a few examples to check that XLA compiles when no timing does it
@@ -215,6 +316,10 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
         apply_warm_start(model, setup.warm)  # a checkpoint of this job, when there is one, still wins (resume)
     logging.info("Precision %s (%s); XLA %s (%s)", precision.value, precision.reason, xla.value, xla.reason)
     budgeted = within_budget(plan, settings, memory_rate, setup.validation_examples)
+    alone = bool(whole_budget) and budgeted != plan
+    if alone:  # the share would cut this candidate: it trains alone, as it would without a search
+        settings = setup.settings = dataclasses.replace(settings, time_budget_seconds=whole_budget)
+        budgeted = within_budget(plan, settings, memory_rate, setup.validation_examples)
     if budgeted != plan:  # fewer intervals fit the time budget: the cosine then ends with the last of them
         schedule = schedule_of(model.optimizer)
         if schedule is not None:
@@ -262,7 +367,7 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
                             validation_freq=1 if best else [plan.intervals], callbacks=callbacks, verbose=0)
     return FitResult(model, precision, xla, memory_rate, host_rate, resumed_from_step, meter, loss_scale, checkpoints,
                      best, budget, {name: [float(v) for v in values] for name, values in history.history.items()},
-                     time.monotonic() - fit_started)
+                     time.monotonic() - fit_started, alone)
 
 
 def held_out_of(setup: TrainingSetup) -> int:
@@ -278,8 +383,10 @@ def validation_phrase(setup: TrainingSetup) -> str:
     return f"{setup.validation_examples:,} held-out training records"
 
 
-def report_and_export(job: TrainingJob, setup: TrainingSetup, fitted: FitResult, seconds: float) -> TrainingReport:
-    """The training report; the chief also exports the float32 serving model, its facts and the report."""
+def report_and_export(job: TrainingJob, setup: TrainingSetup, fitted: FitResult, seconds: float,
+                      search: Search | None = None, search_note: str = "") -> TrainingReport:
+    """The training report (with a search: the chosen candidate's training, and what every candidate scored);
+    the chief also exports the float32 serving model, its facts and the report."""
     module, meter = setup.model_module, fitted.meter
     report = TrainingReport(
         model=setup.settings.model, task_name=task_of(module).name, label=module.LABEL_KEY,
@@ -295,13 +402,16 @@ def report_and_export(job: TrainingJob, setup: TrainingSetup, fitted: FitResult,
         step_seconds=meter.step_seconds, in_memory_examples_per_second=fitted.in_memory_rate,
         input_wait_fraction=input_wait(meter.examples_per_second, fitted.in_memory_rate),
         host_examples_per_second=fitted.host_rate,
-        loss_scale_history=fitted.loss_scale.history, fit_seconds=fitted.fit_seconds, total_seconds=seconds,
+        loss_scale_history=fitted.loss_scale.history, total_seconds=seconds,
+        fit_seconds=sum(tried.fit_seconds for _, _, tried in search.tried) if search else fitted.fit_seconds,
         final_metrics=_final_metrics(fitted), history=fitted.history,
         model_description=getattr(module, "DESCRIPTION", ""), validation_examples=setup.validation_examples,
         folds=setup.folds, intervals_run=len(next(iter(fitted.history.values()), [])),
         best_interval=fitted.best.best_interval if fitted.best else 0,
         stopped_early=bool(fitted.best and fitted.best.stopped_early),
-        time_budget_seconds=setup.settings.time_budget_seconds,
+        time_budget_seconds=search.budget if search else setup.settings.time_budget_seconds,
+        candidate=getattr(module, "candidate_name", "") if setup.warm.preprocessing is None else "",
+        candidates=search.to_json() if search else [], search_note=(search.note if search else search_note),
         intervals_before_budget=setup.intervals_before_budget,
         stopped_at_budget=bool(fitted.budget and fitted.budget.stopped))
     logging.info("Trained %s: %.0f examples/s, input wait %.1f%%, %s, final %s", report.model,

@@ -46,6 +46,8 @@ class RunSummary:
                          f"XLA {'on' if t.xla else 'off'}, {t.examples_per_second:,.0f} examples/s, "
                          f"{t.input_line()}")
             lines.append(f"    {t.schedule_line()}" + (f"; {t.model_description}" if t.model_description else ""))
+            if search := t.search_line():
+                lines.append(f"    search: {search}")
         if metrics := facts.candidate_metrics:
             lines.append("  eval metrics: " + ", ".join(f"{k} {format_number(v)}" for k, v in sorted(metrics.items())))
         if facts.evaluation:

@@ -190,7 +190,8 @@ class Project:
                 lines.append(f"{setting.replace('_', ' ')}: {value} ({reason})")
         lines += [f"note: {note}" for note in self.notes]
         kept = (f"the model trained once per fold of {self.folds} (each copy on the other folds), every epoch "
-                f"scored out of fold on all {self.training_records:,} training records, the best kept"
+                f"scored out of fold on all {self.training_records:,} training records, the best kept; two number "
+                "encodings tried while the time budget allows, the better out of fold served"
                 if self.folds else "one model, no validation (too few records)")
         lines += [f"eval split: {self.eval_fraction:.0%} of the records",
                   f"training: batch size {self.batch_size}, up to {self.epochs} epochs within "
@@ -238,7 +239,9 @@ class Project:
                "other folds; every epoch scored out of fold on every training record, the best kept; the copies' mean "
                "served\n"
                f"  early_stopping_patience: {max(5, self.epochs // 5)}  # epochs with no better out-of-fold score or "
-               "loss\n" if self.folds else "  folds: 0  # too few records to validate on: one model, its whole budget\n")
+               "loss\n"
+               "  search: true  # each number encoding (16 and 48 bins) trained in turn, within the time budget; the "
+               "better out of fold served\n" if self.folds else "  folds: 0  # too few records to validate on: one model, its whole budget\n")
             + f"  time_budget_seconds: {TIME_BUDGET_SECONDS}  # of fitting: training ends before an epoch would pass "
             "it (a faster device fits more epochs in it)\n"
             + "evaluate:\n"

@@ -193,6 +193,8 @@ def _training_section(training: dict[str, TrainingReport | None]) -> str:
                          "warm start", "training ran", "validation"], rows))
     parts += [f"<p>{_e(node)}: {_e(report.model_description)}</p>" for node, report in reports.items()
               if not report.skipped and report.model_description]
+    parts += [f"<p>{_e(node)} search: {_e(report.search_line())}</p>" for node, report in reports.items()
+              if not report.skipped and report.search_line()]
     trained = {node: report for node, report in reports.items() if not report.skipped}
     parts.append(_image(_training_figure(trained), "training curves per checkpoint interval"))
     return "\n".join(parts)

@@ -375,8 +375,9 @@ def test_init_bags_the_model_over_folds_when_there_are_enough_records_and_gives_
     train = yaml.safe_load(project.config_text())["train"]
     assert train["folds"] == (init.FOLDS if bagged else 0)
     assert ("early_stopping_patience" in train) == bagged
+    assert train.get("search", False) == bagged  # the number encodings chosen out of fold: only when bagged
     assert train["time_budget_seconds"] == init.TIME_BUDGET_SECONDS > 0
     config = load_config(project.config_path).train
-    assert (config.folds, config.validation_share, config.time_budget_seconds) == (train["folds"], 0.0,
-                                                                                   init.TIME_BUDGET_SECONDS)
+    assert (config.folds, config.validation_share, config.time_budget_seconds, config.search) == (
+        train["folds"], 0.0, init.TIME_BUDGET_SECONDS, bagged)
     assert f"within {init.TIME_BUDGET_SECONDS} s of fitting" in project.render()

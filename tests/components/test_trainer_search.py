@@ -1,0 +1,101 @@
+"""train.search (components/trainer/train.py): the schema-driven model's candidates, its number encodings,
+trained in turn from the same seed and the one best out of fold served; the first alone with the whole time
+budget when its share would cut its plan; no search when warm-starting; the FP32 baseline trains the chosen
+candidate. Real training of models.tabular on the 3,000-row taxi span (the fare, a regression)."""
+import json
+import os
+
+import pytest
+
+from components.core import contract
+from components.core.records import model_ready_dir
+from components.core.task_layers import load_keras_model
+from components.settings import TaskConfig
+from components.trainer.run_fn import candidate_variant
+from components.trainer.train import ADAPT_SAMPLE_SIZE, TrainingJob, read_sample, train
+from models import tabular
+from pipeline.config import load_config
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCHEMA = os.path.join(PROJECT_ROOT, "schemas", "taxi", "schema.pbtxt")
+TASK = TaskConfig(type="regression", label="fare", exclude=["tips", "payment_type"])
+
+
+def _job(files, output, base_model=None, candidate="", **overrides) -> TrainingJob:
+    settings = load_config(check_references=False, train={
+        "model": "models.tabular", "epochs": 4, "batch_size": 64, "folds": 3, "search": True, "xla": "off",
+        "input_probe_steps": 20, "checkpoint_min_seconds": 0, "warm_start": True, **overrides}).train
+    return TrainingJob(settings=settings, serving_model_dir=str(output / "serving"), run_dir=str(output / "run"),
+                       checkpoint_dir=str(output / "checkpoints"), base_model=base_model, task_config=TASK,
+                       schema_path=SCHEMA, candidate=candidate, **files)
+
+
+def _served_edges(serving_dir: str) -> list[float]:
+    """The trip miles' quantile edges in the served model's preprocessing."""
+    preprocessing = load_keras_model(os.path.join(model_ready_dir(serving_dir), contract.PREPROCESSING_FILE))
+    return list(preprocessing.get_layer("trip_miles.scaled").edges)
+
+
+@pytest.fixture(scope="module")
+def searched(files, tmp_path_factory):
+    job = _job(files, tmp_path_factory.mktemp("searched"))
+    return job, train(job)
+
+
+@pytest.mark.training
+def test_search_trains_each_number_encoding_and_serves_the_one_best_out_of_fold(files, searched):
+    job, report = searched
+    assert [tried["name"] for tried in report.candidates] == ["16 bins", "48 bins"] and not report.search_note
+    values = {tried["name"]: tried["validation"] for tried in report.candidates}
+    assert values["16 bins"] != values["48 bins"]
+    best = min(values, key=values.get)  # the fare's MAE: lower is better
+    assert report.candidate == best and report.final_metrics["val_mae"] == values[best]
+    assert report.search_line().startswith(f"{best} chosen out of fold: 16 bins {values['16 bins']:.4f} (best ")
+    assert report.fit_seconds == pytest.approx(sum(tried["fit_seconds"] for tried in report.candidates))
+    # the served preprocessing is the chosen encoding's, fitted to the training sample; the other's differs
+    module = tabular.configure(SCHEMA, TASK)
+    sample = read_sample(job.train_files, {**module.INPUTS, **module.LABEL_INPUTS}, ADAPT_SAMPLE_SIZE)
+    edges = {name: list(module.candidate(name).build_preprocessing(sample).get_layer("trip_miles.scaled").edges)
+             for name in module.CANDIDATES}
+    assert len(edges["48 bins"]) > len(edges["16 bins"])
+    assert _served_edges(job.serving_model_dir) == edges[best]
+    assert module.candidate(best).DESCRIPTION == report.model_description
+
+
+@pytest.mark.training
+def test_a_candidate_trained_alone_is_the_model_the_search_trained(files, searched, tmp_path):
+    """What the FP32 baseline does: the candidate's chosen variant alone, with the budget it had."""
+    job, report = searched
+    with open(os.path.join(job.run_dir, contract.TRAINING_REPORT_FILE)) as handle:
+        written = json.load(handle)
+    settings, candidate = candidate_variant(job.run_dir, job.settings)
+    assert candidate == report.candidate == written["candidate"] and not settings.search
+    chosen = next(tried for tried in report.candidates if tried["name"] == candidate)
+    assert settings.time_budget_seconds == chosen["time_budget_seconds"]
+    other = next(tried for tried in report.candidates if tried["name"] != candidate)
+    alone = train(_job(files, tmp_path / other["name"].replace(" ", "-"), candidate=other["name"], search=False))
+    assert alone.candidates == [] and alone.candidate == other["name"]
+    assert alone.final_metrics["val_mae"] == pytest.approx(other["validation"], rel=1e-6)
+
+
+@pytest.mark.training
+def test_a_first_candidate_its_share_of_the_budget_would_cut_trains_alone_with_the_whole_budget(files, tmp_path):
+    report = train(_job(files, tmp_path, epochs=400, time_budget_seconds=4.0))
+    assert [tried["name"] for tried in report.candidates] == ["16 bins"] and report.candidate == "16 bins"
+    assert report.candidates[0]["time_budget_seconds"] == 4.0 and report.time_budget_seconds == 4.0
+    assert report.intervals_before_budget > report.plan["intervals"]  # the whole budget cut the plan too
+    assert "16 bins alone" in report.search_line() and "whole budget" in report.search_line()
+
+
+@pytest.mark.training
+def test_a_warm_start_continues_the_served_variant_without_a_search(files, searched, tmp_path):
+    job, report = searched
+    warm = train(_job(files, tmp_path, base_model=job.serving_model_dir, epochs=1))
+    assert warm.warm_start["applied"] and warm.candidates == [] and warm.candidate == ""
+    assert warm.search_line() == "not searched: the warm start continues the served model's variant"
+    assert _served_edges(str(tmp_path / "serving")) == _served_edges(job.serving_model_dir)
+
+
+def test_a_candidate_the_model_module_does_not_have_is_named_with_those_it_has():
+    with pytest.raises(ValueError, match=r"no candidate '8 bins': its candidates are 16 bins, 48 bins"):
+        tabular.configure(SCHEMA, TASK).candidate("8 bins")
