@@ -290,7 +290,8 @@ def place_input_cache(job: TrainingJob, setup: TrainingSetup) -> None:
         setup.input_cache.place(split, estimated_bytes(first, setup.plan_examples[split]))
 
 
-def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (), whole_budget: float = 0.0) -> FitResult:
+def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (),
+              whole_budget: float = 0.0) -> FitResult:
     """Builds the model for the device (precision and XLA probed), warm-starts it, cuts the plan to the time
     budget, resumes from this job's checkpoint when there is one, and fits it with the best-interval (when
     validating), time-budget, checkpoint, divergence, throughput and loss-scale callbacks. With

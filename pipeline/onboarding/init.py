@@ -240,8 +240,9 @@ class Project:
                "served\n"
                f"  early_stopping_patience: {max(5, self.epochs // 5)}  # epochs with no better out-of-fold score or "
                "loss\n"
-               "  search: true  # each number encoding (16 and 48 bins) trained in turn, within the time budget; the "
-               "better out of fold served\n" if self.folds else "  folds: 0  # too few records to validate on: one model, its whole budget\n")
+               "  search: true  # the model's number encodings (coarse and fine bins) trained in turn within the time "
+               "budget; the better out of fold served\n"
+               if self.folds else "  folds: 0  # too few records to validate on: one model, its whole budget\n")
             + f"  time_budget_seconds: {TIME_BUDGET_SECONDS}  # of fitting: training ends before an epoch would pass "
             "it (a faster device fits more epochs in it)\n"
             + "evaluate:\n"

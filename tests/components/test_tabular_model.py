@@ -111,10 +111,11 @@ def test_a_log_label_is_predicted_in_the_labels_units_within_the_training_range(
         _module(tmp_path, "binary", transform="log")
 
 
-def _trained(tmp_path, task: str, transform: str = "none", epochs: int = 8, folds: int = 1):
-    """The schema-driven model trained on _table's rows; with folds > 1 the Trainer's bag of one copy per fold,
-    trained with each row's fold."""
+def _trained(tmp_path, task: str, transform: str = "none", epochs: int = 8, folds: int = 1, candidate: str = ""):
+    """The schema-driven model (of `candidate`'s number encoding; "": the default) trained on _table's rows;
+    with folds > 1 the Trainer's bag of one copy per fold, trained with each row's fold."""
     module = _module(tmp_path, task, transform)
+    module = module.candidate(candidate) if candidate else module
     table = _table(1200, task)
     preprocessing = module.build_preprocessing(table)
     model = build_model(module, preprocessing, folds)
@@ -133,14 +134,18 @@ def _device_outputs(flatbuffer: bytes, rows: dict[str, np.ndarray], key: str) ->
                            for i in range(len(next(iter(rows.values()))))])
 
 
-@pytest.mark.parametrize("task, transform, folds", [
-    ("binary", "none", 1), ("multiclass", "none", 1), ("regression", "none", 1), ("regression", "log", 1),
-    ("binary", "none", 4), ("multiclass", "none", 3), ("regression", "log", 4)])
+@pytest.mark.parametrize("task, transform, folds, candidate", [
+    ("binary", "none", 1, ""), ("multiclass", "none", 1, ""), ("regression", "none", 1, ""),
+    ("regression", "log", 1, ""), ("binary", "none", 4, ""), ("multiclass", "none", 3, ""),
+    ("regression", "log", 4, ""), ("binary", "none", 4, "48 bins"), ("regression", "log", 4, "48 bins")])
 def test_the_device_model_converts_with_builtins_and_int8_stays_within_the_ladders_tolerance(tmp_path, task, transform,
-                                                                                           folds):
-    """The schema-driven model alone, and the bag of one copy per fold that the Trainer serves with folds."""
+                                                                                           folds, candidate):
+    """The schema-driven model alone, and the bag of one copy per fold that the Trainer serves with folds; in
+    the default number encoding, and in the finer one train.search may choose."""
     variants = ("dynamic_int8", "full_int8")
-    module, table, preprocessing, model = _trained(tmp_path, task, transform, folds=folds)
+    module, table, preprocessing, model = _trained(tmp_path, task, transform, folds=folds, candidate=candidate)
+    bins = len(preprocessing.get_layer("distance.scaled").edges) - 1
+    assert bins == (tabular.FINE_BINS if candidate else tabular.BINS)  # 1,200 rows: each encoding's most
     # alone, an ensemble of ENSEMBLE_MEMBERS; bagged, BAGGED_MEMBERS per copy (as many passes per example)
     networks = [model.get_layer(COPY_NAME.format(f)) for f in range(folds)] if folds > 1 else [model]
     assert [members_count(network) for network in networks] == (

@@ -286,6 +286,8 @@ def test_a_csv_becomes_a_pushed_gated_model_in_three_commands_with_no_code(tmp_p
     pushed = next(line.split("pushed to: ", 1)[1] for line in summary.splitlines() if "pushed to: " in line)
     assert pushed.startswith(str(folder)) and os.path.exists(os.path.join(pushed, "model.tflite"))
     assert "beats_trivial: candidate" in summary and "(pass)" in summary
+    # what the search over the number encodings tried (or why the default trained alone)
+    assert re.search(r"\n    search: (\d+ bins chosen out of fold: \d+ bins \d|\d+ bins alone: its share)", summary), summary
     outputs = tf.saved_model.load(pushed).signatures["serving_raw"].structured_outputs
     assert set(outputs) == ({"scores", "classes"} if task == "multiclass" else {"predictions"})
 
