@@ -120,7 +120,8 @@ class TrainingReport:
     stopped_at_budget: bool = False  # the time budget ended training
     # the model module's candidate served (its CANDIDATES' name; "": a module without candidates, or the warm
     # start's variant); with train.search, what each candidate tried scored: name, validation (the best
-    # interval's value), best_interval, intervals_run, fit_seconds, time_budget_seconds, in the order trained
+    # interval's value), best_interval, intervals_run, fit_seconds, time_budget_seconds, resumed_from_step, in
+    # the order trained
     candidate: str = ""
     candidates: list[dict] = field(default_factory=list)
     search_note: str = ""  # why train.search tried no candidate, or stopped after the first

@@ -160,7 +160,8 @@ class Search:
     def to_json(self) -> list[dict]:
         return [{"name": name, "validation": fitted.best.best_value, "best_interval": fitted.best.best_interval,
                  "intervals_run": len(next(iter(fitted.history.values()), [])), "fit_seconds": fitted.fit_seconds,
-                 "time_budget_seconds": setup.settings.time_budget_seconds}
+                 "time_budget_seconds": setup.settings.time_budget_seconds,
+                 "resumed_from_step": fitted.resumed_from_step}
                 for name, setup, fitted in self.tried]
 
 

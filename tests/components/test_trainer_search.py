@@ -5,6 +5,7 @@ candidate. Real training of models.tabular on the 3,000-row taxi span (the fare,
 import json
 import os
 
+import keras
 import pytest
 
 from components.core import contract
@@ -99,3 +100,33 @@ def test_a_warm_start_continues_the_served_variant_without_a_search(files, searc
 def test_a_candidate_the_model_module_does_not_have_is_named_with_those_it_has():
     with pytest.raises(ValueError, match=r"no candidate '8 bins': its candidates are 16 bins, 48 bins"):
         tabular.configure(SCHEMA, TASK).candidate("8 bins")
+
+
+class _FailInSecondCandidate(keras.callbacks.Callback):
+    """Fails the search after the second candidate's second interval, once its checkpoint is written."""
+
+    def __init__(self):
+        super().__init__()
+        self.fits = 0
+
+    def on_train_begin(self, logs=None):
+        self.fits += 1
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.fits == 2 and epoch == 1:
+            raise RuntimeError("killed")
+
+
+@pytest.mark.training
+def test_a_search_that_fails_resumes_the_candidate_it_was_training(files, searched, tmp_path):
+    job = _job(files, tmp_path)
+    with pytest.raises(RuntimeError, match="killed"):
+        train(job, extra_callbacks=(_FailInSecondCandidate(),))
+    assert os.listdir(job.checkpoint_dir) == ["candidate-1"]  # the first one's ended with its training
+    report = train(job)
+    first, second = report.candidates
+    assert first["resumed_from_step"] == 0 and second["resumed_from_step"] > 0
+    # from the same seed, the same models as the search that was never stopped
+    _, uninterrupted = searched
+    assert [c["name"] for c in report.candidates] == [c["name"] for c in uninterrupted.candidates]
+    assert first["validation"] == pytest.approx(uninterrupted.candidates[0]["validation"], rel=1e-6)
