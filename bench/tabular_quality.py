@@ -158,13 +158,15 @@ def run_figures(output: str) -> dict:
     training = _read_json(output, "pipeline/Trainer/model_run/*/training_report.json") or {}
     figures["trainer_seconds"] = _number(training.get("total_seconds"))
     figures["fit_seconds"] = _number(training.get("fit_seconds"))
-    # e.g. "best 9 of 26 (4 folds), 48 bins chosen among 2": what training ran and kept, and what the search chose
+    # e.g. "best 9 of 26 (4 folds), 48 bins chosen among 2" (or "16 bins alone"): what training ran and kept, and
+    # what the search chose
     if training.get("intervals_run"):
         tried = training.get("candidates") or []
         figures["schedule"] = (f"best {training.get('best_interval') or training['intervals_run']} of "
                                f"{training['intervals_run']}" + (f" ({training['folds']} folds)"
                                                                  if training.get("folds", 1) > 1 else "")
-                               + (f", {training['candidate']} chosen among {len(tried)}" if tried else ""))
+                               + (f", {training['candidate']} chosen among {len(tried)}" if len(tried) > 1 else
+                                  f", {training['candidate']} alone" if tried else ""))
     export = _read_json(output, "pipeline/ModelExport/*/*/export_report.json") or {}
     metric = export.get("primary_metric") or figures["metric"]
     figures["savedmodel"] = _number((export.get("savedmodel") or {}).get(metric))

@@ -142,7 +142,8 @@ class TrainConfig:
     # with validation_share or folds: train each of the model module's CANDIDATES in turn (models.tabular: its
     # number encodings), each with the time budget left shared among those still to train, and serve the one
     # best on validation (out of fold with folds); the first alone, with the whole budget, when its share would
-    # cut its plan. No search when warm-starting (the served model's variant continues)
+    # cut its plan. Without a time budget (or on several workers, which do not apply it) every candidate trains
+    # its whole plan. No search when warm-starting (the served model's variant continues)
     search: bool = setting(False)
     # with validation_share or folds: stop after this many intervals in which neither the validation score nor
     # the validation loss improved (the best score's interval is kept either way); 0 = never stop early

@@ -120,7 +120,7 @@ class SchemaModel:
         self.missing_spellings = spellings(missing_tokens)  # a served string input reads these as missing
         self._features = None  # name -> schema dtype, read on first use
         self._training_labels = np.zeros(0)  # the training sample's labels, which the task's output layer fits
-        self.candidate_name = self.CANDIDATES[0]  # the number encoding: the default one
+        self._encoding = self.CANDIDATES[0]  # the number encoding: the default one
         self.DESCRIPTION = self._description()
 
     @property
@@ -135,12 +135,12 @@ class SchemaModel:
             raise ValueError(f"models.tabular has no candidate {name!r}: its candidates are "
                              f"{', '.join(self.CANDIDATES)}")
         chosen = copy.copy(self)
-        chosen.candidate_name = name
+        chosen._encoding = name
         chosen.DESCRIPTION = chosen._description()
         return chosen
 
     def _description(self) -> str:
-        bins, rows = _encodings()[self.candidate_name]
+        bins, rows = _encodings()[self._encoding]
         return (f"numbers: robust scale, smooth clip and piecewise-linear encoding over up to {bins} quantile bins "
                 f"(one per {rows} training rows); categories: embeddings; {_network(ENSEMBLE_MEMBERS, HIDDEN_UNITS)} "
                 f"(bagged over folds: {_network(BAGGED_MEMBERS, HIDDEN_UNITS)} per fold)"
@@ -203,7 +203,7 @@ class SchemaModel:
         inputs = {name: keras.Input(shape=(), name=internal[name], dtype=keras_dtype(spec.dtype))
                   for name, spec in specs.items()}
         rows = len(next(iter(sample.values()))) if sample else 0
-        most, rows_per_bin = _encodings()[self.candidate_name]
+        most, rows_per_bin = _encodings()[self._encoding]
         bins = max(2, min(most, rows // rows_per_bin))
         outputs = {}
 

@@ -46,8 +46,9 @@ class ModelModule(typing.Protocol):
         Optional beside it: make_loss() -> a Keras loss, used instead of the task's default; INPUT_NOTES, a dict
         column -> what a caller of the device model passes for it (e.g. a date's unit), which the export
         report shows; DESCRIPTION, a line saying what the model is, which the training report shows;
-        CANDIDATES, names of variants of the model (the default first), and candidate(name) -> the module with
-        that variant, which the Trainer trains in turn with `train.search`, serving the best out of fold."""
+        CANDIDATES, names of variants of the model (the default first), and candidate(name) -> a new module object
+        with that variant (the one it is called on unchanged), which the Trainer trains in turn with
+        `train.search`, serving the one best on validation."""
 
 
 CONSTANTS = ("TASK", "CLASSES", "INPUTS", "LABEL_INPUTS", "LABEL_KEY")

@@ -38,6 +38,7 @@ class ModelFacts:
     xla: bool | None
     labels: dict[str, LabelSummary] = field(default_factory=dict)
     legacy: bool = False
+    variant: str = ""  # the model module's candidate it was built as ("": a module without candidates)
 
     @property
     def task(self) -> Task:
@@ -45,7 +46,7 @@ class ModelFacts:
 
     def to_json(self) -> dict:
         return {"model": self.model, "task": self.task_name, "label": self.label, "classes": list(self.classes),
-                "precision": self.precision, "xla": self.xla,
+                "precision": self.precision, "xla": self.xla, "variant": self.variant,
                 "labels": {split: summary.to_json() for split, summary in self.labels.items()}}
 
     @classmethod
@@ -54,7 +55,8 @@ class ModelFacts:
             return cls("", LEGACY_TASK, "", (), "", None, {}, legacy=True)
         return cls(value.get("model", ""), value.get("task", LEGACY_TASK), value.get("label", ""),
                    tuple(value.get("classes", ())), value.get("precision", ""), value.get("xla"),
-                   {split: LabelSummary.from_json(summary) for split, summary in value.get("labels", {}).items()})
+                   {split: LabelSummary.from_json(summary) for split, summary in value.get("labels", {}).items()},
+                   variant=value.get("variant", ""))
 
 
 def write_model_facts(serving_model_dir: str, facts: ModelFacts) -> None:
@@ -118,8 +120,8 @@ class TrainingReport:
     time_budget_seconds: float = 0.0  # train.time_budget_seconds (0: none)
     intervals_before_budget: int = 0  # the intervals planned before the time budget cut them (0: not cut)
     stopped_at_budget: bool = False  # the time budget ended training
-    # the model module's candidate served (its CANDIDATES' name; "": a module without candidates, or the warm
-    # start's variant); with train.search, what each candidate tried scored: name, validation (the best
+    # the model module's candidate served (its CANDIDATES' name; "": a module without candidates; a warm start
+    # continues the base model's); with train.search, what each candidate tried scored: name, validation (the best
     # interval's value), best_interval, intervals_run, fit_seconds, time_budget_seconds, resumed_from_step, in
     # the order trained
     candidate: str = ""
@@ -190,18 +192,19 @@ class TrainingReport:
         return line
 
     def search_line(self) -> str:
-        """What train.search tried and chose, e.g. "48 bins chosen out of fold: 48 bins 1.7349 (best 50 of 110),
-        16 bins 1.8012 (best 41 of 90)", or why it tried none ("" without a search)."""
+        """What train.search tried and chose, in the order trained, e.g. "16 bins chosen out of fold: 16 bins
+        0.8272 (best 36 of 49), 48 bins 0.8213 (best 39 of 52)", and why it stopped short or tried none ("":
+        no search)."""
         if len(self.candidates) < 2:
             return self.search_note
         where = "out of fold" if self.folds > 1 else "on validation"
-        tried = ", ".join(f"{c['name']} {c['validation']:.4f} (best {c['best_interval']} of {c['intervals_run']})"
-                          for c in self.candidates)
-        return f"{self.candidate} chosen {where}: {tried}"
+        tried = ", ".join(f"{c['name']} {'n/a' if c['validation'] is None else format(c['validation'], '.4f')} "
+                          f"(best {c['best_interval']} of {c['intervals_run']})" for c in self.candidates)
+        return f"{self.candidate} chosen {where}: {tried}" + (f"; {self.search_note}" if self.search_note else "")
 
     def facts(self) -> ModelFacts:
         return ModelFacts(self.model, self.task_name, self.label, tuple(self.classes), self.precision, self.xla,
-                          dict(self.labels))
+                          dict(self.labels), variant=self.candidate)
 
     def to_json(self) -> dict:
         if self.skipped:

@@ -21,7 +21,7 @@ from absl import logging
 
 from components.core import artifact_files, contract
 from components.core.model_module import ModelModule, load_model_module, task_of
-from components.core.records import TrainingReport, write_model_facts
+from components.core.records import TrainingReport, read_model_facts, write_model_facts
 from components.core.tasks import LabelSummary
 from components.settings import TaskConfig, TrainConfig
 from components.trainer import callbacks as training_callbacks
@@ -38,6 +38,7 @@ from components.trainer.probing import build_for_device, in_memory_batches, inpu
 from components.trainer.warm_start import WarmStart, apply_warm_start, load_warm_start
 
 ADAPT_SAMPLE_SIZE = 20_000  # rows used to fit the preprocessing layers (vocabularies, normalization)
+MIN_SHARE_SECONDS = 1.0  # a searched candidate left less of the time budget than this is not trained
 
 
 @dataclasses.dataclass
@@ -82,6 +83,7 @@ class TrainingSetup:
     validation_examples: int = 0
     sample: dict | None = None  # the training rows the preprocessing was fitted to (None: the warm start's)
     plan_examples: dict[str, int] = dataclasses.field(default_factory=dict)  # records per split fit reads
+    variant: str = ""  # the model module's candidate built ("": a module without candidates)
 
     @property
     def folds(self) -> int:
@@ -179,14 +181,28 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> TrainingReport:
     return report_and_export(job, chosen_setup, fitted, time.monotonic() - started, search=search)
 
 
+def base_variant(base_model: str | None, model_module: ModelModule) -> str:
+    """The candidate the base model (a warm start's) was built as, when the model module has it; else ""."""
+    if not base_model:
+        return ""
+    try:
+        variant = read_model_facts(base_model).variant
+    except (OSError, ValueError):  # an unreadable base: the warm start says why, and trains from scratch
+        return ""
+    return variant if variant in getattr(model_module, "CANDIDATES", ()) else ""
+
+
 def candidates_to_search(job: TrainingJob, setup: TrainingSetup) -> tuple[tuple[str, ...], str]:
     """Input: the job and its setup. Output: the model module's candidates settings.search trains in turn
     (fewer than two: no search) and why none are searched ("" when they are, or search is off)."""
     names = tuple(getattr(setup.model_module, "CANDIDATES", ()))
-    if not setup.settings.search or job.candidate or len(names) < 2:
+    if not setup.settings.search or job.candidate:
         return (), ""
+    if len(names) < 2:
+        return (), f"not searched: {setup.settings.model} declares no candidates to choose among"
     if setup.warm.preprocessing is not None:
-        return (), "not searched: the warm start continues the served model's variant"
+        return (), "not searched: the warm start continues the served model's variant" + (
+            f", {setup.variant}" if setup.variant else "")
     if not setup.validation_examples:
         return (), "not searched: no validation (train.folds or train.validation_share) to choose by"
     return names, ""
@@ -197,18 +213,33 @@ def search_candidates(job: TrainingJob, setup: TrainingSetup, names: tuple[str, 
     """Trains each candidate in turn (the first is set_up's: the module's default), each from the same seed
     with the time budget left shared among those still to train, and each with a checkpoint folder of its own
     (a killed search resumes the candidate it was in; those before it train again). When the first one's
-    share would cut its plan it trains alone with the whole budget and the search ends there."""
+    share would cut its plan it trains alone with the whole budget and the search ends there; it also ends
+    when no time is left, or when a later candidate diverges (the ones before it still compete). Without a
+    time budget every candidate trains its whole plan."""
     budget, spent = setup.settings.time_budget_seconds, 0.0
     search = Search([], budget)
     for index, name in enumerate(names):
         share = (budget - spent) / (len(names) - index) if budget else 0.0
+        if budget and share < MIN_SHARE_SECONDS:
+            search.note = f"{', '.join(names[index:])} not tried: the {budget:g} s time budget was spent"
+            break
         candidate = setup if index == 0 else with_candidate(job, setup, name)
         candidate.settings = dataclasses.replace(candidate.settings, time_budget_seconds=share)
-        candidate_job = dataclasses.replace(job, checkpoint_dir=os.path.join(job.checkpoint_dir, f"candidate-{index}"))
+        folder = f"candidate-{index}"  # its own checkpoints and TensorBoard logs
+        candidate_job = dataclasses.replace(job, checkpoint_dir=os.path.join(job.checkpoint_dir, folder),
+                                            run_dir=os.path.join(job.run_dir, folder))
         logging.info("Search: candidate %d of %d, %s%s", index + 1, len(names), name,
                      f", {share:.0f} s of the time budget" if budget else "")
-        with candidate.input_cache:
-            fitted = fit_model(candidate_job, candidate, extra_callbacks, whole_budget=budget if index == 0 else 0.0)
+        try:
+            with candidate.input_cache:
+                fitted = fit_model(candidate_job, candidate, extra_callbacks,
+                                   whole_budget=budget if index == 0 else 0.0)
+        except training_callbacks.TrainingDivergedError as error:
+            if not search.tried:
+                raise
+            logging.warning("Search: %s diverged, left out (%s)", name, error)
+            search.note = f"{name} left out: {error}"
+            break
         search.tried.append((name, candidate, fitted))
         spent += fitted.fit_seconds
         if fitted.alone:
@@ -224,6 +255,7 @@ def with_candidate(job: TrainingJob, setup: TrainingSetup, name: str) -> Trainin
     module = setup.model_module.candidate(name)
     keras.utils.set_random_seed(setup.settings.seed)
     candidate = dataclasses.replace(setup, model_module=module, preprocessing=module.build_preprocessing(setup.sample),
+                                    variant=name,
                                     plan=training_plan(setup.plan_examples["train"], setup.settings,
                                                        setup.strategy.num_replicas_in_sync),
                                     input_cache=PreprocessedCache(memory_budget_bytes(setup.settings.cache_max_mb),
@@ -246,8 +278,9 @@ def set_up(job: TrainingJob) -> TrainingSetup:
     logging.info("Training on %s: strategy %s (%s), %d replica(s)", device, strategy_choice.value,
                  strategy_choice.reason, replicas)
     model_module = load_model_module(settings.model, job.task_config, job.schema_path)
-    if job.candidate:
-        model_module = model_module.candidate(job.candidate)
+    variant = job.candidate or (base_variant(job.base_model, model_module) if settings.warm_start else "")
+    if variant:
+        model_module = model_module.candidate(variant)
     keras.utils.set_random_seed(settings.seed)
     keras.config.set_dtype_policy("float32")
     warm = load_warm_start(model_module, job.base_model, settings.warm_start, settings.folds)
@@ -278,7 +311,8 @@ def set_up(job: TrainingJob) -> TrainingSetup:
     setup = TrainingSetup(settings, device, strategy_choice, strategy, model_module, warm, preprocessing, labels,
                           training_plan(examples["train"], settings, replicas),
                           PreprocessedCache(memory_budget_bytes(settings.cache_max_mb), job.scratch_dir),
-                          multi_worker, validation_examples=validating, sample=sample, plan_examples=examples)
+                          multi_worker, validation_examples=validating, sample=sample, plan_examples=examples,
+                          variant=variant or next(iter(getattr(model_module, "CANDIDATES", ())), ""))
     place_input_cache(job, setup)
     return setup
 
@@ -412,7 +446,7 @@ def report_and_export(job: TrainingJob, setup: TrainingSetup, fitted: FitResult,
         best_interval=fitted.best.best_interval if fitted.best else 0,
         stopped_early=bool(fitted.best and fitted.best.stopped_early),
         time_budget_seconds=search.budget if search else setup.settings.time_budget_seconds,
-        candidate=getattr(module, "candidate_name", "") if setup.warm.preprocessing is None else "",
+        candidate=setup.variant,
         candidates=search.to_json() if search else [], search_note=(search.note if search else search_note),
         intervals_before_budget=setup.intervals_before_budget,
         stopped_at_budget=bool(fitted.budget and fitted.budget.stopped))

@@ -4,16 +4,17 @@ budget when its share would cut its plan; no search when warm-starting; the FP32
 candidate. Real training of models.tabular on the 3,000-row taxi span (the fare, a regression)."""
 import json
 import os
+import types
 
 import keras
 import pytest
 
 from components.core import contract
-from components.core.records import model_ready_dir
+from components.core.records import TrainingReport, model_ready_dir
 from components.core.task_layers import load_keras_model
 from components.settings import TaskConfig
 from components.trainer.run_fn import candidate_variant
-from components.trainer.train import ADAPT_SAMPLE_SIZE, TrainingJob, read_sample, train
+from components.trainer.train import ADAPT_SAMPLE_SIZE, Search, TrainingJob, read_sample, train
 from models import tabular
 from pipeline.config import load_config
 
@@ -37,9 +38,12 @@ def _served_edges(serving_dir: str) -> list[float]:
     return list(preprocessing.get_layer("trip_miles.scaled").edges)
 
 
+BUDGET = 300.0  # seconds: more than the small plans here need, shared between the candidates
+
+
 @pytest.fixture(scope="module")
 def searched(files, tmp_path_factory):
-    job = _job(files, tmp_path_factory.mktemp("searched"))
+    job = _job(files, tmp_path_factory.mktemp("searched"), time_budget_seconds=BUDGET)
     return job, train(job)
 
 
@@ -53,6 +57,12 @@ def test_search_trains_each_number_encoding_and_serves_the_one_best_out_of_fold(
     assert report.candidate == best and report.final_metrics["val_mae"] == values[best]
     assert report.search_line().startswith(f"{best} chosen out of fold: 16 bins {values['16 bins']:.4f} (best ")
     assert report.fit_seconds == pytest.approx(sum(tried["fit_seconds"] for tried in report.candidates))
+    # the budget shared: half for the first; the second has what the first left
+    first, second = report.candidates
+    assert first["time_budget_seconds"] == BUDGET / 2 and report.time_budget_seconds == BUDGET
+    assert second["time_budget_seconds"] == pytest.approx(BUDGET - first["fit_seconds"])
+    # each candidate's TensorBoard logs in a folder of its own
+    assert {"candidate-0", "candidate-1"} <= set(os.listdir(job.run_dir))
     # the served preprocessing is the chosen encoding's, fitted to the training sample; the other's differs
     module = tabular.configure(SCHEMA, TASK)
     sample = read_sample(job.train_files, {**module.INPUTS, **module.LABEL_INPUTS}, ADAPT_SAMPLE_SIZE)
@@ -64,7 +74,7 @@ def test_search_trains_each_number_encoding_and_serves_the_one_best_out_of_fold(
 
 
 @pytest.mark.training
-def test_a_candidate_trained_alone_is_the_model_the_search_trained(files, searched, tmp_path):
+def test_each_candidate_trained_alone_is_the_model_the_search_trained(files, searched, tmp_path):
     """What the FP32 baseline does: the candidate's chosen variant alone, with the budget it had."""
     job, report = searched
     with open(os.path.join(job.run_dir, contract.TRAINING_REPORT_FILE)) as handle:
@@ -72,11 +82,12 @@ def test_a_candidate_trained_alone_is_the_model_the_search_trained(files, search
     settings, candidate = candidate_variant(job.run_dir, job.settings)
     assert candidate == report.candidate == written["candidate"] and not settings.search
     chosen = next(tried for tried in report.candidates if tried["name"] == candidate)
-    assert settings.time_budget_seconds == chosen["time_budget_seconds"]
-    other = next(tried for tried in report.candidates if tried["name"] != candidate)
-    alone = train(_job(files, tmp_path / other["name"].replace(" ", "-"), candidate=other["name"], search=False))
-    assert alone.candidates == [] and alone.candidate == other["name"]
-    assert alone.final_metrics["val_mae"] == pytest.approx(other["validation"], rel=1e-6)
+    assert settings.time_budget_seconds == chosen["time_budget_seconds"] > 0
+    for tried in report.candidates:
+        alone = train(_job(files, tmp_path / tried["name"].replace(" ", "-"), candidate=tried["name"], search=False,
+                           time_budget_seconds=tried["time_budget_seconds"]))
+        assert alone.candidates == [] and alone.candidate == tried["name"]
+        assert alone.final_metrics["val_mae"] == pytest.approx(tried["validation"], rel=1e-6), tried["name"]
 
 
 @pytest.mark.training
@@ -92,9 +103,11 @@ def test_a_first_candidate_its_share_of_the_budget_would_cut_trains_alone_with_t
 def test_a_warm_start_continues_the_served_variant_without_a_search(files, searched, tmp_path):
     job, report = searched
     warm = train(_job(files, tmp_path, base_model=job.serving_model_dir, epochs=1))
-    assert warm.warm_start["applied"] and warm.candidates == [] and warm.candidate == ""
-    assert warm.search_line() == "not searched: the warm start continues the served model's variant"
+    assert warm.warm_start["applied"] and warm.candidates == [] and warm.candidate == report.candidate
+    assert warm.search_line() == ("not searched: the warm start continues the served model's variant, "
+                                  f"{report.candidate}")
     assert _served_edges(str(tmp_path / "serving")) == _served_edges(job.serving_model_dir)
+    assert warm.model_description == report.model_description  # the served variant's, not the default's
 
 
 def test_a_candidate_the_model_module_does_not_have_is_named_with_those_it_has():
@@ -130,3 +143,26 @@ def test_a_search_that_fails_resumes_the_candidate_it_was_training(files, search
     _, uninterrupted = searched
     assert [c["name"] for c in report.candidates] == [c["name"] for c in uninterrupted.candidates]
     assert first["validation"] == pytest.approx(uninterrupted.candidates[0]["validation"], rel=1e-6)
+
+
+def _tried(task: str, *values) -> Search:
+    """A search whose candidates a, b, ... ended with these validation values (None: none measured)."""
+    setup = types.SimpleNamespace(model_module=types.SimpleNamespace(TASK=task))
+    return Search([(name, setup, types.SimpleNamespace(best=types.SimpleNamespace(best_value=value)))
+                   for name, value in zip("abc", values)])
+
+
+@pytest.mark.parametrize("task, values, chosen", [
+    ("binary", (0.90, 0.92), "b"), ("multiclass", (0.81, 0.80), "a"), ("regression", (2.0, 1.9), "b"),
+    ("binary", (0.90, 0.90), "a"), ("regression", (None, 5.0), "b"), ("binary", (0.7, None, 0.6), "a")])
+def test_the_search_serves_the_best_on_validation_in_the_task_s_direction_the_default_on_a_tie(task, values, chosen):
+    assert _tried(task, *values).chosen()[0] == chosen
+
+
+def test_the_search_line_says_what_each_candidate_scored_and_why_the_search_stopped_short():
+    report = TrainingReport(folds=8, candidate="16 bins", search_note="48 bins left out: diverged", candidates=[
+        {"name": "16 bins", "validation": 0.8272, "best_interval": 36, "intervals_run": 49},
+        {"name": "32 bins", "validation": None, "best_interval": 0, "intervals_run": 0}])
+    assert report.search_line() == ("16 bins chosen out of fold: 16 bins 0.8272 (best 36 of 49), 32 bins n/a "
+                                    "(best 0 of 0); 48 bins left out: diverged")
+    assert TrainingReport(search_note="not searched: x").search_line() == "not searched: x"

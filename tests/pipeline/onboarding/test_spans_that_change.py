@@ -224,6 +224,7 @@ def test_runs_over_spans_that_lack_labels_and_add_or_fill_columns_train_and_say_
     assert code == 0 and "left out: later (no value in any record" in out, err
     config = (tmp_path / "data.yaml").read_text()
     # 3 epochs, one number encoding: how long training runs and the search are not what this tests
+    assert "search: true" in config
     (tmp_path / "data.yaml").write_text(config.replace("epochs: ", "epochs: 3  # was ", 1)
                                      .replace("search: true", "search: false"))
     code, out, err = _cli("run", "--config", "data.yaml")
