@@ -190,8 +190,7 @@ class Project:
                 lines.append(f"{setting.replace('_', ' ')}: {value} ({reason})")
         lines += [f"note: {note}" for note in self.notes]
         kept = (f"the model trained once per fold of {self.folds} (each copy on the other folds), every epoch "
-                f"scored out of fold on all {self.training_records:,} training records, the best kept; two number "
-                "encodings tried while the time budget allows, the better out of fold served"
+                f"scored out of fold on all {self.training_records:,} training records, the best kept"
                 if self.folds else "one model, no validation (too few records)")
         lines += [f"eval split: {self.eval_fraction:.0%} of the records",
                   f"training: batch size {self.batch_size}, up to {self.epochs} epochs within "
@@ -240,8 +239,8 @@ class Project:
                "served\n"
                f"  early_stopping_patience: {max(5, self.epochs // 5)}  # epochs with no better out-of-fold score or "
                "loss\n"
-               "  search: true  # the model's number encodings (coarse and fine bins) trained in turn within the time "
-               "budget; the better out of fold served\n"
+               "  search: false  # true: the model's number encodings (coarse and fine bins) trained in turn within the "
+               "time budget, the better out of fold served\n"
                if self.folds else "  folds: 0  # too few records to validate on: one model, its whole budget\n")
             + f"  time_budget_seconds: {TIME_BUDGET_SECONDS}  # of fitting: training ends before an epoch would pass "
             "it (a faster device fits more epochs in it)\n"
