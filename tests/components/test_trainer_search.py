@@ -24,9 +24,10 @@ TASK = TaskConfig(type="regression", label="fare", exclude=["tips", "payment_typ
 
 
 def _job(files, output, base_model=None, candidate="", **overrides) -> TrainingJob:
+    # no timing of the model or the host unless asked: only the budget's cut needs the model's rate
     settings = load_config(check_references=False, train={
         "model": "models.tabular", "epochs": 4, "batch_size": 64, "folds": 3, "search": True, "xla": "off",
-        "input_probe_steps": 20, "checkpoint_min_seconds": 0, "warm_start": True, **overrides}).train
+        "input_probe_steps": 0, "checkpoint_min_seconds": 0, "warm_start": True, **overrides}).train
     return TrainingJob(settings=settings, serving_model_dir=str(output / "serving"), run_dir=str(output / "run"),
                        checkpoint_dir=str(output / "checkpoints"), base_model=base_model, task_config=TASK,
                        schema_path=SCHEMA, candidate=candidate, **files)
@@ -74,8 +75,9 @@ def test_search_trains_each_number_encoding_and_serves_the_one_best_out_of_fold(
 
 
 @pytest.mark.training
-def test_each_candidate_trained_alone_is_the_model_the_search_trained(files, searched, tmp_path):
-    """What the FP32 baseline does: the candidate's chosen variant alone, with the budget it had."""
+def test_a_candidate_trained_alone_is_the_model_the_search_trained(files, searched, tmp_path):
+    """What the FP32 baseline does: the candidate's chosen variant alone, with the budget it had. The second
+    candidate here (the first, trained again, is in the resumed search below)."""
     job, report = searched
     with open(os.path.join(job.run_dir, contract.TRAINING_REPORT_FILE)) as handle:
         written = json.load(handle)
@@ -83,16 +85,16 @@ def test_each_candidate_trained_alone_is_the_model_the_search_trained(files, sea
     assert candidate == report.candidate == written["candidate"] and not settings.search
     chosen = next(tried for tried in report.candidates if tried["name"] == candidate)
     assert settings.time_budget_seconds == chosen["time_budget_seconds"] > 0
-    for tried in report.candidates:
-        alone = train(_job(files, tmp_path / tried["name"].replace(" ", "-"), candidate=tried["name"], search=False,
-                           time_budget_seconds=tried["time_budget_seconds"]))
-        assert alone.candidates == [] and alone.candidate == tried["name"]
-        assert alone.final_metrics["val_mae"] == pytest.approx(tried["validation"], rel=1e-6), tried["name"]
+    second = report.candidates[1]
+    alone = train(_job(files, tmp_path, candidate=second["name"], search=False,
+                       time_budget_seconds=second["time_budget_seconds"]))
+    assert alone.candidates == [] and alone.candidate == second["name"]
+    assert alone.final_metrics["val_mae"] == pytest.approx(second["validation"], rel=1e-6)
 
 
 @pytest.mark.training
 def test_a_first_candidate_its_share_of_the_budget_would_cut_trains_alone_with_the_whole_budget(files, tmp_path):
-    report = train(_job(files, tmp_path, epochs=400, time_budget_seconds=4.0))
+    report = train(_job(files, tmp_path, epochs=400, time_budget_seconds=4.0, input_probe_steps=20))
     assert [tried["name"] for tried in report.candidates] == ["16 bins"] and report.candidate == "16 bins"
     assert report.candidates[0]["time_budget_seconds"] == 4.0 and report.time_budget_seconds == 4.0
     assert report.intervals_before_budget > report.plan["intervals"]  # the whole budget cut the plan too
