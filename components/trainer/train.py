@@ -141,6 +141,11 @@ class FitResult:
     # whole budget
     alone: bool = False
 
+    @property
+    def intervals_run(self) -> int:
+        """The intervals this fit ran (a resumed job: those after its checkpoint)."""
+        return len(next(iter(self.history.values()), []))
+
 
 @dataclasses.dataclass
 class Search:
@@ -161,7 +166,7 @@ class Search:
 
     def to_json(self) -> list[dict]:
         return [{"name": name, "validation": fitted.best.best_value, "best_interval": fitted.best.best_interval,
-                 "intervals_run": len(next(iter(fitted.history.values()), [])), "fit_seconds": fitted.fit_seconds,
+                 "intervals_run": fitted.intervals_run, "fit_seconds": fitted.fit_seconds,
                  "time_budget_seconds": setup.settings.time_budget_seconds,
                  "resumed_from_step": fitted.resumed_from_step}
                 for name, setup, fitted in self.tried]
@@ -442,7 +447,7 @@ def report_and_export(job: TrainingJob, setup: TrainingSetup, fitted: FitResult,
         fit_seconds=sum(tried.fit_seconds for _, _, tried in search.tried) if search else fitted.fit_seconds,
         final_metrics=_final_metrics(fitted), history=fitted.history,
         model_description=getattr(module, "DESCRIPTION", ""), validation_examples=setup.validation_examples,
-        folds=setup.folds, intervals_run=len(next(iter(fitted.history.values()), [])),
+        folds=setup.folds, intervals_run=fitted.intervals_run,
         best_interval=fitted.best.best_interval if fitted.best else 0,
         stopped_early=bool(fitted.best and fitted.best.stopped_early),
         time_budget_seconds=search.budget if search else setup.settings.time_budget_seconds,
