@@ -215,7 +215,7 @@ def candidates_to_search(job: TrainingJob, setup: TrainingSetup) -> tuple[tuple[
 
 def search_candidates(job: TrainingJob, setup: TrainingSetup, names: tuple[str, ...],
                       extra_callbacks: tuple = ()) -> Search:
-    """Trains each candidate in turn (the first is set_up's: the module's default), each from the same seed
+    """Trains each candidate in turn (the one set_up built is used as built), each from the same seed
     with the time budget left shared among those still to train, and each with a checkpoint folder of its own
     (a killed search resumes the candidate it was in; those before it train again). When the first one's
     share would cut its plan it trains alone with the whole budget and the search ends there; it also ends
@@ -228,7 +228,8 @@ def search_candidates(job: TrainingJob, setup: TrainingSetup, names: tuple[str, 
         if budget and share < MIN_SHARE_SECONDS:
             search.note = f"{', '.join(names[index:])} not tried: the {budget:g} s time budget was spent"
             break
-        candidate = setup if index == 0 else with_candidate(job, setup, name)
+        # set_up built one variant (a warm start's base's, when its weights did not fit): the others are built here
+        candidate = setup if name == setup.variant else with_candidate(job, setup, name)
         candidate.settings = dataclasses.replace(candidate.settings, time_budget_seconds=share)
         folder = f"candidate-{index}"  # its own checkpoints and TensorBoard logs
         candidate_job = dataclasses.replace(job, checkpoint_dir=os.path.join(job.checkpoint_dir, folder),

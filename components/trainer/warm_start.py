@@ -2,8 +2,9 @@
 
 The base model's fitted preprocessing (vocabularies, normalization, bins) is reused as it is, so its
 weights keep meaning what they meant, and its float32 weights are copied into the freshly built model.
-A base that cannot be read, or whose weights do not fit the model the current code builds (the model code
-changed), is reported and skipped: training then starts from scratch on preprocessing fitted to the data.
+A base that cannot be read, that reads other columns than the config's model (a column excluded or added
+since), or whose weights do not fit the model the current code builds (the model code changed), is reported
+and skipped: training then starts from scratch on preprocessing fitted to the data.
 """
 from __future__ import annotations
 
@@ -47,6 +48,11 @@ def load_warm_start(model_module: ModelModule, base_serving_dir: str | None, ena
         weights = load_keras_model(os.path.join(folder, contract.MODEL_READY_FILE)).get_weights()
     except (OSError, ValueError, TypeError) as error:
         return _skipped(base_serving_dir, f"the base model in {folder} cannot be loaded ({error})")
+    reads, needs = _input_names(preprocessing), set(model_module.INPUTS)
+    if reads != needs:  # the config's columns changed since (task.exclude, a column left out or added)
+        return _skipped(base_serving_dir, "the base model reads other columns than this model: "
+                        + "; ".join(f"{what} {', '.join(sorted(names))}" for what, names in
+                                    (("no longer read:", reads - needs), ("new:", needs - reads)) if names))
     try:  # a base from older model code (other preprocessing layers) does not fit what this code builds
         expected = [weight.shape for weight in build_float32(model_module, preprocessing, folds).get_weights()]
     except (ValueError, KeyError, TypeError) as error:
@@ -61,6 +67,12 @@ def apply_warm_start(model: keras.Model, warm: WarmStart) -> None:
     if warm.weights is not None:
         model.set_weights(warm.weights)
         logging.info("Warm start from %s", warm.base_model)
+
+
+def _input_names(preprocessing: keras.Model) -> set[str]:
+    """The raw features a fitted preprocessing model reads (the keys of its input dict)."""
+    inputs = preprocessing.input
+    return set(inputs) if isinstance(inputs, dict) else {tensor.name for tensor in keras.tree.flatten(inputs)}
 
 
 def _skipped(base_model: str, reason: str) -> WarmStart:

@@ -2,6 +2,7 @@
 trained in turn from the same seed and the one best out of fold served; the first alone with the whole time
 budget when its share would cut its plan; no search when warm-starting; the FP32 baseline trains the chosen
 candidate. Real training of models.tabular on the 3,000-row taxi span (the fare, a regression)."""
+import dataclasses
 import json
 import os
 import types
@@ -14,7 +15,8 @@ from components.core.records import TrainingReport, model_ready_dir
 from components.core.task_layers import load_keras_model
 from components.settings import TaskConfig
 from components.trainer.run_fn import candidate_variant
-from components.trainer.train import ADAPT_SAMPLE_SIZE, Search, TrainingJob, read_sample, train
+from components.trainer.train import (ADAPT_SAMPLE_SIZE, Search, TrainingJob, candidates_to_search, read_sample,
+                                     search_candidates, set_up, train)
 from models import tabular
 from pipeline.config import load_config
 
@@ -110,6 +112,30 @@ def test_a_warm_start_continues_the_served_variant_without_a_search(files, searc
                                   f"{report.candidate}")
     assert _served_edges(str(tmp_path / "serving")) == _served_edges(job.serving_model_dir)
     assert warm.model_description == report.model_description  # the served variant's, not the default's
+
+
+@pytest.mark.training
+def test_a_warm_start_whose_base_no_longer_fits_searches_each_candidate_under_its_own_name(files, tmp_path):
+    """A base built as the second candidate that no longer fits (it reads a column the config now leaves out):
+    the warm start is skipped and says why, set_up builds the base's variant, and the search trains every
+    candidate with its own encoding, that one as built."""
+    base = train(_job(files, tmp_path / "base", candidate="48 bins", search=False, epochs=1))
+    assert base.candidate == "48 bins"
+    narrower = dataclasses.replace(TASK, exclude=[*TASK.exclude, "trip_seconds"])
+    job = dataclasses.replace(_job(files, tmp_path / "warm", base_model=str(tmp_path / "base" / "serving"),
+                                   epochs=1), task_config=narrower)
+    setup = set_up(job)
+    assert setup.warm.preprocessing is None and setup.variant == "48 bins"
+    assert "reads other columns than this model: no longer read: trip_seconds;" in setup.warm.reason
+    names, _ = candidates_to_search(job, setup)
+    search = search_candidates(job, setup, names)
+    module = tabular.configure(SCHEMA, narrower)
+    assert [name for name, _, _ in search.tried] == ["16 bins", "48 bins"]
+    for name, candidate, _ in search.tried:
+        expected = module.candidate(name).build_preprocessing(setup.sample).get_layer("trip_miles.scaled").edges
+        assert candidate.variant == name
+        assert list(candidate.preprocessing.get_layer("trip_miles.scaled").edges) == list(expected), name
+    assert search.tried[1][1] is setup  # the variant set_up built, not built twice
 
 
 def test_a_candidate_the_model_module_does_not_have_is_named_with_those_it_has():
