@@ -21,17 +21,21 @@ $(STAMP): setup.py constraints.txt
 demo: venv
 	$(PY) -m pipeline demo --data $(DATA) --output $(OUTPUT)
 
+# The suite in TEST_WORKERS processes (pytest-xdist), each test file's tests in one of them: its TensorFlow work
+# on small data runs mostly on one thread, so two processes on 2 cores take about half the time of one.
+# TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 2
 test: venv
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 # The docs site into site/ (strict: a broken link or a missing page fails; a test builds it too).
 docs: venv
 	$(PY) -m mkdocs build --strict --quiet
 
 # The edit loop: everything but the real DAG runs (e2e) and real model training (training), with fewer fuzzed
-# files; about 4 minutes on an idle 2-core machine. `make test` runs it all.
+# files; about 3 minutes on an idle 2-core machine. `make test` runs it all.
 test-fast: venv
-	FUZZ_EXAMPLES=15 $(PY) -m pytest -q -m "not e2e and not training" tests
+	FUZZ_EXAMPLES=15 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not e2e and not training" tests
 
 # The whole pipeline on the taxi sample 1, 10 and 100 times over: per-step seconds, examples/s, peak RSS
 # (about 20 minutes here; COPIES=1,10 for a quick look). A benchmark, not a test.

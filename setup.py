@@ -24,7 +24,7 @@ setup(
         "kfp": ["kfp>=2.13,<2.14", "kfp-pipeline-spec>=0.6,<0.7"],
         # s3:// (S3, MinIO) for TensorFlow (tensorflow-io) and Beam (boto3); gs:// needs nothing more.
         "s3": ["tensorflow-io>=0.37,<0.38", "boto3>=1.34"],
-        "test": ["pytest>=8", "hypothesis>=6", "moto[server]>=5"],
+        "test": ["pytest>=8", "pytest-xdist>=3.8,<4", "hypothesis>=6", "moto[server]>=5"],
         "report": ["matplotlib>=3.8"],
         "docs": ["mkdocs>=1.6,<1.7", "mkdocs-material>=9.8,<9.9"],  # the docs site (make docs; a test builds it)
         # Benchmarks only (bench/tabular_quality.py): the yardstick a tabular user compares a neural model with.
