@@ -18,7 +18,7 @@ the label and the excluded ones is an input, preprocessed by its kind, the kind 
   rest one out-of-vocabulary index, a missing value its own) through an embedding.
 Then a parameter-efficient ensemble of ENSEMBLE_MEMBERS members (models/ensemble.py: TabM-mini; BAGGED_MEMBERS
 per copy when the Trainer bags the model, below) sharing
-HIDDEN_UNITS dense layers, each member with its own output: a sigmoid (binary), a softmax (multiclass) or, for
+the task's dense layers (`Task.hidden_units`: 128x128, regression 256x256), each member with its own output: a sigmoid (binary), a softmax (multiclass) or, for
 regression, a value in the training labels' scale, after `task.label_transform` (log: log(1 + label), for a
 positive, heavy-tailed label such as a price), clamped to the training labels' range. Training minimizes the
 mean of the members' losses (regression: the absolute error, after the label transform, which the MAE the
@@ -75,7 +75,6 @@ BINS = 16  # quantile bins of a number's piecewise-linear encoding, at most...
 ROWS_PER_BIN = 40  # ...and at most one per this many training rows (a small sample gets fewer: they would overfit)
 FINE_BINS, FINE_ROWS_PER_BIN = 48, 20  # the finer encoding, the second candidate (CANDIDATES)
 DATE_NOTE = "int64 seconds since 1970-01-01 UTC (a date alone: its midnight UTC)"
-HIDDEN_UNITS = (128, 128)
 DROPOUT = 0.1
 ENSEMBLE_MEMBERS = 8  # the network's members when the Trainer does not bag the model (train.folds 0 or 1)
 # ...and per copy when it does (init writes folds: 8): 8 copies of one member cost as much as 8 members, and one
@@ -142,8 +141,8 @@ class SchemaModel:
     def _description(self) -> str:
         bins, rows = _encodings()[self._encoding]
         return (f"numbers: robust scale, smooth clip and piecewise-linear encoding over up to {bins} quantile bins "
-                f"(one per {rows} training rows); categories: embeddings; {_network(ENSEMBLE_MEMBERS, HIDDEN_UNITS)} "
-                f"(bagged over folds: {_network(BAGGED_MEMBERS, HIDDEN_UNITS)} per fold)"
+                f"(one per {rows} training rows); categories: embeddings; {_network(ENSEMBLE_MEMBERS, self.task.hidden_units)} "
+                f"(bagged over folds: {_network(BAGGED_MEMBERS, self.task.hidden_units)} per fold)"
                 f"{self.task.head_description()}")
 
     def _schema_features(self) -> dict[str, tf.dtypes.DType]:
@@ -279,7 +278,7 @@ class SchemaModel:
         hidden = keras.layers.Concatenate(name=_LAYER.format("features"))(parts) if len(parts) > 1 else parts[0]
         self._members = BAGGED_MEMBERS if copies_being_built() > 1 else ENSEMBLE_MEMBERS
         hidden = EnsembleInputs(self._members, name=_LAYER.format("members"))(hidden)
-        for depth, width in enumerate(HIDDEN_UNITS, 1):
+        for depth, width in enumerate(self.task.hidden_units, 1):
             hidden = keras.layers.Dense(width, activation="relu", name=_LAYER.format(f"hidden_{depth}"))(hidden)
             hidden = keras.layers.Dropout(DROPOUT, name=_LAYER.format(f"dropout_{depth}"))(hidden)
         return EnsembleModel(inputs, self.head(hidden), name=_LAYER.format("model"))
