@@ -484,8 +484,8 @@ class RegressionTask(Task):
     head_name = "prediction"
     float_device_output = True
     calibration_pool = 20
-    # wider than a classifier's: on the quality bench's tuning half, 256x256 gave regressions 1.6% lower MAE on
-    # average, classifiers nothing (docs/benchmarks.md)
+    # wider than a classifier's: on the quality bench's tuning half the width lowered regressions' MAE and did
+    # not help classifiers (docs/benchmarks.md)
     hidden_units = (256, 256)
     LABEL_TRANSFORMS = ("none", "log")
     LOG_LABEL_SKEW = 0.5  # init proposes the log transform from this Pearson skewness of a label >= 0 on
