@@ -17,8 +17,8 @@ the label and the excluded ones is an input, preprocessed by its kind, the kind 
 - strings and integers with few distinct values: a Vocabulary of the values seen (up to MAX_VOCABULARY, the
   rest one out-of-vocabulary index, a missing value its own) through an embedding.
 Then a parameter-efficient ensemble of ENSEMBLE_MEMBERS members (models/ensemble.py: TabM-mini; BAGGED_MEMBERS
-per copy when the Trainer bags the model, below) sharing
-the task's dense layers (`Task.hidden_units`: 128x128, regression 256x256), each member with its own output: a sigmoid (binary), a softmax (multiclass) or, for
+per copy when the Trainer bags the model, below) sharing the task's dense layers (`Task.hidden_units`: 128x128,
+regression 256x256), each member with its own output: a sigmoid (binary), a softmax (multiclass) or, for
 regression, a value in the training labels' scale, after `task.label_transform` (log: log(1 + label), for a
 positive, heavy-tailed label such as a price), clamped to the training labels' range. Training minimizes the
 mean of the members' losses (regression: the absolute error, after the label transform, which the MAE the
@@ -140,9 +140,10 @@ class SchemaModel:
 
     def _description(self) -> str:
         bins, rows = _encodings()[self._encoding]
+        units = self.task.hidden_units
         return (f"numbers: robust scale, smooth clip and piecewise-linear encoding over up to {bins} quantile bins "
-                f"(one per {rows} training rows); categories: embeddings; {_network(ENSEMBLE_MEMBERS, self.task.hidden_units)} "
-                f"(bagged over folds: {_network(BAGGED_MEMBERS, self.task.hidden_units)} per fold)"
+                f"(one per {rows} training rows); categories: embeddings; {_network(ENSEMBLE_MEMBERS, units)} "
+                f"(bagged over folds: {_network(BAGGED_MEMBERS, units)} per fold)"
                 f"{self.task.head_description()}")
 
     def _schema_features(self) -> dict[str, tf.dtypes.DType]:

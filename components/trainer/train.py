@@ -228,7 +228,7 @@ def search_candidates(job: TrainingJob, setup: TrainingSetup, names: tuple[str, 
         if budget and share < MIN_SHARE_SECONDS:
             search.note = f"{', '.join(names[index:])} not tried: the {budget:g} s time budget was spent"
             break
-        # set_up built one variant (a warm start's base's, when its weights did not fit): the others are built here
+        # set_up built one variant (a skipped warm start's base's, or the default): the others are built here
         candidate = setup if name == setup.variant else with_candidate(job, setup, name)
         candidate.settings = dataclasses.replace(candidate.settings, time_budget_seconds=share)
         folder = f"candidate-{index}"  # its own checkpoints and TensorBoard logs
