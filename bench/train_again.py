@@ -64,6 +64,8 @@ def train_again(run: str, config_file: str, seed: int, train_overrides: dict, co
     settings = dataclasses.replace(config.train, **train_overrides, seed=seed)
     _, examples = newest_outputs(run, config)
     split = lambda name: [os.path.join(examples, f"Split-{name}", "*")]  # noqa: E731
+    if work:
+        os.makedirs(work, exist_ok=True)
     out = tempfile.mkdtemp(prefix="train-again-", dir=work)
     job = TrainingJob(settings, split("train"), split("eval"), os.path.join(out, "serving"), os.path.join(out, "run"),
                       os.path.join(out, "checkpoint"), task_config=config.task, schema_path=config.schema_path)
