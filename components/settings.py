@@ -148,10 +148,6 @@ class TrainConfig:
     # with validation_share or folds: stop after this many intervals in which neither the validation score nor
     # the validation loss improved (the best score's interval is kept either way); 0 = never stop early
     early_stopping_patience: int = setting(0, NOT_NEGATIVE)
-    # with early_stopping_patience and the cosine schedule: when the patience runs out, the cosine is moved to
-    # end that many intervals later and training goes on until then (the best interval still kept), rather
-    # than stopping with the learning rate still high
-    anneal_on_plateau: bool = setting(False)
     # seconds of fitting: the model is timed before it trains and the plan cut to the intervals that fit (the
     # cosine then ends with the last of them); training still ends with the interval after which another one
     # would pass the budget (the best interval's weights kept, as when it stops early); 0 = no budget. A faster

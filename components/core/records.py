@@ -117,7 +117,6 @@ class TrainingReport:
     intervals_run: int = 0
     best_interval: int = 0  # the interval whose weights were kept, best on validation (0: the last)
     stopped_early: bool = False
-    annealed_from: int = 0  # the interval after which a plateau moved the learning rate's decay to end (0: never)
     time_budget_seconds: float = 0.0  # train.time_budget_seconds (0: none)
     intervals_before_budget: int = 0  # the intervals planned before the time budget cut them (0: not cut)
     stopped_at_budget: bool = False  # the time budget ended training
@@ -176,9 +175,7 @@ class TrainingReport:
         28 out of fold on all 6,000 training records (4 folds)" or "40 of 40 intervals, the last kept (no
         validation slice)"."""
         planned = self.plan.get("intervals", self.intervals_run)
-        ended = (f" (a plateau after {self.annealed_from}: the learning rate decayed to 0 over "
-                 f"{self.intervals_run - self.annealed_from} more)" if self.annealed_from else
-                 " (stopped early)" if self.stopped_early else
+        ended = (" (stopped early)" if self.stopped_early else
                  f" (time budget of {self.time_budget_seconds:g} s)" if self.stopped_at_budget else "")
         cut = (f" (cut from {self.intervals_before_budget} to fit the time budget)" if self.intervals_before_budget
                else "")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Callable
 
 import keras
 
@@ -150,19 +149,14 @@ class KeepBest(keras.callbacks.Callback):
     The loss keeps a run going while the model still improves on it: a coarse metric (accuracy on a few
     hundred records) can peak early by luck and then plateau. Of two intervals with the same metric (accuracy
     on a small validation set often ties) the one with the lower validation loss is the better.
-    With `anneal` (a function of an interval count, 1-based, that moves the learning rate's decay to end with
-    that interval and says whether it did), the first time the patience runs out training goes on for
-    `patience` more intervals while the learning rate falls to its end, and stops after them.
-    After fit: `best_interval` (1-based; 0: none measured), `best_value`, `stopped_early`, `annealed_from` (the
-    interval after which the decay was moved; 0: never). A job resumed from a checkpoint starts watching afresh."""
+    After fit: `best_interval` (1-based; 0: none measured), `best_value`, `stopped_early`. A job resumed from a
+    checkpoint starts watching afresh."""
 
-    def __init__(self, monitor: str, higher_is_better: bool, patience: int = 0, loss_key: str = "val_loss",
-                 anneal: Callable[[int], bool] | None = None):
+    def __init__(self, monitor: str, higher_is_better: bool, patience: int = 0, loss_key: str = "val_loss"):
         super().__init__()
         self.monitor, self.higher_is_better, self.patience = monitor, higher_is_better, patience
-        self.loss_key, self.anneal = loss_key, anneal
+        self.loss_key = loss_key
         self.best_interval, self.best_value, self.stopped_early = 0, None, False
-        self.annealed_from = 0
         self._best_loss = math.inf  # the validation loss of the best interval
         self._lowest_loss = math.inf  # the lowest validation loss of any interval
         self._weights = None
@@ -176,11 +170,7 @@ class KeepBest(keras.callbacks.Callback):
         return value > self.best_value if self.higher_is_better else value < self.best_value
 
     def on_epoch_end(self, epoch, logs=None):
-        self._watch(epoch, logs or {})
-        if self.annealed_from and epoch + 1 >= self.annealed_from + self.patience:
-            self.model.stop_training, self.stopped_early = True, True
-
-    def _watch(self, epoch: int, logs: dict) -> None:
+        logs = logs or {}
         value = logs.get(self.monitor)
         if value is None or not math.isfinite(float(value)):
             return
@@ -193,11 +183,7 @@ class KeepBest(keras.callbacks.Callback):
             self._weights = self.model.get_weights()
             return
         self._waited = 0 if improved else self._waited + 1
-        if self.annealed_from or not self.patience or self._waited < self.patience:
-            return
-        if self.anneal is not None and self.anneal(epoch + 1 + self.patience):
-            self.annealed_from = epoch + 1
-        else:
+        if self.patience and self._waited >= self.patience:
             self.model.stop_training, self.stopped_early = True, True
 
     def on_train_end(self, logs=None):

@@ -107,20 +107,6 @@ def learning_rate_schedule(plan: TrainingPlan, settings: TrainConfig) -> WarmupS
     return WarmupSchedule(plan.learning_rate, settings.warmup_steps, cosine_steps(plan, settings))
 
 
-def decay_ending_with(schedule: WarmupSchedule | None, plan: TrainingPlan, settings: TrainConfig):
-    """Input: the optimizer's schedule, the plan and the settings. Output: a function of an interval count
-    (1-based) that moves the cosine's end to that interval's last update when it would end later, and says
-    whether it did (False: no cosine, or it ends by then anyway): what KeepBest calls to anneal on a plateau."""
-    def anneal(intervals: int) -> bool:
-        updates = intervals * plan.steps_per_interval // plan.gradient_accumulation_steps
-        steps = max(1, updates - settings.warmup_steps)
-        if schedule is None or not schedule.cosine or steps >= schedule.cosine_steps:
-            return False
-        schedule.shorten(steps)
-        return True
-    return anneal
-
-
 def schedule_of(optimizer) -> WarmupSchedule | None:
     """The WarmupSchedule an optimizer (or the one a LossScaleOptimizer wraps) follows, None for another."""
     inner = getattr(optimizer, "inner_optimizer", optimizer)

@@ -33,8 +33,7 @@ from components.trainer.export import export_serving_model, float32_copy
 from components.trainer.input_pipeline import (DISK, MEMORY, PreprocessedCache, count_records, estimated_bytes,
                                                fill_cache, make_dataset, memory_budget_bytes)
 from components.trainer.labels import read_labels
-from components.trainer.plan import (TrainingPlan, cosine_steps, decay_ending_with, schedule_of, training_plan,
-                                     within_budget)
+from components.trainer.plan import TrainingPlan, cosine_steps, schedule_of, training_plan, within_budget
 from components.trainer.probing import build_for_device, in_memory_batches, input_wait
 from components.trainer.warm_start import WarmStart, apply_warm_start, load_warm_start
 
@@ -386,10 +385,8 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
     task = task_of(setup.model_module)
     best = None
     if setup.validation_examples:  # validated every interval; the best interval's weights are kept
-        anneal = (decay_ending_with(schedule_of(model.optimizer), plan, settings) if settings.anneal_on_plateau
-                  else None)
         best = training_callbacks.KeepBest(f"val_{task.validation_metric}", task.primary.higher_is_better,
-                                           settings.early_stopping_patience, anneal=anneal)
+                                           settings.early_stopping_patience)
     budget = (training_callbacks.StopAtTimeBudget(settings.time_budget_seconds) if settings.time_budget_seconds
               else None)
     # KeepBest and the budget first: the interval that ends training early is still checkpointed after it
@@ -454,7 +451,6 @@ def report_and_export(job: TrainingJob, setup: TrainingSetup, fitted: FitResult,
         folds=setup.folds, intervals_run=fitted.intervals_run,
         best_interval=fitted.best.best_interval if fitted.best else 0,
         stopped_early=bool(fitted.best and fitted.best.stopped_early),
-        annealed_from=fitted.best.annealed_from if fitted.best else 0,
         time_budget_seconds=search.budget if search else setup.settings.time_budget_seconds,
         candidate=setup.variant,
         candidates=search.to_json() if search else [], search_note=(search.note if search else search_note),

@@ -287,37 +287,6 @@ def test_keep_best_does_not_stop_while_the_validation_loss_still_falls():
     assert model.stop_training and keep.stopped_early and keep.best_interval == len(history)
 
 
-def test_keep_best_anneals_once_when_its_patience_runs_out_then_stops_after_as_many_intervals():
-    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-    ends = []  # the interval counts KeepBest asked the learning rate's decay to end with
-
-    def anneal(intervals):
-        ends.append(intervals)
-        return True
-
-    keep = callbacks.KeepBest("val_mae", higher_is_better=False, patience=3, anneal=anneal)
-    keep.set_model(model)
-    # best at 2, then 3 intervals of neither improving: the decay moved to end with interval 5 + 3 = 8; a new
-    # best at 7 while annealing is kept, and the run stops after interval 8 (no second anneal, no patience reset)
-    history = [(0.9, 1.0), (0.5, 0.8), (0.6, 0.9), (0.6, 0.9), (0.6, 0.9), (0.55, 0.85), (0.4, 0.7), (0.45, 0.75),
-               (0.3, 0.6)]
-    stopped_at = None
-    for epoch, (value, loss) in enumerate(history):
-        model.stop_training = False
-        keep.on_epoch_end(epoch, {"val_mae": value, "val_loss": loss})
-        if model.stop_training:
-            stopped_at = epoch + 1
-            break
-    assert ends == [8] and keep.annealed_from == 5 and stopped_at == 8
-    assert keep.stopped_early and (keep.best_interval, keep.best_value) == (7, 0.4)
-    refused = callbacks.KeepBest("val_mae", higher_is_better=False, patience=3, anneal=lambda intervals: False)
-    refused.set_model(model)
-    for epoch, (value, loss) in enumerate(history[:5]):  # a schedule that cannot anneal: stopped at once
-        model.stop_training = False
-        refused.on_epoch_end(epoch, {"val_mae": value, "val_loss": loss})
-    assert model.stop_training and refused.stopped_early and not refused.annealed_from
-
-
 @pytest.mark.training
 def test_training_with_a_validation_share_validates_on_held_out_training_records_and_never_reads_the_eval_split(
         files, tmp_path, monkeypatch):

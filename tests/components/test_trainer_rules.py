@@ -12,8 +12,7 @@ import tensorflow as tf
 from components.core import contract
 from components.trainer.checkpoints import BACKUP_METADATA, BACKUP_WEIGHTS, checkpointed_interval, repair_checkpoint
 from components.trainer.distribution import is_chief, worker_task
-from components.trainer.plan import (VALIDATION_COST, WarmupSchedule, cosine_steps, decay_ending_with,
-                                     learning_rate_schedule,
+from components.trainer.plan import (VALIDATION_COST, WarmupSchedule, cosine_steps, learning_rate_schedule,
                                      training_plan, within_budget)
 from pipeline.config import ConfigError, load_config
 from tests.components.training import settings as _settings, train_here as _train_here
@@ -93,22 +92,6 @@ def test_a_time_budget_keeps_the_intervals_that_fit_it_and_the_cosine_then_ends_
     schedule.shorten(cosine_steps(cut, settings))
     assert float(schedule(cut.total_steps)) == pytest.approx(0.0, abs=1e-9)
     assert float(schedule(cut.total_steps // 2)) == pytest.approx(plan.learning_rate / 2, rel=0.05)
-
-
-def test_annealing_on_a_plateau_moves_the_cosines_end_to_the_given_interval_but_never_later():
-    settings = _settings(warmup_steps=10, schedule="cosine", learning_rate=0.1)
-    plan = training_plan(train_examples=2560, settings=dataclasses.replace(settings, epochs=40), replicas=1)
-    schedule = learning_rate_schedule(plan, settings)
-    anneal = decay_ending_with(schedule, plan, settings)
-    end = 12 * plan.steps_per_interval  # the 12th interval's last update
-    assert float(schedule(end)) > plan.learning_rate / 2  # on the planned 40 intervals: still high there
-    assert anneal(12)
-    assert float(schedule(end)) == pytest.approx(0.0, abs=1e-9)
-    assert float(schedule(10 + (end - 10) // 2)) == pytest.approx(plan.learning_rate / 2, rel=0.05)
-    assert not anneal(30) and float(schedule(end)) == pytest.approx(0.0, abs=1e-9)  # a later end: unchanged
-    constant = learning_rate_schedule(plan, dataclasses.replace(settings, schedule="constant"))
-    assert not decay_ending_with(constant, plan, settings)(12) and float(constant(end)) == pytest.approx(0.1)
-    assert not decay_ending_with(None, plan, settings)(12)
 
 
 def test_chief_is_the_chief_task_or_worker_zero():
