@@ -64,8 +64,6 @@ def train_again(run: str, config_file: str, seed: int, train_overrides: dict, co
     settings = dataclasses.replace(config.train, **train_overrides, seed=seed)
     _, examples = newest_outputs(run, config)
     split = lambda name: [os.path.join(examples, f"Split-{name}", "*")]  # noqa: E731
-    if work:
-        os.makedirs(work, exist_ok=True)
     out = tempfile.mkdtemp(prefix="train-again-", dir=work)
     job = TrainingJob(settings, split("train"), split("eval"), os.path.join(out, "serving"), os.path.join(out, "run"),
                       os.path.join(out, "checkpoint"), task_config=config.task, schema_path=config.schema_path)
@@ -103,6 +101,8 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, os.path.abspath(args.code))
     overrides, constants = _assignments(args.set, "train."), _assignments(args.module)
+    if args.work:
+        os.makedirs(args.work, exist_ok=True)
     for run in args.runs:
         for seed in (int(seed) for seed in args.seeds.split(",")):
             started = time.monotonic()
