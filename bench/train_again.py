@@ -5,8 +5,8 @@ quality bench's prepared tables without running the rest of the pipeline.
 For each RUN folder (a `python -m pipeline run --output` folder, or one of bench/tabular_quality.py's
 `WORK/TABLE/schema-driven-N` folders, whose config is the YAML file beside it of the same name) it reads the
 config and the newest Examples the run's MLMD records, trains once per seed (train.seed) in a fresh folder and
-prints the holdout metric, the validation metric of the interval the Trainer kept (out of fold with
-train.folds) and the schedule the Trainer reports. With the same code, config and seed the figure
+prints the holdout metric, the validation metric (out of fold with train.folds) of the weights the Trainer
+served (the interval it kept, or an average of intervals) and the schedule the Trainer reports. With the same code, config and seed the figure
 is the pipeline's candidate's (unless the time budget cut the schedule at another measured speed).
 
     TF_CPP_MIN_LOG_LEVEL=3 .venv/bin/python bench/train_again.py RUN [RUN ...] [--seeds 0,1,2]
@@ -71,7 +71,8 @@ def train_again(run: str, config_file: str, seed: int, train_overrides: dict, co
     metric, value = eval_metric(job.serving_model_dir, module, examples)
     validated = report.history.get(f"val_{task_of(module).validation_metric}", [])
     kept = validated[report.best_interval - 1] if report.best_interval and validated else None
-    return {"run": run, "seed": seed, "metric": metric, "value": value, "validation": kept,
+    return {"run": run, "seed": seed, "metric": metric, "value": value, "validation": report.validation_value,
+            "best_interval_validation": kept, "averaged_intervals": report.averaged_intervals,
             "schedule": report.schedule_line(), "search": report.search_line(), "candidates": report.candidates,
             "fit_seconds": report.fit_seconds, "trainer_seconds": report.total_seconds,
             "train_overrides": train_overrides, "module_constants": constants}

@@ -148,6 +148,11 @@ class TrainConfig:
     # with validation_share or folds: stop after this many intervals in which neither the validation score nor
     # the validation loss improved (the best score's interval is kept either way); 0 = never stop early
     early_stopping_patience: int = setting(0, NOT_NEGATIVE)
+    # with validation_share or folds, > 1: the weights of up to this many intervals best on validation are kept
+    # and averaged, best first, each joining the average only when the average then scores better on
+    # validation; the average is served (one validation pass per interval tried, after fitting). 1: the best
+    # interval's weights alone
+    average_intervals: int = setting(1, AT_LEAST_1)
     # seconds of fitting: the model is timed before it trains and the plan cut to the intervals that fit (the
     # cosine then ends with the last of them); training still ends with the interval after which another one
     # would pass the budget (the best interval's weights kept, as when it stops early); 0 = no budget. A faster

@@ -116,6 +116,9 @@ class TrainingReport:
     folds: int = 1  # the copies of the model, one per fold, whose mean is served (1: one model)
     intervals_run: int = 0
     best_interval: int = 0  # the interval whose weights were kept, best on validation (0: the last)
+    # with train.average_intervals: the intervals whose weights were averaged and served, best first (the best
+    # interval alone when no other one improved the average on validation)
+    averaged_intervals: list[int] = field(default_factory=list)
     stopped_early: bool = False
     time_budget_seconds: float = 0.0  # train.time_budget_seconds (0: none)
     intervals_before_budget: int = 0  # the intervals planned before the time budget cut them (0: not cut)
@@ -172,8 +175,8 @@ class TrainingReport:
     def schedule_line(self) -> str:
         """How long training ran, why it ended and which interval it kept, e.g. "12 of 40 intervals (stopped
         early), best 7 on 1,024 held-out training records", "30 of 200 intervals (time budget of 120 s), best
-        28 out of fold on all 6,000 training records (4 folds)" or "40 of 40 intervals, the last kept (no
-        validation slice)"."""
+        28 out of fold on all 6,000 training records (4 folds), served averaged with intervals 25 and 30" or
+        "40 of 40 intervals, the last kept (no validation slice)"."""
         planned = self.plan.get("intervals", self.intervals_run)
         ended = (" (stopped early)" if self.stopped_early else
                  f" (time budget of {self.time_budget_seconds:g} s)" if self.stopped_at_budget else "")
@@ -187,6 +190,10 @@ class TrainingReport:
             line += f", best {self.best_interval} on {self.validation_examples:,} held-out training records"
         else:
             line += ", the last kept (no validation slice)"
+        if len(self.averaged_intervals) > 1:
+            line += f", served averaged with {_and(self.averaged_intervals[1:])}"
+        elif self.averaged_intervals:
+            line += ", served alone (no average of the next best intervals scored better)"
         if self.time_budget_seconds:
             line += f"; fitting took {self.fit_seconds:.0f} s of a {self.time_budget_seconds:g} s budget"
         return line
@@ -259,6 +266,13 @@ class GateCheck:
                 f"{abs(self.improvement):.4f}, interval [{low:+.4f}, {high:+.4f}], tolerance {self.tolerance:.4g}, "
                 f"{self.examples:,} examples ({result})")
         return line + (f"; {self.note}" if self.note else "")
+
+
+def _and(intervals: list[int]) -> str:
+    """e.g. "interval 5", "intervals 5 and 9", "intervals 5, 9 and 12"."""
+    names = [str(i) for i in intervals]
+    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    return f"interval{'s' if len(names) > 1 else ''} {listed}"
 
 
 def format_number(value: float | None) -> str:

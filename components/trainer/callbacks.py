@@ -7,6 +7,7 @@ import statistics
 import time
 
 import keras
+import numpy as np
 
 
 class TrainingDivergedError(RuntimeError):
@@ -149,43 +150,90 @@ class KeepBest(keras.callbacks.Callback):
     The loss keeps a run going while the model still improves on it: a coarse metric (accuracy on a few
     hundred records) can peak early by luck and then plateau. Of two intervals with the same metric (accuracy
     on a small validation set often ties) the one with the lower validation loss is the better.
-    After fit: `best_interval` (1-based; 0: none measured), `best_value`, `stopped_early`. A job resumed from a
-    checkpoint starts watching afresh."""
+    With `average` > 1 it keeps the weights of the `average` best intervals, which `average_kept` can then
+    average. After fit: `best_interval` (1-based; 0: none measured), `best_value`, `stopped_early`. A job
+    resumed from a checkpoint starts watching afresh."""
 
-    def __init__(self, monitor: str, higher_is_better: bool, patience: int = 0, loss_key: str = "val_loss"):
+    def __init__(self, monitor: str, higher_is_better: bool, patience: int = 0, loss_key: str = "val_loss",
+                 average: int = 1):
         super().__init__()
         self.monitor, self.higher_is_better, self.patience = monitor, higher_is_better, patience
-        self.loss_key = loss_key
+        self.loss_key, self.average = loss_key, max(1, average)
         self.best_interval, self.best_value, self.stopped_early = 0, None, False
+        self.averaged_intervals: list[int] = []  # after average_kept: the intervals whose weights were averaged
+        self.averaged_logs: dict[str, float] = {}  # after average_kept: the average's validation logs
         self._best_loss = math.inf  # the validation loss of the best interval
         self._lowest_loss = math.inf  # the lowest validation loss of any interval
-        self._weights = None
+        self._kept: list[tuple[float, float, int, list]] = []  # (value, loss, interval, weights), best first
         self._waited = 0
 
-    def _better(self, value: float, loss: float) -> bool:
-        if self.best_value is None:
+    def _beats(self, value: float, loss: float, other_value: float | None, other_loss: float) -> bool:
+        """(value, loss) is better than (other_value, other_loss): a better metric, or the same with a lower loss."""
+        if other_value is None:
             return True
-        if value == self.best_value:
-            return loss < self._best_loss
-        return value > self.best_value if self.higher_is_better else value < self.best_value
+        if value == other_value:
+            return loss < other_loss
+        return value > other_value if self.higher_is_better else value < other_value
 
     def on_epoch_end(self, epoch, logs=None):
-        logs = logs or {}
-        value = logs.get(self.monitor)
-        if value is None or not math.isfinite(float(value)):
+        value, loss = self._read(logs or {})
+        if value is None:
             return
-        loss = float(logs.get(self.loss_key, math.inf))
-        loss = loss if math.isfinite(loss) else math.inf
         improved = loss < self._lowest_loss
         self._lowest_loss = min(self._lowest_loss, loss)
-        if self._better(float(value), loss):
-            self.best_interval, self.best_value, self._best_loss, self._waited = epoch + 1, float(value), loss, 0
-            self._weights = self.model.get_weights()
+        self._keep(value, loss, epoch + 1)
+        if self._beats(value, loss, self.best_value, self._best_loss):
+            self.best_interval, self.best_value, self._best_loss, self._waited = epoch + 1, value, loss, 0
             return
         self._waited = 0 if improved else self._waited + 1
         if self.patience and self._waited >= self.patience:
             self.model.stop_training, self.stopped_early = True, True
 
+    def _read(self, logs: dict) -> tuple[float | None, float]:
+        """The monitored value (None: not measured or not finite) and the validation loss (inf when not finite)."""
+        value = logs.get(self.monitor)
+        if value is None or not math.isfinite(float(value)):
+            return None, math.inf
+        loss = float(logs.get(self.loss_key, math.inf))
+        return float(value), loss if math.isfinite(loss) else math.inf
+
+    def _keep(self, value: float, loss: float, interval: int) -> None:
+        """Keeps this interval's weights when it ranks among the `average` best so far."""
+        place = next((i for i, (v, l, _, _) in enumerate(self._kept) if self._beats(value, loss, v, l)),
+                     len(self._kept))
+        if place < self.average:
+            self._kept.insert(place, (value, loss, interval, self.model.get_weights()))
+            del self._kept[self.average:]
+
     def on_train_end(self, logs=None):
-        if self._weights is not None:
-            self.model.set_weights(self._weights)
+        if self._kept:
+            self.model.set_weights(self._kept[0][3])
+
+    def average_kept(self, score) -> None:
+        """Averages the kept intervals' weights greedily, best first: each next interval joins the average only
+        when the average with it scores better on validation than without it. `score` takes a list of weights
+        and returns their validation logs, keyed as fit's are. Leaves the model with the average (the best
+        interval alone when nothing joined it); `averaged_intervals`, `averaged_logs` and `best_value` then
+        describe it."""
+        if not self._kept:
+            return
+        value, loss, interval, weights = self._kept[0]
+        total = [np.asarray(w, np.float64) for w in weights]
+        self.averaged_intervals = [interval]
+        for _, _, other_interval, other in self._kept[1:]:
+            joined = [t + w for t, w in zip(total, other)]
+            logs = score(_mean(joined, len(self.averaged_intervals) + 1, weights))
+            other_value, other_loss = self._read(logs)
+            if other_value is not None and self._beats(other_value, other_loss, value, loss):
+                total, value, loss = joined, other_value, other_loss
+                self.averaged_intervals.append(other_interval)
+                self.averaged_logs = {name: float(v) for name, v in logs.items()}
+        self.best_value = value
+        self.model.set_weights(_mean(total, len(self.averaged_intervals), weights))
+
+
+def _mean(total: list[np.ndarray], count: int, like: list[np.ndarray]) -> list[np.ndarray]:
+    """The element-wise mean of `count` weight lists whose sum is `total`, in the dtypes of `like` (integer
+    weights, such as a step counter, are the same in every copy: `like`'s are kept)."""
+    return [(t / count).astype(w.dtype) if np.issubdtype(w.dtype, np.floating) else w
+            for t, w in zip(total, like)]

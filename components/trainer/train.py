@@ -386,7 +386,7 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
     best = None
     if setup.validation_examples:  # validated every interval; the best interval's weights are kept
         best = training_callbacks.KeepBest(f"val_{task.validation_metric}", task.primary.higher_is_better,
-                                           settings.early_stopping_patience)
+                                           settings.early_stopping_patience, average=settings.average_intervals)
     budget = (training_callbacks.StopAtTimeBudget(settings.time_budget_seconds) if settings.time_budget_seconds
               else None)
     # KeepBest and the budget first: the interval that ends training early is still checkpointed after it
@@ -396,6 +396,7 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
                  keras.callbacks.TensorBoard(_log_dir(job.run_dir, is_chief()), profile_batch=_profile_window(settings)),
                  *extra_callbacks]
     validation_split = setup.splits[1]
+    validation_data = setup.dataset(files_of[validation_split], False, split=validation_split)
     with setup.strategy.scope():
         if resumed_from_step:
             logging.info("Resuming from the checkpoint at step %d in %s", resumed_from_step, checkpoint_dir)
@@ -405,11 +406,22 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
         fit_started = time.monotonic()
         history = model.fit(train_data,
                             steps_per_epoch=plan.steps_per_interval, epochs=plan.intervals,
-                            validation_data=setup.dataset(files_of[validation_split], False, split=validation_split),
+                            validation_data=validation_data,
                             validation_freq=1 if best else [plan.intervals], callbacks=callbacks, verbose=0)
+        if best and settings.average_intervals > 1:
+            best.average_kept(lambda weights: validation_logs(model, weights, validation_data))
+            logging.info("Served the average of intervals %s: %s %.4f on validation",
+                         ", ".join(map(str, best.averaged_intervals)), best.monitor, best.best_value)
     return FitResult(model, precision, xla, memory_rate, host_rate, resumed_from_step, meter, loss_scale, checkpoints,
                      best, budget, {name: [float(v) for v in values] for name, values in history.history.items()},
                      time.monotonic() - fit_started, alone)
+
+
+def validation_logs(model: keras.Model, weights: list, validation_data: tf.data.Dataset) -> dict[str, float]:
+    """The model with `weights` scored on the validation data, keyed as fit's validation logs ("val_loss", ...)."""
+    model.set_weights(weights)
+    scores = model.evaluate(validation_data, verbose=0, return_dict=True)
+    return {f"val_{name}": float(value) for name, value in scores.items()}
 
 
 def held_out_of(setup: TrainingSetup) -> int:
@@ -450,6 +462,7 @@ def report_and_export(job: TrainingJob, setup: TrainingSetup, fitted: FitResult,
         model_description=getattr(module, "DESCRIPTION", ""), validation_examples=setup.validation_examples,
         folds=setup.folds, intervals_run=fitted.intervals_run,
         best_interval=fitted.best.best_interval if fitted.best else 0,
+        averaged_intervals=list(fitted.best.averaged_intervals) if fitted.best else [],
         stopped_early=bool(fitted.best and fitted.best.stopped_early),
         time_budget_seconds=search.budget if search else setup.settings.time_budget_seconds,
         candidate=setup.variant,
@@ -468,9 +481,11 @@ def report_and_export(job: TrainingJob, setup: TrainingSetup, fitted: FitResult,
 
 
 def _final_metrics(fitted: FitResult) -> dict[str, float]:
-    """Each metric's value at the interval whose weights were kept: the best one on validation, else the last."""
+    """Each metric's value at the interval whose weights were kept: the best one on validation, else the last;
+    the validation metrics of the average when intervals were averaged."""
     kept = fitted.best.best_interval - 1 if fitted.best and fitted.best.best_interval else -1
-    return {name: values[kept] if len(values) > kept else values[-1] for name, values in fitted.history.items()}
+    metrics = {name: values[kept] if len(values) > kept else values[-1] for name, values in fitted.history.items()}
+    return {**metrics, **(fitted.best.averaged_logs if fitted.best else {})}
 
 
 HOST_TIMING_STEPS = 1000  # at least this many batches time the host ceiling (a few tenths of a second)

@@ -287,6 +287,42 @@ def test_keep_best_does_not_stop_while_the_validation_loss_still_falls():
     assert model.stop_training and keep.stopped_early and keep.best_interval == len(history)
 
 
+def _slope_model(data):
+    """y = w * x with no bias, compiled with an MSE loss and MAE: the validation logs of any weights are exact."""
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, use_bias=False)])
+    model.compile(loss="mse", metrics=["mae"])
+    logs = lambda w: train_module.validation_logs(model, [np.full((1, 1), w, np.float32)], data)  # noqa: E731
+    return model, logs
+
+
+def test_keep_best_averages_the_best_intervals_weights_only_while_the_average_scores_better():
+    x = np.linspace(1.0, 2.0, 64, dtype=np.float32)[:, None]
+    data = tf.data.Dataset.from_tensor_slices((x, x)).batch(16)  # the truth: w = 1
+    model, logs = _slope_model(data)
+    keep = callbacks.KeepBest("val_mae", higher_is_better=False, average=3)
+    keep.set_model(model)
+    for epoch, w in enumerate([1.3, 0.8, 3.0, 4.0]):  # ranked: 0.8 (interval 2), 1.3 (1), 3.0 (3); 4.0 not kept
+        keep.on_epoch_end(epoch, logs(w))
+    keep.on_train_end()
+    assert keep.best_interval == 2 and float(model.get_weights()[0][0, 0]) == pytest.approx(0.8)
+    keep.average_kept(lambda weights: train_module.validation_logs(model, weights, data))
+    # 0.8 and 1.3 average to 1.05, better than 0.8 alone; adding 3.0 (a mean of 1.7) would be worse
+    assert keep.averaged_intervals == [2, 1]
+    assert float(model.get_weights()[0][0, 0]) == pytest.approx(1.05)
+    assert keep.best_value == pytest.approx(logs(1.05)["val_mae"]) == pytest.approx(keep.averaged_logs["val_mae"])
+    assert keep.best_interval == 2  # still the best single interval
+
+    alone = callbacks.KeepBest("val_mae", higher_is_better=False, average=2)
+    alone.set_model(model)
+    for epoch, w in enumerate([0.95, 3.0]):  # 0.95 and 3.0 average to 1.975: worse than 0.95 alone
+        alone.on_epoch_end(epoch, logs(w))
+    alone.on_train_end()
+    alone.average_kept(lambda weights: train_module.validation_logs(model, weights, data))
+    assert alone.averaged_intervals == [1] and alone.averaged_logs == {}
+    assert float(model.get_weights()[0][0, 0]) == pytest.approx(0.95)
+    assert alone.best_value == pytest.approx(logs(0.95)["val_mae"])
+
+
 @pytest.mark.training
 def test_training_with_a_validation_share_validates_on_held_out_training_records_and_never_reads_the_eval_split(
         files, tmp_path, monkeypatch):
@@ -361,17 +397,29 @@ def test_the_time_budget_leaves_the_first_interval_s_compile_out_and_never_calls
 
 
 @pytest.mark.training
-def test_training_with_folds_validates_every_training_record_out_of_fold_and_serves_the_copies_mean(files, tmp_path):
+@pytest.mark.parametrize("precision", ["float32", "mixed_float16"])
+def test_training_with_folds_validates_every_training_record_out_of_fold_and_serves_the_copies_mean(files, tmp_path,
+                                                                                                    precision):
+    """Bagged over folds, the best intervals' weights averaged (under a mixed precision policy too)."""
     from components.core import contract
     from components.core.bagging import COPY_NAME, FoldBag
     from components.core.records import model_ready_dir
     from components.core.task_layers import load_keras_model
 
-    job = _job(files, tmp_path, epochs=3, folds=3, early_stopping_patience=2)
+    job = _job(files, tmp_path, epochs=4, folds=3, early_stopping_patience=2, average_intervals=3, precision=precision)
     report = train(job)
     assert report.folds == 3 and report.validation_examples == report.labels["train"].examples
     assert len(report.history["val_auc"]) == report.intervals_run and report.best_interval >= 1
     assert "out of fold on all" in report.schedule_line() and "(3 folds)" in report.schedule_line()
+    # the best interval first, then those whose weights joined its average: the average scored better out of fold
+    best_alone = report.history["val_auc"][report.best_interval - 1]
+    averaged = report.averaged_intervals
+    assert averaged[0] == report.best_interval and len(set(averaged)) == len(averaged)
+    assert all(1 <= interval <= report.intervals_run for interval in averaged)
+    if len(averaged) > 1:
+        assert report.validation_value > best_alone and "served averaged with interval" in report.schedule_line()
+    else:
+        assert report.validation_value == best_alone and "served alone" in report.schedule_line()
     folder = model_ready_dir(job.serving_model_dir)
     model = load_keras_model(os.path.join(folder, contract.MODEL_READY_FILE))
     assert isinstance(model, FoldBag) and model.folds == 3
