@@ -6,8 +6,9 @@ For each RUN folder (a `python -m pipeline run --output` folder, or one of bench
 `WORK/TABLE/schema-driven-N` folders, whose config is the YAML file beside it of the same name) it reads the
 config and the newest Examples the run's MLMD records, trains once per seed (train.seed) in a fresh folder and
 prints the holdout metric, the validation metric (out of fold with train.folds) of the weights the Trainer
-served (the interval it kept, or an average of intervals) and the schedule the Trainer reports. With the same code, config and seed the figure
-is the pipeline's candidate's (unless the time budget cut the schedule at another measured speed).
+served (the interval it kept, or an average of intervals) and the schedule the Trainer reports. With the same
+code, config and seed the figure is the pipeline's candidate's (unless the time budget cut the schedule at
+another measured speed).
 
     TF_CPP_MIN_LOG_LEVEL=3 .venv/bin/python bench/train_again.py RUN [RUN ...] [--seeds 0,1,2]
         [--set train.KEY=VALUE ...] [--module NAME=VALUE ...] [--code DIR] [--work DIR] [--json FILE]
