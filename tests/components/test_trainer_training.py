@@ -118,8 +118,10 @@ def _train_two_workers(files, output, attempts=3, **spec):
 
 @pytest.mark.training
 def test_multi_worker_mirrored_strategy_across_two_processes(files, tmp_path):
-    # a time budget each worker's clock would end at an interval of its own: not applied with several workers
-    folders, results = _train_two_workers(files, tmp_path, overrides={"time_budget_seconds": 0.01})
+    # a time budget each worker's clock would end at an interval of its own: not applied with several workers;
+    # bagged over folds, with the best intervals' weights averaged: the workers must agree on each average
+    folders, results = _train_two_workers(files, tmp_path, overrides={"time_budget_seconds": 0.01, "folds": 3,
+                                                                      "average_intervals": 3})
     for code, log in results:
         assert code == 0, log[-3000:]
     reports = [json.loads((folder / "returned_report.json").read_text()) for folder in folders]
@@ -133,6 +135,8 @@ def test_multi_worker_mirrored_strategy_across_two_processes(files, tmp_path):
         assert report["time_budget_seconds"] == 0 and report["intervals_run"] == report["intervals"]
     # Gradients are all-reduced every step: both workers end with the same model, hence the same metrics.
     assert reports[0]["final_metrics"] == pytest.approx(reports[1]["final_metrics"], rel=1e-6)
+    assert reports[0]["averaged_intervals"] == reports[1]["averaged_intervals"]
+    assert reports[0]["averaged_intervals"][0] == reports[0]["best_interval"] >= 1
     assert reports[0]["final_metrics"]["val_auc"] > 0.85
     # Only the chief (worker 0) writes the model, the training report and TensorBoard's logs: in a real job
     # every worker is handed the same folders.
