@@ -39,10 +39,12 @@ CATEGORY_DRIFT = 0.15  # L-infinity distance between the value distributions
 # budget of about TARGET_STEPS steps (at least MIN_EPOCHS, at most MAX_EPOCHS passes); the model built once per
 # fold of FOLDS (k-fold bagging: each copy trained on the other folds), every pass scored out of fold on the
 # whole training split, the best pass kept, and a stop after a fifth of the budget's passes in which neither the
-# out-of-fold score nor loss improved; fitting within TIME_BUDGET_SECONDS.
+# out-of-fold score nor loss improved, the weights of the AVERAGE_INTERVALS best passes averaged while that
+# improves the out-of-fold score; fitting within TIME_BUDGET_SECONDS.
 TARGET_STEPS = 3000
 MIN_EPOCHS, MAX_EPOCHS = 20, 200
 FOLDS = 8
+AVERAGE_INTERVALS = 5
 FOLDS_MIN_RECORDS = 40  # a training split smaller than this trains one model its whole budget, no validation
 TIME_BUDGET_SECONDS = 150  # the three commands on a 60,000-row table within 5 minutes on 2 CPU cores
 LEARNING_RATE = 0.002
@@ -239,6 +241,8 @@ class Project:
                "served\n"
                f"  early_stopping_patience: {max(5, self.epochs // 5)}  # epochs with no better out-of-fold score or "
                "loss\n"
+               f"  average_intervals: {AVERAGE_INTERVALS}  # the best epochs' weights averaged, best first, each "
+               "joining while the out-of-fold score of the average improves\n"
                "  search: false  # true: the model's number encodings (coarse and fine bins) trained in turn within the "
                "time budget, the better out of fold served\n"
                if self.folds else "  folds: 0  # too few records to validate on: one model, its whole budget\n")

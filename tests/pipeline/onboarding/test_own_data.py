@@ -377,9 +377,11 @@ def test_init_bags_the_model_over_folds_when_there_are_enough_records_and_gives_
     train = yaml.safe_load(project.config_text())["train"]
     assert train["folds"] == (init.FOLDS if bagged else 0)
     assert ("early_stopping_patience" in train) == bagged
+    assert train.get("average_intervals", 1) == (init.AVERAGE_INTERVALS if bagged else 1)
     assert ("search" in train) == bagged and not train.get("search")  # offered with folds, off
     assert train["time_budget_seconds"] == init.TIME_BUDGET_SECONDS > 0
     config = load_config(project.config_path).train
     assert (config.folds, config.validation_share, config.time_budget_seconds, config.search) == (
         train["folds"], 0.0, init.TIME_BUDGET_SECONDS, False)
+    assert config.average_intervals == train.get("average_intervals", 1)
     assert f"within {init.TIME_BUDGET_SECONDS} s of fitting" in project.render()
