@@ -217,19 +217,20 @@ class KeepBest(keras.callbacks.Callback):
         describe it."""
         if not self._kept:
             return
-        value, loss, interval, weights = self._kept[0]
-        total = [np.asarray(w, np.float64) for w in weights]
+        value, loss, interval, served = self._kept[0]
+        total = [np.asarray(w, np.float64) for w in served]
         self.averaged_intervals = [interval]
         for _, _, other_interval, other in self._kept[1:]:
             joined = [t + w for t, w in zip(total, other)]
-            logs = score(_mean(joined, len(self.averaged_intervals) + 1, weights))
+            trial = _mean(joined, len(self.averaged_intervals) + 1, served)
+            logs = score(trial)
             other_value, other_loss = self._read(logs)
             if other_value is not None and self._beats(other_value, other_loss, value, loss):
-                total, value, loss = joined, other_value, other_loss
+                total, served, value, loss = joined, trial, other_value, other_loss
                 self.averaged_intervals.append(other_interval)
                 self.averaged_logs = {name: float(v) for name, v in logs.items()}
         self.best_value = value
-        self.model.set_weights(_mean(total, len(self.averaged_intervals), weights))
+        self.model.set_weights(served)
 
 
 def _mean(total: list[np.ndarray], count: int, like: list[np.ndarray]) -> list[np.ndarray]:
