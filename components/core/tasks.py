@@ -69,8 +69,9 @@ class Task:
     `configured` returns the task carrying the config's values), float_device_output (the full-int8 device
     model keeps its last layer in float32: a value's 256 int8 levels over the calibration range would be
     too coarse, where a probability's fixed 1/256 scale is not), calibration_pool (the full-int8
-    calibration rows are chosen among this many times as many training records) and hidden_units (the
-    schema-driven model's dense layers, shared by its members)."""
+    calibration rows are chosen among this many times as many training records), hidden_units (the
+    schema-driven model's dense layers, shared by its members) and plan_scale (init plans this many times the
+    training steps it plans for a classifier)."""
 
     name: str
     primary: Metric
@@ -86,6 +87,7 @@ class Task:
     float_device_output: bool = False
     calibration_pool: int = 1
     hidden_units: tuple[int, ...] = (128, 128)
+    plan_scale: int = 1
 
     def __init__(self, **settings):
         unknown = sorted(set(settings) - set(self.settings))
@@ -487,6 +489,9 @@ class RegressionTask(Task):
     # wider than a classifier's: on the quality bench's tuning half the width lowered regressions' MAE and did
     # not help classifiers (docs/benchmarks.md)
     hidden_units = (256, 256)
+    # twice a classifier's plan: on the quality bench's tuning half the longer cosine lowered the MAE of the
+    # regressions whose runs reach the plan's end, where classifiers stop early and lost a little (docs/benchmarks.md)
+    plan_scale = 2
     LABEL_TRANSFORMS = ("none", "log")
     LOG_LABEL_SKEW = 0.5  # init proposes the log transform from this Pearson skewness of a label >= 0 on
 

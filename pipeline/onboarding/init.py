@@ -36,11 +36,12 @@ RARE = 0.01  # a column present in fewer than this share of records is too rare 
 NUMBER_DRIFT = 0.3  # Jensen-Shannon divergence over quantile histograms (as the taxi schema)
 CATEGORY_DRIFT = 0.15  # L-infinity distance between the value distributions
 # The training init configures (README: Your own data): AdamW, a warm-up then a cosine learning rate over a
-# budget of about TARGET_STEPS steps (at least MIN_EPOCHS, at most MAX_EPOCHS passes); the model built once per
-# fold of FOLDS (k-fold bagging: each copy trained on the other folds), every pass scored out of fold on the
-# whole training split, the best pass kept, and a stop after a fifth of the budget's passes in which neither the
-# out-of-fold score nor loss improved, the weights of the AVERAGE_INTERVALS best passes averaged while that
-# improves the out-of-fold score; fitting within TIME_BUDGET_SECONDS.
+# budget of about TARGET_STEPS steps (at least MIN_EPOCHS, at most MAX_EPOCHS passes), times the task's
+# plan_scale within MAX_EPOCHS (a regression's twice); the model built once per fold of FOLDS (k-fold bagging:
+# each copy trained on the other folds), every pass scored out of fold on the whole training split, the best pass
+# kept, and a stop after a fifth of the budget's passes in which neither the out-of-fold score nor loss improved,
+# the weights of the AVERAGE_INTERVALS best passes averaged while that improves the out-of-fold score; fitting
+# within TIME_BUDGET_SECONDS.
 TARGET_STEPS = 3000
 MIN_EPOCHS, MAX_EPOCHS = 20, 200
 FOLDS = 8
@@ -152,6 +153,11 @@ class Project:
         return training_records(self.records, self.eval_fraction)
 
     @property
+    def training_steps(self) -> int:
+        """The steps of the planned epochs: epochs times the training split's batches."""
+        return self.epochs * -(-max(1, self.training_records) // self.batch_size)
+
+    @property
     def folds(self) -> int:
         """FOLDS, or 0 when the training split holds fewer than FOLDS_MIN_RECORDS records."""
         return FOLDS if self.training_records >= FOLDS_MIN_RECORDS else 0
@@ -232,7 +238,8 @@ class Project:
             + "train:\n"
             "  model: models.tabular  # built from the schema; write a module of your own to go further\n"
             f"  batch_size: {self.batch_size}\n"
-            f"  epochs: {self.epochs}  # at most: about {TARGET_STEPS} training steps over {self.records:,} records\n"
+            f"  epochs: {self.epochs}  # at most: {self.training_steps:,} training steps over "
+            f"{self.training_records:,} training records\n"
             f"  learning_rate: {LEARNING_RATE}\n"
             "  schedule: cosine  # after the warmup, down to 0 at the last step\n"
             f"  weight_decay: {WEIGHT_DECAY}  # AdamW\n"
@@ -581,12 +588,14 @@ def training_records(records: int, eval_fraction: float) -> int:
     return int(records * (1 - eval_fraction))
 
 
-def training_size(records: int, eval_fraction: float = IngestConfig.eval_fraction) -> tuple[int, int]:
-    """(batch size, epochs at most) giving about TARGET_STEPS steps, within MIN_EPOCHS and MAX_EPOCHS."""
+def training_size(records: int, eval_fraction: float = IngestConfig.eval_fraction,
+                  plan_scale: int = 1) -> tuple[int, int]:
+    """(batch size, epochs at most): the epochs giving about TARGET_STEPS steps, within MIN_EPOCHS and
+    MAX_EPOCHS, times `plan_scale` (the task's) within MAX_EPOCHS."""
     train_rows = max(1, training_records(records, eval_fraction))
     batch = 256 if train_rows >= 20_000 else 128 if train_rows >= 5_000 else 64 if train_rows >= 2_000 else 32
-    epochs = min(MAX_EPOCHS, max(MIN_EPOCHS, math.ceil(TARGET_STEPS * batch / train_rows)))
-    return batch, epochs
+    epochs = max(MIN_EPOCHS, math.ceil(TARGET_STEPS * batch / train_rows))
+    return batch, min(MAX_EPOCHS, plan_scale * epochs)
 
 
 def label_numbers(statistics, label: str) -> LabelNumbers | None:
@@ -641,8 +650,9 @@ def plan_project(folder: str, data_root: str, label: str, task: str | None = Non
     statistics = sample_statistics(reading.sample)
     schema_text = curated_schema(statistics, label, set(excluded), set(inputs["date"]), sometimes_missing)
     eval_fraction = eval_share(records)
-    batch, epochs = training_size(records, eval_fraction)
-    task_settings = task_named(task).propose_settings(label_numbers(statistics, label))
+    task_kind = task_named(task)
+    batch, epochs = training_size(records, eval_fraction, task_kind.plan_scale)
+    task_settings = task_kind.propose_settings(label_numbers(statistics, label))
     return Project(name, folder, data_root, records, task, label, classes, inputs, excluded, task_reason,
                    schema_text, batch, epochs, eval_fraction, task_settings, reading.unlabelled, empty, notes,
                    prepared=record is not None and not refuse_unlabelled,

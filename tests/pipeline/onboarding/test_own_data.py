@@ -360,6 +360,26 @@ def test_init_keeps_about_ten_thousand_eval_records_of_a_large_table_and_budgets
         assert init.MIN_EPOCHS <= epochs <= init.MAX_EPOCHS
         assert steps >= init.TARGET_STEPS or epochs == init.MAX_EPOCHS
         assert steps < 2 * init.TARGET_STEPS or epochs == init.MIN_EPOCHS
+        # a task's plan_scale (a regression's 2) multiplies the epochs, within MAX_EPOCHS
+        assert init.training_size(records, share, 2) == (batch, min(init.MAX_EPOCHS, 2 * epochs))
+
+
+def test_init_plans_a_regression_twice_the_epochs_of_a_classifier_on_the_same_records(tmp_path):
+    from pipeline.onboarding import init
+    from components.core.tasks import task_named
+    assert task_named("regression").plan_scale == 2
+    assert task_named("binary").plan_scale == task_named("multiclass").plan_scale == 1
+    # 3,000 records: 2,000 train in batches of 64, a classifier's plan is 96 epochs, below half MAX_EPOCHS
+    rows = ["x,y"] + [f"{i % 97 * 0.5},{i % 2}" for i in range(3000)]
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    assert cli_main(["prepare-data", "--csv", str(tmp_path / "t.csv"), "--data", str(tmp_path / "data")]) == 0
+    plans = {task: init.plan_project(str(tmp_path), str(tmp_path / "data"), "y", task=task)
+             for task in ("binary", "regression")}
+    assert plans["regression"].epochs == 2 * plans["binary"].epochs < init.MAX_EPOCHS
+    assert plans["regression"].batch_size == plans["binary"].batch_size
+    for plan in plans.values():
+        steps = plan.epochs * -(-plan.training_records // plan.batch_size)
+        assert f"epochs: {plan.epochs}  # at most: {steps:,} training steps over" in plan.config_text()
 
 
 @pytest.mark.parametrize("records, bagged", [(50, False), (334, True), (15_000, True)])
