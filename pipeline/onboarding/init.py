@@ -154,8 +154,11 @@ class Project:
 
     @property
     def training_steps(self) -> int:
-        """The steps of the planned epochs: epochs times the training split's batches."""
-        return self.epochs * -(-max(1, self.training_records) // self.batch_size)
+        """The steps the Trainer's plan gives the planned epochs over the training split, on one device."""
+        from components.settings import TrainConfig
+        from components.trainer.plan import training_plan
+        settings = TrainConfig(batch_size=self.batch_size, epochs=self.epochs)
+        return training_plan(max(1, self.training_records), settings, replicas=1).total_steps
 
     @property
     def folds(self) -> int:

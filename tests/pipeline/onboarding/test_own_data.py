@@ -377,8 +377,13 @@ def test_init_plans_a_regression_twice_the_epochs_of_a_classifier_on_the_same_re
              for task in ("binary", "regression")}
     assert plans["regression"].epochs == 2 * plans["binary"].epochs < init.MAX_EPOCHS
     assert plans["regression"].batch_size == plans["binary"].batch_size
+    # the config's comment gives the steps the Trainer's own plan makes of those epochs on one device
+    from components.settings import TrainConfig
+    from components.trainer.plan import training_plan
     for plan in plans.values():
-        steps = plan.epochs * -(-plan.training_records // plan.batch_size)
+        steps = training_plan(plan.training_records, TrainConfig(batch_size=plan.batch_size, epochs=plan.epochs),
+                              replicas=1).total_steps
+        assert steps >= plan.epochs * plan.training_records / plan.batch_size
         assert f"epochs: {plan.epochs}  # at most: {steps:,} training steps over" in plan.config_text()
 
 
