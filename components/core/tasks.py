@@ -70,8 +70,8 @@ class Task:
     model keeps its last layer in float32: a value's 256 int8 levels over the calibration range would be
     too coarse, where a probability's fixed 1/256 scale is not), calibration_pool (the full-int8
     calibration rows are chosen among this many times as many training records), hidden_units (the
-    schema-driven model's dense layers, shared by its members) and plan_scale (init plans this many times the
-    training steps it plans for a classifier)."""
+    schema-driven model's dense layers, shared by its members) and plan_scale (init plans this many times a
+    classifier's epochs, within its most)."""
 
     name: str
     primary: Metric
