@@ -44,27 +44,20 @@ def variants(task_name: str, splits: dict, max_bins=(), without=(), binned=None)
     bench/tabular_quality.py's _splits gives them), LightGBM max_bin values, columns to leave out, and columns
     to bin first ({column: [bins, ...]}). Output: (variant, the primary metric on the eval split), LightGBM's
     defaults first."""
-    import lightgbm
-
     from components.core import tasks
-    from tabular_quality import _frame, _probabilities
+    from tabular_quality import _frame, class_count, lightgbm_predictions
 
     task = tasks.task_named(task_name)
     (train_x, train_y), (eval_x, eval_y) = splits["train"], splits["eval"]
     train_frame, eval_frame = _frame(train_x), _frame(eval_x)
     classification = isinstance(task, tasks.ClassificationTask)
-    classes = int(max(np.max(train_y), np.max(eval_y))) + 1 if classification else 0
+    classes = class_count(train_y, eval_y) if classification else 0
 
     def score(train, evaluate, label_transform=None, **settings) -> float:
-        if classification:
-            model = lightgbm.LGBMClassifier(verbose=-1, **settings).fit(train, train_y)
-            predictions = _probabilities(model, evaluate, classes)
-            predictions = predictions[:, 1] if task_name == "binary" else predictions
-        else:
-            target = np.log1p(np.maximum(train_y, 0.0)) if label_transform == "log" else train_y
-            predictions = lightgbm.LGBMRegressor(verbose=-1, **settings).fit(train, target).predict(evaluate)
-            predictions = np.expm1(predictions) if label_transform == "log" else predictions
-        return float(task.score(eval_y, predictions)[task.primary.name])
+        log = label_transform == "log"
+        target = np.log1p(np.maximum(train_y, 0.0)) if log else train_y
+        predictions = lightgbm_predictions(task_name, train, target, evaluate, classes, **settings)
+        return float(task.score(eval_y, np.expm1(predictions) if log else predictions)[task.primary.name])
 
     results = [("defaults", score(train_frame, eval_frame))]
     results += [(f"max_bin {bins}", score(train_frame, eval_frame, max_bin=bins)) for bins in max_bins]

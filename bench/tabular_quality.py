@@ -254,11 +254,30 @@ def _probabilities(classifier, frame, classes: int):
     return probabilities
 
 
+def class_count(train_y, eval_y) -> int:
+    """The number of class ids the splits' labels span (the highest id + 1)."""
+    import numpy as np
+    return int(max(np.max(train_y), np.max(eval_y))) + 1
+
+
+def lightgbm_predictions(task: str, train_frame, train_y, eval_frame, classes: int = 0, **settings):
+    """LightGBM (defaults, or `settings`) fitted on the training frame: its eval predictions as the task's scoring
+    takes them (binary: the positive class's probability; multiclass: every class's, over `classes`; regression:
+    the value)."""
+    import lightgbm
+
+    from components.core import tasks
+
+    if not isinstance(tasks.task_named(task), tasks.ClassificationTask):
+        return lightgbm.LGBMRegressor(verbose=-1, **settings).fit(train_frame, train_y).predict(eval_frame)
+    positive = slice(1, 2) if task == "binary" else slice(None)  # binary: the positive class's probability
+    classifier = lightgbm.LGBMClassifier(verbose=-1, **settings).fit(train_frame, train_y)
+    return _probabilities(classifier, eval_frame, classes)[:, positive]
+
+
 def yardsticks(task: str, splits: dict) -> dict:
     """LightGBM (defaults) and a linear model on the same split, scored as the pipeline scores (the measured
     code's components.core.tasks). Output: {"lightgbm": value, "linear": value, "linear_model": its name}."""
-    import lightgbm
-    import numpy as np
     from sklearn.linear_model import LogisticRegression, Ridge
 
     from components.core import tasks
@@ -269,13 +288,12 @@ def yardsticks(task: str, splits: dict) -> dict:
     train_linear, eval_linear = _linear_inputs(train_frame, eval_frame)
     if isinstance(task_, tasks.ClassificationTask):  # the yardsticks: a classifier or a regressor
         positive = slice(1, 2) if task == "binary" else slice(None)  # binary: the positive class's probability
-        classes = int(max(np.max(train_y), np.max(eval_y))) + 1
-        lgb = _probabilities(lightgbm.LGBMClassifier(verbose=-1).fit(train_frame, train_y), eval_frame,
-                             classes)[:, positive]
+        classes = class_count(train_y, eval_y)
+        lgb = lightgbm_predictions(task, train_frame, train_y, eval_frame, classes)
         linear = _probabilities(LogisticRegression(max_iter=2000).fit(train_linear, train_y), eval_linear,
                                 classes)[:, positive]
     else:
-        lgb = lightgbm.LGBMRegressor(verbose=-1).fit(train_frame, train_y).predict(eval_frame)
+        lgb = lightgbm_predictions(task, train_frame, train_y, eval_frame)
         linear = Ridge(alpha=1.0).fit(train_linear, train_y).predict(eval_linear)
     primary = task_.primary.name
     return {"lightgbm": float(task_.score(eval_y, lgb)[primary]),
