@@ -2,7 +2,8 @@
 
 Reading: pyarrow's CSV reader (installed with TFX) parses the file in blocks of BLOCK_BYTES, streaming:
 quoting, doubled quotes, delimiters and line breaks inside quoted cells, a UTF-8 byte-order mark. Every cell
-is read as text and our rules, applied to whole blocks with pyarrow's compute functions, decide what it is.
+is read as text and our rules, applied to whole blocks with pyarrow's compute functions, decide what it is
+(a wide file's blocks are joined up to JOINED_ROWS rows first: the rules' work is per column per block).
 Two passes over the file: the first decides each column's type, the second writes. Memory holds a block at a
 time and per-column counters, whatever the number of rows.
 
@@ -59,6 +60,9 @@ DELIMITERS = ",;\t|"
 SHARDS = 4
 SNIFF_BYTES = 64 * 1024
 BLOCK_BYTES = 1 << 20  # pyarrow reads the CSV in blocks of this many bytes (and reads ahead about 35 of them)
+# A wide file's blocks hold few rows, and the rules' work is per column per block: consecutive blocks are
+# joined until they hold JOINED_ROWS rows, or JOINED_BYTES of text, whichever comes first
+JOINED_ROWS, JOINED_BYTES = 4096, 16 << 20
 COLUMNS_FILE = ".csv_columns.json"  # in the data root: the types the first span fixed (hidden: never read as data)
 SPAN_NOTE_FILE = ".span.json"  # in a span folder: how it was prepared (its source, the rows left out and why)
 KINDS = ("int", "float", "string", "date")
@@ -184,9 +188,10 @@ def read_header(path: str, delimiter: str) -> list[str]:
 
 
 def _blocks(path: str, delimiter: str, header: list[str]):
-    """The data rows in blocks: {column (the stripped header name): pyarrow array of its text cells}.
-    Raises CsvError naming the line of a row whose cell count differs from the header's, or of a row that
-    repeats the header (two exports joined into one file)."""
+    """The data rows in blocks: {column (the stripped header name): pyarrow array of its text cells}, in file
+    order, pyarrow's blocks joined up to JOINED_ROWS rows or JOINED_BYTES. Raises CsvError naming the line of a
+    row whose cell count differs from the header's, or of a row that repeats the header (two exports joined
+    into one file)."""
     import pyarrow as pa
     import pyarrow.csv as pa_csv
 
@@ -206,7 +211,7 @@ def _blocks(path: str, delimiter: str, header: list[str]):
                                                   strings_can_be_null=False, quoted_strings_can_be_null=False,
                                                   null_values=[], check_utf8=True))
         names = [name.strip() for name in header]
-        rows = 0
+        rows, waiting, waiting_rows, waiting_bytes = 0, [], 0, 0
         for batch in reader:
             block = {name: batch.column(i) for i, name in enumerate(names)}
             repeated = _header_row(block)
@@ -216,7 +221,13 @@ def _blocks(path: str, delimiter: str, header: list[str]):
                                f"each as a span of its own (prepare-data --csv FILE --span N), or delete the "
                                f"repeated header lines")
             rows += batch.num_rows
-            yield block
+            waiting.append(block)
+            waiting_rows, waiting_bytes = waiting_rows + batch.num_rows, waiting_bytes + batch.nbytes
+            if waiting_rows >= JOINED_ROWS or waiting_bytes >= JOINED_BYTES:
+                yield _joined(waiting, names)
+                waiting, waiting_rows, waiting_bytes = [], 0, 0
+        if waiting:
+            yield _joined(waiting, names)
     except pa.ArrowInvalid as error:
         if bad_rows:
             row = bad_rows[0]
@@ -485,6 +496,15 @@ class ColumnTypes:
     def from_json(cls, value: dict) -> "ColumnTypes":
         return cls(dict(value["types"]), dict(value.get("date_forms", {})), dict(value.get("units", {})),
                    list(value.get("empty", [])), value.get("decimal", "."))
+
+
+def _joined(blocks: list[dict], names: list[str]) -> dict:
+    """Consecutive blocks as one: each column's cells in file order."""
+    import pyarrow as pa
+
+    if len(blocks) == 1:
+        return blocks[0]
+    return {name: pa.concat_arrays([block[name] for block in blocks]) for name in names}
 
 
 def infer_types(path: str, delimiter: str, header: list[str], missing_tokens: tuple[str, ...],

@@ -163,6 +163,28 @@ def test_a_curated_schema_fixes_the_types_of_a_span(tmp_path, capsys):
     assert _values(tmp_path / "data" / "span-1")[0] == {"a": [1.0], "b": [b"2"]}
 
 
+def test_small_blocks_are_joined_in_file_order_and_a_bad_cell_still_names_its_line(tmp_path, capsys, monkeypatch):
+    # A wide file: pyarrow's blocks hold few rows each; they are joined before the rules run, and every row, its
+    # values and the line an error names stay those of the file.
+    from pipeline.onboarding import csv_spans
+
+    monkeypatch.setattr(csv_spans, "BLOCK_BYTES", 256)
+    monkeypatch.setattr(csv_spans, "JOINED_ROWS", 40)
+    text = "a,b,c\n" + "".join(f"{i},{i * 0.5},{'x' if i % 2 else 'y'}\n" for i in range(100))
+    (tmp_path / "t.csv").write_text(text)
+    blocks = list(csv_spans._blocks(str(tmp_path / "t.csv"), ",", ["a", "b", "c"]))
+    sizes = [len(block["a"]) for block in blocks]
+    assert len(blocks) > 1 and sum(sizes) == 100 and all(size >= 40 for size in sizes[:-1]), sizes
+    assert [int(cell) for block in blocks for cell in block["a"].to_pylist()] == list(range(100))
+    code, _, err = _prepare(capsys, tmp_path, text)
+    assert code == 0, err
+    rows = _values(tmp_path / "data" / "span-1")
+    assert [row["a"] for row in rows] == [[i] for i in range(100)] and rows[99]["c"] == [b"x"]
+    bad = text.replace("\n77,", "\n77.5,")  # the 78th data row, line 79, in the second joined block
+    code, _, err = _prepare(capsys, tmp_path, bad, "--span", "2", name="t2.csv")
+    assert code == 2 and "t2.csv: line 79: column 'a' holds '77.5', which is not an integer" in err, err
+
+
 # -------------------------------------------------------------------------------------------------- init
 
 def test_init_reads_a_label_pandas_wrote_as_floats_marks_dates_and_writes_a_config_that_loads_back(
