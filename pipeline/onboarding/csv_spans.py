@@ -367,6 +367,8 @@ def parse_dates(cells, form: str) -> tuple[np.ndarray, np.ndarray]:
         return seconds.astype(np.int64), valid
     parts = pc.extract_regex(cells, DATE_FORMS[form])
     matched = pc.is_valid(parts).to_numpy(zero_copy_only=False)
+    if not matched.any():  # no cell of this shape (a number column's cells): nothing to read
+        return np.zeros(len(cells), np.int64), matched
 
     def number(field: str) -> np.ndarray:
         if field not in [parts.type.field(i).name for i in range(parts.type.num_fields)]:
