@@ -244,14 +244,15 @@ def _linear_inputs(train_frame, eval_frame):
     return encoded.iloc[:len(train_frame)], encoded.iloc[len(train_frame):]
 
 
-def _probabilities(classifier, frame, classes: int):
-    """A fitted classifier's probabilities for `frame` over all `classes` label ids (a class absent from the
-    training split, as a rare one can be, gets 0): an array (rows, classes)."""
+def _probabilities(classifier, frame, classes: int, task: str):
+    """A fitted classifier's probabilities for `frame` as the task's scoring takes them: for a binary task the
+    positive class's, (rows, 1); else over all `classes` label ids, (rows, classes), a class absent from the
+    training split (as a rare one can be) at 0."""
     import numpy as np
     seen = classifier.predict_proba(frame)
     probabilities = np.zeros((seen.shape[0], classes))
     probabilities[:, np.asarray(classifier.classes_, dtype=int)] = seen
-    return probabilities
+    return probabilities[:, 1:2] if task == "binary" else probabilities
 
 
 def class_count(train_y, eval_y) -> int:
@@ -270,9 +271,8 @@ def lightgbm_predictions(task: str, train_frame, train_y, eval_frame, classes: i
 
     if not isinstance(tasks.task_named(task), tasks.ClassificationTask):
         return lightgbm.LGBMRegressor(verbose=-1, **settings).fit(train_frame, train_y).predict(eval_frame)
-    positive = slice(1, 2) if task == "binary" else slice(None)  # binary: the positive class's probability
     classifier = lightgbm.LGBMClassifier(verbose=-1, **settings).fit(train_frame, train_y)
-    return _probabilities(classifier, eval_frame, classes)[:, positive]
+    return _probabilities(classifier, eval_frame, classes, task)
 
 
 def yardsticks(task: str, splits: dict) -> dict:
@@ -287,11 +287,10 @@ def yardsticks(task: str, splits: dict) -> dict:
     task_ = tasks.task_named(task)
     train_linear, eval_linear = _linear_inputs(train_frame, eval_frame)
     if isinstance(task_, tasks.ClassificationTask):  # the yardsticks: a classifier or a regressor
-        positive = slice(1, 2) if task == "binary" else slice(None)  # binary: the positive class's probability
         classes = class_count(train_y, eval_y)
         lgb = lightgbm_predictions(task, train_frame, train_y, eval_frame, classes)
         linear = _probabilities(LogisticRegression(max_iter=2000).fit(train_linear, train_y), eval_linear,
-                                classes)[:, positive]
+                                classes, task)
     else:
         lgb = lightgbm_predictions(task, train_frame, train_y, eval_frame)
         linear = Ridge(alpha=1.0).fit(train_linear, train_y).predict(eval_linear)
