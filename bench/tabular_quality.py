@@ -12,10 +12,10 @@ Each CSV table goes through the commands a new user types: `python -m pipeline p
 --data DIR`, `init --data DIR --label LABEL [--task ...] [--exclude ...]` and `run --config ...`. Every
 model runs `--seeds` times from scratch (train.seed 0, 1, ..., or from `--first-seed`); the holdout metric is the candidate's on the
 eval split the ingestion step wrote (the split is a hash of each record's bytes, so every run of a table
-scores the same records). Two `prepare-data --csv` of the same file need not write the same bytes (a
-tf.Example's features are a map, serialized in no fixed order), so two bench runs can hold out different
-records: `--data-from` an earlier work folder copies its prepared data (DIR/TABLE/data) instead, and a
-before/after comparison then scores one eval split. LightGBM and the linear model train on the
+scores the same records). `prepare-data` writes each tf.Example in one canonical byte form, so two bench runs
+of this code hold out the same records of a table; an older checkout (`--code`) may write other bytes:
+`--data-from` an earlier work folder copies its prepared data (DIR/TABLE/data) instead (and skips preparing it),
+and a before/after comparison then scores one eval split whatever the code. LightGBM and the linear model train on the
 schema-driven run's train split with the schema-driven model's features. Per run the bench also reads the
 Trainer's seconds and the epochs it ran and kept (training_report.json) and ModelExport's scores
 (export_report.json): the SavedModel's primary metric beside the int8 TFLite variants' (full_int8,
