@@ -16,6 +16,9 @@ the label and the excluded ones is an input, preprocessed by its kind, the kind 
   trains both and serves the one better out of fold);
 - strings and integers with few distinct values: a Vocabulary of the values seen (up to MAX_VOCABULARY, the
   rest one out-of-vocabulary index, a missing value its own) through an embedding.
+- integers read as numbers whose values behave as codes on the training sample (reads_as_code: each value's
+  records share a label of their own, neighbouring values do not, as an id's or a school number's): also a
+  Vocabulary of their values (up to MAX_VOCABULARY; a missing value out of vocabulary) through an embedding.
 Then a parameter-efficient ensemble of ENSEMBLE_MEMBERS members (models/ensemble.py: TabM-mini; BAGGED_MEMBERS
 per copy when the Trainer bags the model, below) sharing the task's dense layers (`Task.hidden_units`: 128x128,
 regression 256x256), each member with its own output: a sigmoid (binary), a softmax (multiclass) or, for
@@ -38,10 +41,10 @@ which are tf.Example keys); Keras inputs are named components.core.feature_names
 layer derived from a column derived_name(its internal name, part) and every other `tabular.<part>`: names
 with a '.', which no internal name holds, so that no layer can be called like a column. The preprocessing's
 outputs, the model's inputs, are named by the layers that compute them: `<internal>.scaled`,
-`<internal>.piecewise`, `<internal>.missing`, `<internal>.lookup`, `<internal>.calendar`. A table with more than
-WIDE_NUMBERS numeric columns has its numbers encoded together, the same way per column, as one tensor:
-`tabular.numbers.missing`, `tabular.numbers.scaled`, `tabular.numbers.piecewise` (a graph of a few ops
-whatever the width).
+`<internal>.piecewise`, `<internal>.missing`, `<internal>.lookup`, `<internal>.code`, `<internal>.calendar`. A
+table with more than WIDE_NUMBERS numeric columns has its numbers encoded together, the same way per column, as
+one tensor: `tabular.numbers.missing`, `tabular.numbers.scaled`, `tabular.numbers.piecewise` (a graph of a
+few ops whatever the width).
 
 A model module of one's own (components/core/model_module.py) is the way beyond this: models/taxi.py is an example.
 """
@@ -71,6 +74,11 @@ WIDE_NUMBERS = 32
 # the first hidden layer's inputs, and so a training step's cost, stay bounded)
 WIDE_BINS_TOTAL = 8192
 MAX_VOCABULARY = 1000
+# An integer read as a number is also read as a code (an embedding of each of its values) when its values predict the
+# label reliably and their neighbours do not predict alike (an id, a school number): over its values seen at least
+# CODE_LEAST_ROWS times, the reliability of the label's per-value means is at least CODE_RELIABILITY and the
+# correlation of neighbouring values' means at most CODE_NEIGHBOUR_RATIO of it (about 1 for a smooth number)
+CODE_LEAST_ROWS, CODE_RELIABILITY, CODE_NEIGHBOUR_RATIO = 3, 0.4, 0.1
 BINS = 16  # quantile bins of a number's piecewise-linear encoding, at most...
 ROWS_PER_BIN = 40  # ...and at most one per this many training rows (a small sample gets fewer: they would overfit)
 FINE_BINS, FINE_ROWS_PER_BIN = 48, 20  # the finer encoding, the second candidate (CANDIDATES)
@@ -142,7 +150,8 @@ class SchemaModel:
         bins, rows = _encodings()[self._encoding]
         units = self.task.hidden_units
         return (f"numbers: robust scale, smooth clip and piecewise-linear encoding over up to {bins} quantile bins "
-                f"(one per {rows} training rows); categories: embeddings; {_network(ENSEMBLE_MEMBERS, units)} "
+                f"(one per {rows} training rows); categories and integers whose values behave as codes: "
+                f"embeddings; {_network(ENSEMBLE_MEMBERS, units)} "
                 f"(bagged over folds: {_network(BAGGED_MEMBERS, units)} per fold)"
                 f"{self.task.head_description()}")
 
@@ -213,6 +222,10 @@ class SchemaModel:
         categories = {name for name, spec in specs.items() if name not in self.dates and (
             spec.dtype == tf.string or (spec.dtype == tf.int64 and len(np.unique(sample[name])) <= CATEGORICAL_MAX))}
         numbers = [name for name in specs if name not in self.dates and name not in categories]
+        integers = [name for name in numbers if specs[name].dtype == tf.int64]
+        profile = self.task.label_profile(self._training_labels) if integers and self.LABEL_KEY in sample else None
+        codes = {name for name in integers
+                 if profile is not None and reads_as_code(np.asarray(sample[name]), profile)}
         together = len(numbers) > WIDE_NUMBERS  # one tensor for all numbers: a few ops, not a few per column
         for name, spec in specs.items():  # in the columns' order, which the model's inputs keep
             values, column = np.asarray(sample[name]), internal[name]
@@ -231,6 +244,9 @@ class SchemaModel:
                 output(scale, filled)
                 if len(scale.edges) > 1:
                     output(PiecewiseLinear(scale.edges, name=derived_name(column, "piecewise")), outputs[scale.name])
+            if name in codes:
+                seen = values[_present(values)]
+                output(Vocabulary.adapted(seen, MAX_VOCABULARY, name=derived_name(column, "code")), inputs[name])
         if together:
             self._encode_numbers_together(numbers, sample, inputs, bins, output)
         with warnings.catch_warnings():  # Keras asks for dict keys equal to the inputs' names: here they are not
@@ -297,6 +313,30 @@ class SchemaModel:
         """The training loss, each member's prediction against the label: the task's (Task.training_loss:
         binary or categorical cross-entropy; for regression the absolute error after the label transform)."""
         return self.task.training_loss()
+
+
+def reads_as_code(values: np.ndarray, profile: np.ndarray) -> bool:
+    """Input: an integer column's training values (MISSING_INT: missing) and Task.label_profile of the same rows.
+    Output: whether its values predict the label as codes do (module constants CODE_*): reliably, each value
+    its own way, neighbouring values no more alike than any two."""
+    present = _present(values)
+    distinct, ids, counts = np.unique(values[present], return_inverse=True, return_counts=True)
+    profile = profile[present]
+    sums = np.stack([np.bincount(ids, weights=profile[:, j], minlength=len(distinct))
+                     for j in range(profile.shape[1])], 1)
+    kept = counts >= CODE_LEAST_ROWS
+    if kept.sum() < 3:
+        return False
+    deviations = sums[kept] / counts[kept][:, None] - profile.mean(0)
+    between = (counts[kept][:, None] * deviations ** 2).sum() / counts[kept].sum()
+    noise = profile.var(0).sum() * kept.sum() / counts[kept].sum()  # what sampling alone would spread
+    if between <= 0:
+        return False
+    reliability = 1 - noise / between
+    left, right = deviations[:-1], deviations[1:]
+    norm = np.sqrt((left ** 2).sum() * (right ** 2).sum())
+    neighbours = (left * right).sum() / norm if norm > 0 else 0.0
+    return bool(reliability >= CODE_RELIABILITY and neighbours <= CODE_NEIGHBOUR_RATIO * reliability)
 
 
 def _network(members: int, hidden_units: tuple[int, ...]) -> str:

@@ -199,6 +199,12 @@ class Task:
         in label_dtype."""
         raise NotImplementedError
 
+    def label_profile(self, labels: np.ndarray) -> np.ndarray:
+        """Input: training labels as read. Output: [N, D] float64 whose means over a group of records show how
+        the label varies between groups: classification one column per label value (1 where the record has
+        it), regression the label's rank / (N + 1) (a heavy tail weighs no more than its rank)."""
+        raise NotImplementedError
+
     def output_layer(self, training_labels: np.ndarray, name: str):
         """Input: the training sample's labels (as parse_label returns them) and the layer's name. Output: the
         Keras layer that turns each ensemble member's raw output [N, k, width] into the task's output, float32
@@ -296,6 +302,10 @@ class ClassificationTask(Task):
 
     def class_names(self, values):
         return [str(value) for value in values]
+
+    def label_profile(self, labels):
+        _, ids = np.unique(np.asarray(labels), return_inverse=True)
+        return np.eye(ids.max() + 1 if ids.size else 1)[ids.reshape(-1)]
 
     def label_advice(self):
         return "add such a class to task.classes in the config (in label order), or leave those records out"
@@ -497,6 +507,10 @@ class RegressionTask(Task):
 
     def class_problem(self, classes):
         return f"a regression task has no CLASSES, got {classes!r}" if classes else ""
+
+    def label_profile(self, labels):
+        labels = np.asarray(labels, dtype=np.float64)
+        return (np.argsort(np.argsort(labels, kind="stable"), kind="stable") + 1.0)[:, None] / (len(labels) + 1)
 
     def check_settings(self):
         if self.label_transform not in self.LABEL_TRANSFORMS:

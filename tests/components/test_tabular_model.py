@@ -20,7 +20,7 @@ from models import tabular
 from models.ensemble import EnsembleModel, members_count
 from models.layers import SMOOTH_CLIP, PiecewiseLinear, RobustScale
 
-FEATURES = {"distance": "FLOAT", "minutes": "INT", "company": "BYTES"}
+FEATURES = {"distance": "FLOAT", "minutes": "INT", "company": "BYTES", "store": "INT"}
 
 
 def _module(tmp_path, task: str, transform: str = "none", features: dict[str, str] = FEATURES) -> tabular.SchemaModel:
@@ -33,17 +33,22 @@ def _module(tmp_path, task: str, transform: str = "none", features: dict[str, st
 
 
 def _table(rows: int, task: str, seed: int = 0) -> dict[str, np.ndarray]:
-    """Raw features (a long-tailed distance, some missing; minutes; a company) and a label that depends on
+    """Raw features (a long-tailed distance, some missing; minutes; a company; a store number, a code of 60
+    values each with an effect of its own, neighbouring numbers' effects unalike) and a label that depends on
     them: a fare-like price (regression), or its classes."""
     rng = np.random.default_rng(seed)
     distance = rng.lognormal(1.0, 0.8, rows).astype(np.float32)
     minutes = rng.integers(1, 120, rows)
     company = rng.choice(np.array([b"a", b"b", b"c"], dtype=object), rows)
-    price = 3 + 2.5 * distance + 0.1 * minutes + np.where(company == b"a", 4.0, 0.0) + rng.exponential(1.0, rows)
+    store = rng.integers(1000, 1060, rows)
+    # the same stores in every sample: an even number lowers the price, an odd one raises it, each by its own amount
+    store_effect = np.where(store % 2, 4.0, -4.0) * np.random.default_rng(99).uniform(0.5, 1.5, 60)[store - 1000]
+    price = (3 + 2.5 * distance + 0.1 * minutes + np.where(company == b"a", 4.0, 0.0) + store_effect
+             + rng.exponential(1.0, rows))
     distance[rng.random(rows) < 0.05] = np.nan
     label = {"regression": price.astype(np.float32), "binary": (price > np.median(price)).astype(np.int64),
              "multiclass": np.digitize(price, np.quantile(price, [0.5, 0.8])).astype(np.int64)}[task]
-    return {"distance": distance, "minutes": minutes, "company": company, "label": label}
+    return {"distance": distance, "minutes": minutes, "company": company, "store": store, "label": label}
 
 
 def _features(table: dict[str, np.ndarray], module) -> dict[str, tf.Tensor]:
@@ -83,7 +88,7 @@ def test_the_ensemble_serves_its_members_mean_and_trains_on_the_mean_of_their_lo
     model = module.build_model(preprocessing)
     assert isinstance(model, EnsembleModel) and members_count(model) == tabular.ENSEMBLE_MEMBERS
     assert {layer.name for layer in preprocessing.layers if isinstance(layer, PiecewiseLinear)} == {
-        "distance.piecewise", "minutes.piecewise"}
+        "distance.piecewise", "minutes.piecewise", "store.piecewise"}
     ready = preprocessing(_features(table, module))
     members = keras.Model(model.inputs, model.get_layer("tabular.prediction").output)(ready).numpy()
     assert members.shape == (800, tabular.ENSEMBLE_MEMBERS, 1) and members.std(axis=1).mean() > 0  # they differ
@@ -146,6 +151,9 @@ def test_the_device_model_converts_with_builtins_and_int8_stays_within_the_ladde
     module, table, preprocessing, model = _trained(tmp_path, task, transform, folds=folds, candidate=candidate)
     bins = len(preprocessing.get_layer("distance.scaled").edges) - 1
     assert bins == (tabular.FINE_BINS if candidate else tabular.BINS)  # 1,200 rows: each encoding's most
+    # the store number is read as a number and as a code; minutes, a smooth number, as a number alone
+    assert {"store.scaled", "store.code", "minutes.scaled"} <= set(preprocessing.output)
+    assert "minutes.code" not in preprocessing.output
     # alone, an ensemble of ENSEMBLE_MEMBERS; bagged, BAGGED_MEMBERS per copy (as many passes per example)
     networks = [model.get_layer(COPY_NAME.format(f)) for f in range(folds)] if folds > 1 else [model]
     assert [members_count(network) for network in networks] == (
@@ -282,7 +290,7 @@ def test_a_string_cell_prepare_data_reads_as_missing_is_served_as_missing(tmp_pa
     lookup = preprocessing.get_layer(f"{internal_names(module.INPUTS)['company']}.lookup")
     sent = [b"", b"None", b"NA", b"n/a", b"N/A", b"?", b"#N/A", b"NaN", b"never-seen"]
     rows = {"distance": np.full(len(sent), 3.0, np.float32), "minutes": np.full(len(sent), 30),
-            "company": np.array(sent, dtype=object)}
+            "company": np.array(sent, dtype=object), "store": np.full(len(sent), 1001)}
     indices = lookup(tf.constant(rows["company"].astype(np.bytes_))).numpy()
     assert indices[0] == lookup.vocabulary.index("") + 1 and (indices[1:-1] == indices[0]).all(), indices
     assert indices[-1] == 0  # not a missing token: out of vocabulary, as before
@@ -294,6 +302,27 @@ def test_a_string_cell_prepare_data_reads_as_missing_is_served_as_missing(tmp_pa
     np.testing.assert_allclose(device, served, rtol=1e-4, atol=1e-5)
     notes = {row["name"]: row.get("note", "") for row in tflite.input_conventions(module.INPUTS, module.INPUT_NOTES)}
     assert "none" in notes["company"] and "n/a" in notes["company"] and not notes["distance"]
+
+
+@pytest.mark.parametrize("task", ["binary", "multiclass", "regression"])
+def test_an_integer_is_read_as_a_code_when_its_values_predict_reliably_and_neighbours_not_alike(task):
+    """A store number whose every value has its own effect is a code; minutes (the label rises with them), a
+    number with no bearing on the label, and a code seen too rarely to tell are not."""
+    rng = np.random.default_rng(1)
+    rows = 2000
+    store, minutes = rng.integers(0, 100, rows), rng.integers(1, 120, rows)
+    score = rng.normal(0.0, 1.5, 100)[store] + 0.05 * minutes + rng.normal(0.0, 0.5, rows)
+    label = {"regression": score, "binary": (score > np.median(score)).astype(np.int64),
+             "multiclass": np.digitize(score, np.quantile(score, [0.3, 0.7]))}[task]
+    profile = tasks.task_named(task).label_profile(label)
+    assert profile.shape == (rows, 1 if task == "regression" else len(np.unique(label)))
+    assert tabular.reads_as_code(store, profile)
+    assert not tabular.reads_as_code(minutes, profile)
+    assert not tabular.reads_as_code(rng.integers(0, 100, rows), profile)  # no bearing on the label
+    assert not tabular.reads_as_code(rng.permutation(rows), profile)  # every value once: nothing to tell
+    missing = store.copy()
+    missing[rng.random(rows) < 0.3] = tabular.MISSING_INT  # missing cells are left out, not a value
+    assert tabular.reads_as_code(missing, profile)
 
 
 def test_a_wide_tables_numbers_are_encoded_as_one_tensor_the_same_way_each_column_alone_is(tmp_path):
