@@ -128,6 +128,7 @@ class SchemaModel:
         self._features = None  # name -> schema dtype, read on first use
         self._training_labels = np.zeros(0)  # the training sample's labels, which the task's output layer fits
         self._encoding = self.CANDIDATES[0]  # the number encoding: the default one
+        self._codes: tuple[str, ...] = ()  # the integer columns build_preprocessing read as codes too
         self.DESCRIPTION = self._description()
 
     @property
@@ -149,8 +150,9 @@ class SchemaModel:
     def _description(self) -> str:
         bins, rows = _encodings()[self._encoding]
         units = self.task.hidden_units
+        codes = f" (here: {', '.join(self._codes)})" if self._codes else ""
         return (f"numbers: robust scale, smooth clip and piecewise-linear encoding over up to {bins} quantile bins "
-                f"(one per {rows} training rows); categories and integers whose values behave as codes: "
+                f"(one per {rows} training rows); categories and integers whose values behave as codes{codes}: "
                 f"embeddings; {_network(ENSEMBLE_MEMBERS, units)} "
                 f"(bagged over folds: {_network(BAGGED_MEMBERS, units)} per fold)"
                 f"{self.task.head_description()}")
@@ -226,6 +228,8 @@ class SchemaModel:
         profile = self.task.label_profile(self._training_labels) if integers and self.LABEL_KEY in sample else None
         codes = {name for name in integers
                  if profile is not None and reads_as_code(np.asarray(sample[name]), profile)}
+        self._codes = tuple(name for name in specs if name in codes)
+        self.DESCRIPTION = self._description()  # the training report names them
         together = len(numbers) > WIDE_NUMBERS  # one tensor for all numbers: a few ops, not a few per column
         for name, spec in specs.items():  # in the columns' order, which the model's inputs keep
             values, column = np.asarray(sample[name]), internal[name]

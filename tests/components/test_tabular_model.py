@@ -154,6 +154,7 @@ def test_the_device_model_converts_with_builtins_and_int8_stays_within_the_ladde
     # the store number is read as a number and as a code; minutes, a smooth number, as a number alone
     assert {"store.scaled", "store.code", "minutes.scaled"} <= set(preprocessing.output)
     assert "minutes.code" not in preprocessing.output
+    assert "codes (here: store)" in module.DESCRIPTION  # what the training report says the model is
     # alone, an ensemble of ENSEMBLE_MEMBERS; bagged, BAGGED_MEMBERS per copy (as many passes per example)
     networks = [model.get_layer(COPY_NAME.format(f)) for f in range(folds)] if folds > 1 else [model]
     assert [members_count(network) for network in networks] == (
