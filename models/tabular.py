@@ -228,8 +228,10 @@ class SchemaModel:
         profile = self.task.label_profile(self._training_labels) if integers and self.LABEL_KEY in sample else None
         codes = {name for name in integers
                  if profile is not None and reads_as_code(np.asarray(sample[name]), profile)}
+        before = self._description()
         self._codes = tuple(name for name in specs if name in codes)
-        self.DESCRIPTION = self._description()  # the training report names them
+        # the training report names them, within a description a module of the user's own built on this one
+        self.DESCRIPTION = self.DESCRIPTION.replace(before, self._description())
         together = len(numbers) > WIDE_NUMBERS  # one tensor for all numbers: a few ops, not a few per column
         for name, spec in specs.items():  # in the columns' order, which the model's inputs keep
             values, column = np.asarray(sample[name]), internal[name]

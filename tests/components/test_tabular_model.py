@@ -326,6 +326,14 @@ def test_an_integer_is_read_as_a_code_when_its_values_predict_reliably_and_neigh
     assert tabular.reads_as_code(missing, profile)
 
 
+def test_the_description_names_the_columns_read_as_codes_and_keeps_a_modules_own_words(tmp_path):
+    """A module of the user's own built on this one keeps its words around the description the report shows."""
+    module = _module(tmp_path, "binary")
+    module.DESCRIPTION = "mine: " + module.DESCRIPTION
+    module.build_preprocessing(_table(1200, "binary"))
+    assert module.DESCRIPTION.startswith("mine: numbers: ") and "codes (here: store)" in module.DESCRIPTION
+
+
 def test_a_wide_tables_numbers_are_encoded_as_one_tensor_the_same_way_each_column_alone_is(tmp_path):
     """Past WIDE_NUMBERS numeric columns, the numbers go through a handful of layers as one tensor (the graph
     no longer grows with the columns), and each column's encoding is the one it would get alone: the same
