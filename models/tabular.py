@@ -226,10 +226,9 @@ class SchemaModel:
         numbers = [name for name in specs if name not in self.dates and name not in categories]
         integers = [name for name in numbers if specs[name].dtype == tf.int64]
         profile = self.task.label_profile(self._training_labels) if integers and self.LABEL_KEY in sample else None
-        codes = {name for name in integers
-                 if profile is not None and reads_as_code(np.asarray(sample[name]), profile)}
         before = self._description()
-        self._codes = tuple(name for name in specs if name in codes)
+        self._codes = tuple(name for name in integers  # in the columns' order, as the description names them
+                            if profile is not None and reads_as_code(np.asarray(sample[name]), profile))
         # the training report names them, within a description a module of the user's own built on this one
         self.DESCRIPTION = self.DESCRIPTION.replace(before, self._description())
         together = len(numbers) > WIDE_NUMBERS  # one tensor for all numbers: a few ops, not a few per column
@@ -250,7 +249,7 @@ class SchemaModel:
                 output(scale, filled)
                 if len(scale.edges) > 1:
                     output(PiecewiseLinear(scale.edges, name=derived_name(column, "piecewise")), outputs[scale.name])
-            if name in codes:
+            if name in self._codes:
                 seen = values[_present(values)]
                 output(Vocabulary.adapted(seen, MAX_VOCABULARY, name=derived_name(column, "code")), inputs[name])
         if together:
