@@ -142,10 +142,15 @@ class SchemaModel:
         if name not in _encodings():
             raise ValueError(f"models.tabular has no candidate {name!r}: its candidates are "
                              f"{', '.join(self.CANDIDATES)}")
-        chosen = copy.copy(self)
+        chosen, before = copy.copy(self), self._description()
         chosen._encoding = name
-        chosen.DESCRIPTION = chosen._description()
+        chosen._redescribe(before)
         return chosen
+
+    def _redescribe(self, before: str) -> None:
+        """Input: this module's own description as it was before a change. DESCRIPTION then says what the module
+        is now, in place of `before` (a module of the user's own built on this one keeps its words around it)."""
+        self.DESCRIPTION = self.DESCRIPTION.replace(before, self._description())
 
     def _description(self) -> str:
         bins, rows = _encodings()[self._encoding]
@@ -229,8 +234,7 @@ class SchemaModel:
         before = self._description()
         self._codes = tuple(name for name in integers  # in the columns' order, as the description names them
                             if profile is not None and reads_as_code(np.asarray(sample[name]), profile))
-        # the training report names them, within a description a module of the user's own built on this one
-        self.DESCRIPTION = self.DESCRIPTION.replace(before, self._description())
+        self._redescribe(before)  # the training report names them
         together = len(numbers) > WIDE_NUMBERS  # one tensor for all numbers: a few ops, not a few per column
         for name, spec in specs.items():  # in the columns' order, which the model's inputs keep
             values, column = np.asarray(sample[name]), internal[name]

@@ -332,6 +332,9 @@ def test_the_description_names_the_columns_read_as_codes_and_keeps_a_modules_own
     module.DESCRIPTION = "mine: " + module.DESCRIPTION
     module.build_preprocessing(_table(1200, "binary"))
     assert module.DESCRIPTION.startswith("mine: numbers: ") and "codes (here: store)" in module.DESCRIPTION
+    finer = module.candidate(module.CANDIDATES[1])  # the number encoding train.search may choose
+    assert finer.DESCRIPTION.startswith("mine: numbers: ") and "codes (here: store)" in finer.DESCRIPTION
+    assert finer.DESCRIPTION != module.DESCRIPTION and module.DESCRIPTION.startswith("mine: ")
 
 
 def test_a_wide_tables_numbers_are_encoded_as_one_tensor_the_same_way_each_column_alone_is(tmp_path):
