@@ -88,11 +88,13 @@ class RobustScale(keras.layers.Layer):
     z / sqrt(1 + (z / SMOOTH_CLIP)^2): about z near the middle, never beyond +-SMOOTH_CLIP, so an outlier cannot
     dominate (RealMLP's robust scale and smooth clip). Builtins only (SUB, MUL, MINIMUM, MAXIMUM, ADD, RSQRT).
 
-    `edges`: the sample's quantiles after this scaling (distinct, increasing): the bins of the model's
-    piecewise-linear encoding (PiecewiseLinear), fitted with the rest of the preprocessing and saved with it.
+    `edges`: the sample's quantiles after this scaling (distinct, increasing; with `tails`, finer in the tails
+    of a smooth number, see edge_quantiles): the bins of the model's piecewise-linear encoding
+    (PiecewiseLinear), fitted with the rest of the preprocessing and saved with it.
     """
 
     LARGE = 1e4  # z is clipped to +-LARGE first (where the smooth clip is within 1e-7 of +-SMOOTH_CLIP)
+    TAILS_DISTINCT = 4  # a number with this many distinct values per bin (and no spike) gets finer tail bins
 
     def __init__(self, center: float, scale: float, edges=(), **kwargs):
         super().__init__(**kwargs)
@@ -100,15 +102,16 @@ class RobustScale(keras.layers.Layer):
         self.edges = [float(edge) for edge in edges]
 
     @classmethod
-    def fitted(cls, values: np.ndarray, bins: int, name: str) -> "RobustScale":
-        """Input: present sample values and the number of quantile bins wanted. Output: the fitted layer (see
-        fit)."""
-        return cls(*cls.fit(values, bins), name=name)
+    def fitted(cls, values: np.ndarray, bins: int, name: str, tails: bool = False) -> "RobustScale":
+        """Input: present sample values, the number of quantile bins wanted and whether a smooth number's
+        tails get finer bins. Output: the fitted layer (see fit)."""
+        return cls(*cls.fit(values, bins, tails), name=name)
 
     @classmethod
-    def fit(cls, values: np.ndarray, bins: int) -> tuple[float, float, list[float]]:
-        """Input: present sample values and the number of quantile bins wanted. Output: (center, scale, edges),
-        the edges at most bins + 1 distinct quantiles of the scaled sample (fewer for a number of few values)."""
+    def fit(cls, values: np.ndarray, bins: int, tails: bool = False) -> tuple[float, float, list[float]]:
+        """Input: present sample values, the number of quantile bins wanted and whether a smooth number's tails
+        get finer bins. Output: (center, scale, edges), the edges at most bins + 1 distinct quantiles of the
+        scaled sample (fewer for a number of few values), at the levels edge_quantiles gives."""
         values = np.asarray(values, np.float64)
         if not values.size:
             return 0.0, 1.0, []
@@ -116,8 +119,22 @@ class RobustScale(keras.layers.Layer):
         spread = high - low if high > low else values.std()
         center, scale = half_precision_safe(float(median), 1.0 / max(float(spread), 1e-6))
         scaled = cls.scaled(values, center, scale)
-        edges = np.unique(np.quantile(scaled, np.linspace(0.0, 1.0, bins + 1)).astype(np.float32))
+        edges = np.unique(np.quantile(scaled, cls.edge_quantiles(values, bins, tails)).astype(np.float32))
         return center, scale, [float(edge) for edge in edges] if edges.size > 1 else []
+
+    @classmethod
+    def edge_quantiles(cls, values: np.ndarray, bins: int, tails: bool) -> np.ndarray:
+        """Input: present sample values, the number of bins and whether a smooth number's tails get finer bins.
+        Output: the bins + 1 quantile levels of the edges, 0 to 1: evenly spaced, i / bins, except with `tails`
+        for a smooth number (at least TAILS_DISTINCT x bins distinct values, none in more than 1/bins of the
+        rows): (1 - cos(pi i / bins)) / 2, for 16 bins the 1st, 4th, 8th, 15th... percentiles, so that where its
+        extremes are each bin holds few rows. A spike (mostly 0) or few values keep even levels: no bin is spent
+        inside one value."""
+        levels = np.linspace(0.0, 1.0, bins + 1)
+        _, counts = np.unique(values, return_counts=True)
+        if tails and counts.size >= cls.TAILS_DISTINCT * bins and counts.max() <= values.size / bins:
+            return (1.0 - np.cos(np.pi * levels)) / 2.0
+        return levels
 
     @classmethod
     def scaled(cls, values: np.ndarray, center, scale) -> np.ndarray:
@@ -148,10 +165,11 @@ class RobustScaleColumns(RobustScale):
         self.edges = [[float(edge) for edge in column] for column in edges]
 
     @classmethod
-    def fitted(cls, columns: list, bins: int, name: str) -> "RobustScaleColumns":
-        """Input: each column's present sample values and the number of quantile bins wanted. Output: the
-        fitted layer (per column what RobustScale.fit fits); its call is RobustScale's, broadcast over columns."""
-        centers, scales, edges = zip(*(RobustScale.fit(values, bins) for values in columns))
+    def fitted(cls, columns: list, bins: int, name: str, tails: bool = False) -> "RobustScaleColumns":
+        """Input: each column's present sample values, the number of quantile bins wanted and whether a smooth
+        number's tails get finer bins. Output: the fitted layer (per column what RobustScale.fit fits); its call
+        is RobustScale's, broadcast over columns."""
+        centers, scales, edges = zip(*(RobustScale.fit(values, bins, tails) for values in columns))
         return cls(centers, scales, edges, name=name)
 
 

@@ -9,9 +9,10 @@ the label and the excluded ones is an input, preprocessed by its kind, the kind 
   day of year and time of day);
 - numbers (floats, and integers with more than CATEGORICAL_MAX distinct values): a missing-value indicator,
   the value robustly scaled and smoothly clipped (models.layers.RobustScale; missing: the median) and its
-  piecewise-linear encoding over quantile bins (models.layers.PiecewiseLinear), so that the model can cut a
-  number where trees would (part of the preprocessing: the device model computes it in float32 in every
-  variant, where 8 bits would blur a narrow bin): up to BINS bins, one per ROWS_PER_BIN training rows, or in the
+  piecewise-linear encoding over quantile bins (models.layers.PiecewiseLinear; for TAIL_BINS_TASKS finer in
+  a smooth number's tails, models.layers.RobustScale.edge_quantiles), so that the model can cut a number where
+  trees would (part of the preprocessing: the device model computes it in float32 in every variant, where 8
+  bits would blur a narrow bin): up to BINS bins, one per ROWS_PER_BIN training rows, or in the
   finer candidate up to FINE_BINS, one per FINE_ROWS_PER_BIN (CANDIDATES: with `train.search` the Trainer
   trains both and serves the one better out of fold);
 - strings and integers with few distinct values: a Vocabulary of the values seen (up to MAX_VOCABULARY, the
@@ -61,7 +62,7 @@ import tensorflow as tf
 from components.core.bagging import copies_being_built
 from components.core.feature_names import derived_name, internal_names
 from components.core.missing_values import spellings
-from components.core.tasks import Task, TaskError, task_named
+from components.core.tasks import ClassificationTask, Task, TaskError, task_named
 from models.ensemble import EnsembleInputs, EnsembleModel, EnsembleOutputs, MembersMean
 from models.layers import (MISSING_INT, CalendarFeatures, PiecewiseLinear, PiecewiseLinearColumns, RobustScale,
                            RobustScaleColumns, Vocabulary, keras_dtype)
@@ -82,6 +83,7 @@ CODE_LEAST_ROWS, CODE_RELIABILITY, CODE_NEIGHBOUR_RATIO = 3, 0.4, 0.1
 BINS = 16  # quantile bins of a number's piecewise-linear encoding, at most...
 ROWS_PER_BIN = 40  # ...and at most one per this many training rows (a small sample gets fewer: they would overfit)
 FINE_BINS, FINE_ROWS_PER_BIN = 48, 20  # the finer encoding, the second candidate (CANDIDATES)
+TAIL_BINS_TASKS = (ClassificationTask,)  # tasks whose smooth numbers get bins finer in their tails (not regressions)
 DATE_NOTE = "int64 seconds since 1970-01-01 UTC (a date alone: its midnight UTC)"
 DROPOUT = 0.1
 ENSEMBLE_MEMBERS = 8  # the network's members when the Trainer does not bag the model (train.folds 0 or 1)
@@ -156,8 +158,9 @@ class SchemaModel:
         bins, rows = _encodings()[self._encoding]
         units = self.task.hidden_units
         codes = f" (here: {', '.join(self._codes)})" if self._codes else ""
+        tails = ", finer in a smooth number's tails" if isinstance(self.task, TAIL_BINS_TASKS) else ""
         return (f"numbers: robust scale, smooth clip and piecewise-linear encoding over up to {bins} quantile bins "
-                f"(one per {rows} training rows); categories and integers whose values behave as codes{codes}: "
+                f"(one per {rows} training rows{tails}); categories and integers whose values behave as codes{codes}: "
                 f"embeddings; {_network(ENSEMBLE_MEMBERS, units)} "
                 f"(bagged over folds: {_network(BAGGED_MEMBERS, units)} per fold)"
                 f"{self.task.head_description()}")
@@ -235,6 +238,7 @@ class SchemaModel:
         self._codes = tuple(name for name in integers  # in the columns' order, as the description names them
                             if profile is not None and reads_as_code(np.asarray(sample[name]), profile))
         self._redescribe(before)  # the training report names them
+        tails = isinstance(self.task, TAIL_BINS_TASKS)
         together = len(numbers) > WIDE_NUMBERS  # one tensor for all numbers: a few ops, not a few per column
         for name, spec in specs.items():  # in the columns' order, which the model's inputs keep
             values, column = np.asarray(sample[name]), internal[name]
@@ -249,7 +253,7 @@ class SchemaModel:
                 fill = float(np.median(present)) if present.size else 0.0
                 filled = FillMissing(fill, name=derived_name(column, "filled"))(inputs[name])
                 output(MissingIndicator(name=derived_name(column, "missing")), inputs[name])
-                scale = RobustScale.fitted(present, bins, name=derived_name(column, "scaled"))
+                scale = RobustScale.fitted(present, bins, name=derived_name(column, "scaled"), tails=tails)
                 output(scale, filled)
                 if len(scale.edges) > 1:
                     output(PiecewiseLinear(scale.edges, name=derived_name(column, "piecewise")), outputs[scale.name])
@@ -257,13 +261,14 @@ class SchemaModel:
                 seen = values[_present(values)]
                 output(Vocabulary.adapted(seen, MAX_VOCABULARY, name=derived_name(column, "code")), inputs[name])
         if together:
-            self._encode_numbers_together(numbers, sample, inputs, bins, output)
+            self._encode_numbers_together(numbers, sample, inputs, bins, tails, output)
         with warnings.catch_warnings():  # Keras asks for dict keys equal to the inputs' names: here they are not
             warnings.filterwarnings("ignore", "When providing `inputs` as a dict", UserWarning)
             return keras.Model(inputs, outputs, name=_LAYER.format("preprocessing"))
 
     @staticmethod
-    def _encode_numbers_together(numbers: list[str], sample: dict, inputs: dict, bins: int, output) -> None:
+    def _encode_numbers_together(numbers: list[str], sample: dict, inputs: dict, bins: int, tails: bool,
+                                 output) -> None:
         """A wide table's numbers as one [batch, columns] tensor (in the order of `numbers`), encoded as each
         column alone would be: a missing-value indicator, the value (missing: the median) robustly scaled and
         smoothly clipped, and its piecewise-linear encoding (over at most WIDE_BINS_TOTAL bins in all)."""
@@ -274,7 +279,7 @@ class SchemaModel:
         fills = [float(np.median(values)) if values.size else 0.0 for values in present]
         filled = FillMissing(fills, name=_LAYER.format("numbers.filled"))(stacked)
         bins = max(2, min(bins, WIDE_BINS_TOTAL // len(numbers)))
-        scale = RobustScaleColumns.fitted(present, bins, name=_LAYER.format("numbers.scaled"))
+        scale = RobustScaleColumns.fitted(present, bins, name=_LAYER.format("numbers.scaled"), tails=tails)
         output(scale, filled)
         if any(len(edges) > 1 for edges in scale.edges):
             output(PiecewiseLinearColumns(scale.edges, name=_LAYER.format("numbers.piecewise")),

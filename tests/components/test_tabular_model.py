@@ -71,6 +71,33 @@ def test_robust_scale_keeps_the_order_bounds_outliers_and_fits_quantile_edges():
     assert RobustScale.fitted(np.full(100, 5.0), 8, name="constant.scaled").edges == []  # nothing to cut
 
 
+def test_quantile_edges_are_finer_in_a_smooth_numbers_tails_and_even_for_a_spike_or_few_values():
+    rng = np.random.default_rng(2)
+    smooth = rng.normal(50.0, 10.0, 4000)
+    layer = RobustScale.fitted(smooth, 16, name="minutes.scaled", tails=True)
+    share = np.mean(layer(tf.constant(smooth, tf.float32)).numpy()[:, None] < np.asarray(layer.edges)[None, :], axis=0)
+    levels = (1.0 - np.cos(np.pi * np.arange(17) / 16)) / 2.0  # 0, 0.0096, 0.038, 0.084, ... 1
+    np.testing.assert_allclose(share[1:-1], levels[1:-1], atol=0.002)  # the first bin holds 1% of rows, the middle 10%
+    even = np.linspace(0.0, 1.0, 17)
+    spike = np.where(rng.random(4000) < 0.7, 0.0, rng.lognormal(3.0, 1.0, 4000))  # mostly 0: a frequency
+    few = rng.integers(0, 17, 4000).astype(float)  # a pixel's 0..16
+    for values in (spike, few, smooth[:50]):  # the last: too few values for 16 bins' tails
+        np.testing.assert_array_equal(RobustScale.edge_quantiles(values, 16, tails=True), even)
+    np.testing.assert_array_equal(RobustScale.edge_quantiles(smooth, 16, tails=False), even)
+
+
+@pytest.mark.parametrize("task, tails", [("binary", True), ("multiclass", True), ("regression", False)])
+def test_a_classifiers_smooth_numbers_get_tail_bins_and_a_regressions_even_ones(tmp_path, task, tails):
+    module = _module(tmp_path, task)
+    table = _table(2000, task)
+    edges = module.build_preprocessing(table).get_layer("distance.scaled").edges
+    present = table["distance"][np.isfinite(table["distance"])].astype(np.float64)
+    bins = min(tabular.BINS, 2000 // tabular.ROWS_PER_BIN)
+    assert edges == RobustScale.fitted(present, bins, name="distance", tails=tails).edges
+    assert edges != RobustScale.fitted(present, bins, name="distance", tails=not tails).edges
+    assert ("finer in a smooth number's tails" in module.DESCRIPTION) == tails
+
+
 def test_piecewise_linear_encoding_reads_the_position_in_each_bin():
     layer = PiecewiseLinear([0.0, 1.0, 3.0, 4.0], name="x.piecewise")
     got = layer(tf.constant([-1.0, 0.0, 0.5, 1.0, 2.0, 3.5, 4.0, 6.0])).numpy()
@@ -364,7 +391,7 @@ def test_a_wide_tables_numbers_are_encoded_as_one_tensor_the_same_way_each_colum
     bins = max(2, min(tabular.BINS, 800 // tabular.ROWS_PER_BIN))
     for index in (0, 5, columns - 1):  # one with missing values, a plain one, the integer one
         values = table[f"x{index}"].astype(np.float64)
-        alone = RobustScale.fitted(values[np.isfinite(values)], bins, name="alone")
+        alone = RobustScale.fitted(values[np.isfinite(values)], bins, name="alone", tails=True)  # a classifier
         assert (scale.center[index], scale.scale[index], scale.edges[index]) == (alone.center, alone.scale,
                                                                                  alone.edges)
         filled = np.where(np.isfinite(values), values, np.median(values[np.isfinite(values)])).astype(np.float32)
