@@ -131,8 +131,10 @@ class RobustScale(keras.layers.Layer):
         extremes are each bin holds few rows. A spike (mostly 0) or few values keep even levels: no bin is spent
         inside one value."""
         levels = np.linspace(0.0, 1.0, bins + 1)
+        if not tails:
+            return levels
         _, counts = np.unique(values, return_counts=True)
-        if tails and counts.size >= cls.TAILS_DISTINCT * bins and counts.max() <= values.size / bins:
+        if counts.size >= cls.TAILS_DISTINCT * bins and counts.max() <= values.size / bins:
             return (1.0 - np.cos(np.pi * levels)) / 2.0
         return levels
 
