@@ -154,11 +154,16 @@ class SchemaModel:
         is now, in place of `before` (a module of the user's own built on this one keeps its words around it)."""
         self.DESCRIPTION = self.DESCRIPTION.replace(before, self._description())
 
+    @property
+    def _tail_bins(self) -> bool:
+        """Whether this task's smooth numbers get bins finer in their tails (TAIL_BINS_TASKS)."""
+        return isinstance(self.task, TAIL_BINS_TASKS)
+
     def _description(self) -> str:
         bins, rows = _encodings()[self._encoding]
         units = self.task.hidden_units
         codes = f" (here: {', '.join(self._codes)})" if self._codes else ""
-        tails = ", finer in a smooth number's tails" if isinstance(self.task, TAIL_BINS_TASKS) else ""
+        tails = ", finer in a smooth number's tails" if self._tail_bins else ""
         return (f"numbers: robust scale, smooth clip and piecewise-linear encoding over up to {bins} quantile bins "
                 f"(one per {rows} training rows{tails}); categories and integers whose values behave as codes{codes}: "
                 f"embeddings; {_network(ENSEMBLE_MEMBERS, units)} "
@@ -238,7 +243,7 @@ class SchemaModel:
         self._codes = tuple(name for name in integers  # in the columns' order, as the description names them
                             if profile is not None and reads_as_code(np.asarray(sample[name]), profile))
         self._redescribe(before)  # the training report names them
-        tails = isinstance(self.task, TAIL_BINS_TASKS)
+        tails = self._tail_bins
         together = len(numbers) > WIDE_NUMBERS  # one tensor for all numbers: a few ops, not a few per column
         for name, spec in specs.items():  # in the columns' order, which the model's inputs keep
             values, column = np.asarray(sample[name]), internal[name]
