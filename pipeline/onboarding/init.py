@@ -48,8 +48,7 @@ FOLDS = 8
 AVERAGE_INTERVALS = 5
 FOLDS_MIN_RECORDS = 40  # a training split smaller than this trains one model its whole budget, no validation
 TIME_BUDGET_SECONDS = 150  # the three commands on a 60,000-row table within 5 minutes on 2 CPU cores
-LEARNING_RATE = 0.002
-WEIGHT_DECAY = 0.0003
+LEARNING_RATE = 0.002  # AdamW's weight decay is the task's (Task.weight_decay)
 # The eval split the gates score: a third of a table's records up to 30,000 of them, EVAL_RECORDS beyond (at
 # least a tenth): enough to resolve the gates' tolerances, and the rest trains.
 EVAL_RECORDS = 10_000
@@ -245,7 +244,7 @@ class Project:
             f"{self.training_records:,} training records\n"
             f"  learning_rate: {LEARNING_RATE}\n"
             "  schedule: cosine  # after the warmup, down to 0 at the last step\n"
-            f"  weight_decay: {WEIGHT_DECAY}  # AdamW\n"
+            f"  weight_decay: {task_named(self.task).weight_decay}  # AdamW, decoupled\n"
             + (f"  folds: {self.folds}  # the model built once per fold of the training split, each copy trained on the "
                "other folds; every epoch scored out of fold on every training record, the best kept; the copies' mean "
                "served\n"

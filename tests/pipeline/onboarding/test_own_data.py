@@ -387,6 +387,19 @@ def test_init_plans_a_regression_twice_the_epochs_of_a_classifier_on_the_same_re
         assert f"epochs: {plan.epochs}  # at most: {steps:,} training steps over" in plan.config_text()
 
 
+def test_init_writes_a_classifier_ten_times_a_regressions_weight_decay(tmp_path):
+    import yaml
+    from pipeline.onboarding import init
+    from components.core.tasks import task_named
+    assert task_named("binary").weight_decay == task_named("multiclass").weight_decay == 0.003
+    assert task_named("regression").weight_decay == 0.0003
+    schema = 'feature { name: "x" type: FLOAT }\nfeature { name: "y" type: INT }\n'
+    for task, classes in (("binary", ["0", "1"]), ("multiclass", ["0", "1", "2"]), ("regression", [])):
+        project = init.Project("t", str(tmp_path), str(tmp_path / "data"), 3000, task, "y", classes, {"float": ["x"]}, {},
+                               "set with --task", schema, 64, 40, 1 / 3)
+        assert yaml.safe_load(project.config_text())["train"]["weight_decay"] == task_named(task).weight_decay
+
+
 @pytest.mark.parametrize("records, bagged", [(50, False), (334, True), (15_000, True)])
 def test_init_bags_the_model_over_folds_when_there_are_enough_records_and_gives_a_time_budget(tmp_path, records,
                                                                                               bagged):
