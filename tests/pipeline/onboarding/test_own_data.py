@@ -395,8 +395,8 @@ def test_init_writes_a_classifier_ten_times_a_regressions_weight_decay(tmp_path)
     assert task_named("regression").weight_decay == 0.0003
     schema = 'feature { name: "x" type: FLOAT }\nfeature { name: "y" type: INT }\n'
     for task, classes in (("binary", ["0", "1"]), ("multiclass", ["0", "1", "2"]), ("regression", [])):
-        project = init.Project("t", str(tmp_path), str(tmp_path / "data"), 3000, task, "y", classes, {"float": ["x"]}, {},
-                               "set with --task", schema, 64, 40, 1 / 3)
+        project = init.Project("t", str(tmp_path), str(tmp_path / "data"), 3000, task, "y", classes,
+                               {"float": ["x"]}, {}, "set with --task", schema, 64, 40, 1 / 3)
         assert yaml.safe_load(project.config_text())["train"]["weight_decay"] == task_named(task).weight_decay
 
 
