@@ -134,10 +134,11 @@ class TrainConfig:
     # the gates score, is never read by training)
     validation_share: float = setting(0.0, BELOW_HALF)
     # k-fold bagging, > 1: the training split's records are dealt into this many folds (by a keyed hash of each
-    # record) and the model is built once per fold, each copy with weights of its own; copy g trains on the
-    # records outside fold g, every interval is validated out of fold on the whole training split (each record
-    # scored by the copy that never trained on it), the best interval's weights are kept, and the model served
-    # is the copies' mean. 0 or 1: one model. Not together with validation_share
+    # record) and the model's members into as many copies, each with weights of its own, in one packed network
+    # (a model module that builds one network: built once per fold); copy g trains on the records outside fold g,
+    # every interval is validated out of fold on the whole training split (each record scored by the copy that
+    # never trained on it), the best interval's weights are kept, and the model served is the members' mean.
+    # 0 or 1: one copy. Not together with validation_share
     folds: int = setting(0, NOT_NEGATIVE)
     # with validation_share or folds: train each of the model module's CANDIDATES in turn (models.tabular: its
     # number encodings), each with the time budget left shared among those still to train, and serve the one

@@ -20,16 +20,16 @@ the label and the excluded ones is an input, preprocessed by its kind, the kind 
 - integers read as numbers whose values behave as codes on the training sample (reads_as_code: each value's
   records share a label of their own, neighbouring values do not, as an id's or a school number's): also a
   Vocabulary of their values (up to MAX_VOCABULARY; a missing value out of vocabulary) through an embedding.
-Then a parameter-efficient ensemble of ENSEMBLE_MEMBERS members (models/ensemble.py: TabM-mini; BAGGED_MEMBERS
-per copy when the Trainer bags the model, below) sharing the task's dense layers (`Task.hidden_units`: 128x128,
-regression 256x256), each member with its own output: a sigmoid (binary), a softmax (multiclass) or, for
-regression, a value in the training labels' scale, after `task.label_transform` (log: log(1 + label), for a
-positive, heavy-tailed label such as a price), clamped to the training labels' range. Training minimizes the
-mean of the members' losses (regression: the absolute error, after the label transform, which the MAE the
-gates score rewards); the model serves the members' mean. With `train.folds` (init writes 8) the Trainer builds
-this model once per fold and serves the copies' mean (components/core/bagging.py): 8 copies of BAGGED_MEMBERS
-member, each with weights of its own, as many passes per example as one ensemble of 8 members. Every layer is device-safe
-(models/layers.py), so the TFLite device model takes the raw features.
+Then a packed ensemble (components/core/packing.py, models/packed.py: TabM's packed form) of members_for(copies)
+networks, each with weights of its own (embeddings included) and the task's dense layers (`Task.hidden_units`:
+128x128, regression 256x256), computed together as one network whose every layer is one batched product over
+the members; each member's output is a sigmoid (binary), a softmax (multiclass) or, for regression, a value in
+the training labels' scale, after `task.label_transform` (log: log(1 + label), for a positive, heavy-tailed
+label such as a price), clamped to the training labels' range. Training minimizes the mean of the members'
+losses (regression: the absolute error, after the label transform, which the MAE the gates score rewards); the
+model serves the members' mean. With `train.folds` k (init writes 8) the members are dealt to k copies, copy g's
+trained on the records outside fold g only and scored on fold g out of fold. Every layer is device-safe
+(models/layers.py, models/packed.py), so the TFLite device model takes the raw features.
 
 Missing values: an absent float is NaN, an absent integer MISSING_INT, an absent string "": what the
 SavedModel parses an absent feature as, and what a device caller passes (the export report lists them).
@@ -59,11 +59,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from components.core.bagging import copies_being_built
+from components.core.packing import MembersMean
 from components.core.feature_names import derived_name, internal_names
 from components.core.missing_values import spellings
 from components.core.tasks import ClassificationTask, Task, TaskError, task_named
-from models.ensemble import EnsembleInputs, EnsembleModel, EnsembleOutputs, MembersMean
+from models.packed import PackedDense, PackedEmbedding
 from models.layers import (MISSING_INT, CalendarFeatures, PiecewiseLinear, PiecewiseLinearColumns, RobustScale,
                            RobustScaleColumns, Vocabulary, keras_dtype)
 
@@ -86,10 +86,7 @@ FINE_BINS, FINE_ROWS_PER_BIN = 48, 20  # the finer encoding, the second candidat
 TAIL_BINS_TASKS = (ClassificationTask,)  # tasks whose smooth numbers get bins finer in their tails (not regressions)
 DATE_NOTE = "int64 seconds since 1970-01-01 UTC (a date alone: its midnight UTC)"
 DROPOUT = 0.1
-ENSEMBLE_MEMBERS = 8  # the network's members when the Trainer does not bag the model (train.folds 0 or 1)
-# ...and per copy when it does (init writes folds: 8): 8 copies of one member cost as much as 8 members, and one
-# member is a plain network whose inputs first pass a trainable scale of random signs (EnsembleInputs)
-BAGGED_MEMBERS = 1
+MEMBERS = 8  # the packed network's members, at least: bagged over k folds, k copies of ceil(MEMBERS / k) each
 _LAYER = "tabular.{}"  # the name of a layer derived from no column: a '.' keeps it apart from every column's
 
 
@@ -122,7 +119,6 @@ class SchemaModel:
                  exclude: tuple[str, ...], dates: tuple[str, ...] = (), missing_tokens: tuple[str, ...] = ()):
         self.TASK, self.LABEL_KEY, self.CLASSES = task, label, classes
         self.task = task  # configured from the task section: its settings (a label transform) apply
-        self._members = ENSEMBLE_MEMBERS  # the members of the network build_model builds (per copy when bagged)
         self._schema_path, self._exclude = schema_path, set(exclude)
         self.dates = tuple(dates)  # int64 features holding seconds since 1970-01-01 UTC
         self.missing_tokens = tuple(missing_tokens)
@@ -166,8 +162,8 @@ class SchemaModel:
         tails = ", finer in a smooth number's tails" if self._tail_bins else ""
         return (f"numbers: robust scale, smooth clip and piecewise-linear encoding over up to {bins} quantile bins "
                 f"(one per {rows} training rows{tails}); categories and integers whose values behave as codes{codes}: "
-                f"embeddings; {_network(ENSEMBLE_MEMBERS, units)} "
-                f"(bagged over folds: {_network(BAGGED_MEMBERS, units)} per fold)"
+                f"embeddings; a packed ensemble of {MEMBERS} networks of {'x'.join(map(str, units))} hidden units "
+                f"(bagged over folds: each fold's copy its own networks, every record trained on by all but one)"
                 f"{self.task.head_description()}")
 
     def _schema_features(self) -> dict[str, tf.dtypes.DType]:
@@ -290,43 +286,62 @@ class SchemaModel:
             output(PiecewiseLinearColumns(scale.edges, name=_LAYER.format("numbers.piecewise")),
                    scale(filled))
 
-    def build_model(self, preprocessing: keras.Model) -> keras.Model:
-        """Input: the model from build_preprocessing. Output: an uncompiled Keras model (an EnsembleModel),
-        model-ready tensors -> the task's output (components/core/model_module.py), float32 whatever precision
-        policy the trainer sets. Each input is named by the preprocessing layer that computes it, which tells
-        its kind: a Vocabulary's index goes through an embedding, a float tensor in as it is."""
+    def build_packed(self, preprocessing: keras.Model, copies: int) -> keras.Model:
+        """Input: the model from build_preprocessing and the copies the Trainer bags over (1: none). Output: an
+        uncompiled packed network (components/core/packing.py) of members_for(copies) members, model-ready
+        tensors -> the members' task outputs [N, M, width], float32 whatever precision policy the trainer sets.
+        Each input is named by the preprocessing layer that computes it, which tells its kind: a Vocabulary's
+        index goes through an embedding per member (the columns of one width looked up together), a float tensor
+        in as it is, shared by the members."""
         inputs = {name: keras.Input(shape=tensor.shape[1:], name=name, dtype=tensor.dtype)
                   for name, tensor in preprocessing.output.items()}
-        parts = []
+        members = members_for(copies)
+        shared, by_width = [], {}  # by_width: embedding width -> [(index tensor, vocabulary size)]
         for name, tensor in inputs.items():
             layer = preprocessing.get_layer(name)
             # (a Discretization comes from a model served by older code: it builds, so that the warm start
             # can tell its weights do not fit and train from scratch)
             if isinstance(layer, (Vocabulary, keras.layers.Discretization)):
                 size = layer.vocabulary_size() if isinstance(layer, Vocabulary) else layer.num_bins + 1
-                width = min(8, 1 + math.ceil(math.log2(size)))
-                embedded = keras.layers.Embedding(size, width, name=derived_name(name, "embedding"))(tensor)
-                parts.append(keras.layers.Reshape((width,), name=derived_name(name, "flat"))(embedded))
+                by_width.setdefault(min(8, 1 + math.ceil(math.log2(size))), []).append((tensor, size))
             elif len(tensor.shape) == 1:
-                parts.append(keras.layers.Reshape((1,), name=derived_name(name, "column"))(tensor))
+                shared.append(keras.layers.Reshape((1,), name=derived_name(name, "column"))(tensor))
             else:
-                parts.append(tensor)
-        hidden = keras.layers.Concatenate(name=_LAYER.format("features"))(parts) if len(parts) > 1 else parts[0]
-        self._members = BAGGED_MEMBERS if copies_being_built() > 1 else ENSEMBLE_MEMBERS
-        hidden = EnsembleInputs(self._members, name=_LAYER.format("members"))(hidden)
-        for depth, width in enumerate(self.task.hidden_units, 1):
-            hidden = keras.layers.Dense(width, activation="relu", name=_LAYER.format(f"hidden_{depth}"))(hidden)
+                shared.append(tensor)
+        own = [PackedEmbedding([size for _, size in columns], width, members,
+                               name=_LAYER.format(f"embeddings.{width}"))([tensor for tensor, _ in columns])
+               for width, columns in sorted(by_width.items())]  # one lookup per width, whatever the columns
+        widths = self.task.hidden_units
+        first = []  # the first layer: one product over the shared features, one batched over each member's own
+        for part, features in (("numbers", shared), ("codes", own)):
+            if features:
+                joined = features[0] if len(features) == 1 else keras.layers.Concatenate(
+                    name=_LAYER.format(f"features.{part}"))(features)
+                first.append(PackedDense(members, widths[0], use_bias=not first, input_scale=True,
+                                         name=_LAYER.format(f"hidden_1.{part}"))(joined))
+        hidden = first[0] if len(first) == 1 else keras.layers.Add(name=_LAYER.format("hidden_1"))(first)
+        hidden = keras.layers.Activation("relu", name=_LAYER.format("relu_1"))(hidden)
+        hidden = keras.layers.Dropout(DROPOUT, name=_LAYER.format("dropout_1"))(hidden)
+        for depth, width in enumerate(widths[1:], 2):
+            hidden = PackedDense(members, width, activation="relu", name=_LAYER.format(f"hidden_{depth}"))(hidden)
             hidden = keras.layers.Dropout(DROPOUT, name=_LAYER.format(f"dropout_{depth}"))(hidden)
-        return EnsembleModel(inputs, self.head(hidden), name=_LAYER.format("model"))
+        return keras.Model(inputs, self.head(hidden, members), name=_LAYER.format("model"))
 
-    def head(self, hidden):
-        """Input: the last hidden tensor, [N*k, H] (k members per example). Output: the members' mean of the
-        task's output in float32 (Task.output_layer: class probabilities, the probability of the positive
-        class, or the prediction in the label's units)."""
-        members = EnsembleOutputs(self._members, self.task.output_width(self.CLASSES),
-                                  name=_LAYER.format("output"))(hidden)
-        members = self.task.output_layer(self._training_labels, _LAYER.format(self.task.head_name))(members)
-        return MembersMean(name=_LAYER.format("mean"))(members)
+    def build_model(self, preprocessing: keras.Model) -> keras.Model:
+        """Input: the model from build_preprocessing. Output: the model served without bagging, an uncompiled
+        Keras model: model-ready tensors -> the members' mean of the task's output (components/core/model_module.py)."""
+        network = self.build_packed(preprocessing, 1)
+        return keras.Model(network.input, MembersMean(name=_LAYER.format("mean"))(network.output),
+                           name=_LAYER.format("served"))
+
+    def head(self, hidden, members: int):
+        """Input: the last hidden tensor, [M, N, H] (member-major), and M. Output: each member's task output in
+        float32, [N, M, width] (Task.output_layer: class probabilities, the probability of the positive class,
+        or the prediction in the label's units)."""
+        outputs = PackedDense(members, self.task.output_width(self.CLASSES), batch_major=True,
+                              kernel_limit=int(hidden.shape[-1]) ** -0.5, dtype="float32",
+                              name=_LAYER.format("output"))(hidden)
+        return self.task.output_layer(self._training_labels, _LAYER.format(self.task.head_name))(outputs)
 
     def make_loss(self):
         """The training loss, each member's prediction against the label: the task's (Task.training_loss:
@@ -358,11 +373,10 @@ def reads_as_code(values: np.ndarray, profile: np.ndarray) -> bool:
     return bool(reliability >= CODE_RELIABILITY and neighbours <= CODE_NEIGHBOUR_RATIO * reliability)
 
 
-def _network(members: int, hidden_units: tuple[int, ...]) -> str:
-    """What the dense part is, in words: "a network of 128x128 hidden units" or an ensemble's members."""
-    units = "x".join(map(str, hidden_units))
-    return (f"a network of {units} hidden units" if members == 1 else
-            f"an ensemble of {members} members sharing {units} hidden units")
+def members_for(copies: int) -> int:
+    """The packed network's members for `copies` copies (1: no bagging): at least MEMBERS, a multiple of copies."""
+    copies = max(1, copies)
+    return copies * math.ceil(MEMBERS / copies)
 
 
 def _encodings() -> dict[str, tuple[int, int]]:

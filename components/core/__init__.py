@@ -9,9 +9,10 @@ paired.py         paired comparisons of two models on the same examples (the gat
 artifacts.py      the pipeline's own artifact types
 feature_names.py  internal names for any column name
 artifact_files.py reading and writing artifact files on any filesystem (TFX's fileio)
-bagging.py        k-fold bagging inside one Keras model: the folds, the copies, their out-of-fold scores
+packing.py        the packed model the Trainer trains: every fold copy's and member's weights in one network,
+                  the folds, the out-of-fold scores, the members' mean served
 
 The core imports no component, no model module, and neither TFMA nor Beam (tests/test_layers.py holds it
 to that); TensorFlow and Keras only inside the functions that need them, but in the modules that define
-Keras classes (task_layers.py, bagging.py).
+Keras classes (task_layers.py, packing.py).
 """

@@ -43,7 +43,13 @@ class ModelModule(typing.Protocol):
     def build_model(preprocessing: keras.Model) -> keras.Model:
         """The preprocessing model -> an uncompiled Keras model, model-ready tensors -> [N, 1] probability of
         the positive class (binary), [N, K] class probabilities (multiclass) or [N, 1] value (regression).
-        Optional beside it: make_loss() -> a Keras loss, used instead of the task's default; INPUT_NOTES, a dict
+        With train.folds k > 1 the Trainer builds it once per fold, the copies side by side
+        (components/core/packing.py); a module may instead pack its members itself, below.
+        Optional beside it: build_packed(preprocessing, copies) -> an uncompiled Keras model, model-ready tensors
+        -> [N, M, width], the predictions of M members (a multiple of `copies`; copy g's M / copies members
+        contiguous), each the output build_model describes, their weights with a leading member axis
+        (models/packed.py's layers), which the Trainer then trains instead of build_model's copies and whose
+        members' mean it serves; make_loss() -> a Keras loss, used instead of the task's default; INPUT_NOTES, a dict
         column -> what a caller of the device model passes for it (e.g. a date's unit), which the export
         report shows; DESCRIPTION, a line saying what the model is, which the training report shows;
         CANDIDATES, names of variants of the model (the default first), and candidate(name) -> a new module object
@@ -53,7 +59,7 @@ class ModelModule(typing.Protocol):
 
 CONSTANTS = ("TASK", "CLASSES", "INPUTS", "LABEL_INPUTS", "LABEL_KEY")
 FUNCTIONS = ("make_label", "build_preprocessing", "build_model")
-OPTIONAL_FUNCTIONS = ("make_loss",)
+OPTIONAL_FUNCTIONS = ("make_loss", "build_packed")
 CONFIGURE = "configure"  # a schema-driven module's factory: configure(schema_path, task_config) -> ModelModule
 
 
@@ -156,13 +162,18 @@ def check_label_dtype(module: ModelModule, dtype) -> None:
 
 
 def check_output_width(module: ModelModule, model) -> None:
-    """Raises TaskError when the built model's output is not (batch, 1) or (batch, K) as the task needs."""
+    """Raises TaskError when the packed model's output (components/core/packing.py: [batch, members, width]) is
+    not 1 (binary, regression) or K (multiclass) wide as the task needs: each member is what build_model returns
+    (batch, width), or build_packed (batch, members, width)."""
     task = task_of(module)
     width = task.output_width(tuple(module.CLASSES))
     shape = tuple(model.output.shape)
-    if len(shape) != 2 or shape[1] != width:
+    if len(shape) != 3 or shape[2] != width:
+        if hasattr(module, "build_packed"):
+            raise TaskError(f"a {task.name} task needs members' outputs of shape (batch, members, {width}); "
+                            f"build_packed's output has shape {shape}")
         raise TaskError(f"a {task.name} task needs a model output of shape (batch, {width}); build_model's "
-                        f"output has shape {shape}")
+                        f"output has shape {(shape[0], *shape[2:])}")
 
 
 def task_of(module: ModelModule) -> Task:

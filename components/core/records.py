@@ -107,6 +107,10 @@ class TrainingReport:
     loss_scale_history: list[float] = field(default_factory=list)
     fit_seconds: float = 0.0
     total_seconds: float = 0.0
+    # where total_seconds went (TRAINER_PHASES): preparing (the sample read, the preprocessing fitted, the labels
+    # read, the input cache placed), building (the model built, compiled and probed for the device, the warm
+    # start), fitting, choosing (validation passes that choose the intervals averaged) and exporting
+    phase_seconds: dict[str, float] = field(default_factory=dict)
     final_metrics: dict[str, float] = field(default_factory=dict)  # at the interval whose weights were kept
     history: dict[str, list[float]] = field(default_factory=dict)
     model_description: str = ""  # what the model module says it is (its DESCRIPTION)

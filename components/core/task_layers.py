@@ -13,9 +13,9 @@ import numpy as np
 OPEN = 3e38  # no clamp
 
 def load_keras_model(path: str) -> keras.Model:
-    """A .keras file (a model or its preprocessing), with the layers of this module and of k-fold bagging
-    (FoldBag, CopiesMean) known to Keras."""
-    from components.core import bagging  # noqa: F401 - registers the bagged model's classes with Keras
+    """A .keras file (a model or its preprocessing), with the layers of this module and of packed models
+    (components/core/packing.py) known to Keras."""
+    from components.core import packing  # noqa: F401 - registers the packed model's classes with Keras
     return keras.saving.load_model(path)
 
 

@@ -208,7 +208,7 @@ class Task:
 
     def output_layer(self, training_labels: np.ndarray, name: str):
         """Input: the training sample's labels (as parse_label returns them) and the layer's name. Output: the
-        Keras layer that turns each ensemble member's raw output [N, k, width] into the task's output, float32
+        Keras layer that turns each packed member's raw output [N, M, width] into the task's output, float32
         whatever the precision policy."""
         raise NotImplementedError
 

@@ -266,8 +266,8 @@ def preprocessing_tensor_names(flatbuffer: bytes) -> list[str]:
 
 def output_layer_tensor_names(flatbuffer: bytes) -> list[str]:
     """Names of the tensors the output layers produce: walking back from each subgraph output along every
-    path of ops that produce it, each path up to and including its last FULLY_CONNECTED (the layer that sets
-    the output's range). A bag's mean of copies reaches each copy's output layer on a path of its own."""
+    path of ops that produce it, each path up to and including its last FULLY_CONNECTED or BATCH_MATMUL (the
+    layer that sets the output's range: a packed network's members' output layer is one BATCH_MATMUL)."""
     model = _model(flatbuffer)
     op_names = _op_names(model)
     names = set()
@@ -281,9 +281,14 @@ def output_layer_tensor_names(flatbuffer: bytes) -> list[str]:
                 continue
             names.add(name)
             op = producer[index]
-            if op_names[op.opcodeIndex] != "FULLY_CONNECTED":
+            if op_names[op.opcodeIndex] not in ("FULLY_CONNECTED", "BATCH_MATMUL"):
                 pending.extend(i for i in _indices(op.inputs) if i in producer)
     return sorted(names)
+
+
+def subgraph_count(flatbuffer: bytes) -> int:
+    """The subgraphs of a .tflite file (one: the model runs as one graph, no control flow)."""
+    return len(_model(flatbuffer).subgraphs)
 
 
 def _producers(graph) -> dict[int, object]:
@@ -335,7 +340,7 @@ def quantized_preprocessing_ops(flatbuffer: bytes) -> list[str]:
     lookups, bins and normalization run in their exact types. Each entry: "<OP> -> <output tensor>".
     The QUANTIZE ops that take the preprocessing's float outputs into the int8 core are the core's inputs,
     not preprocessing (the converter names their outputs after their inputs), and so are those that take such
-    an int8 input to another scale (a bag's copies each read the preprocessing at a scale of their own)."""
+    an int8 input to another scale (a part of the core that reads the preprocessing at a scale of its own)."""
     from tensorflow.lite.python import schema_py_generated as schema
     type_names = {code: name for name, code in vars(schema.TensorType).items() if not name.startswith("_")}
     model = _model(flatbuffer)

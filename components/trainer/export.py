@@ -15,18 +15,18 @@ import tensorflow as tf
 from tfx.dsl.io import fileio
 
 from components.core import contract
-from components.core.bagging import bag
+from components.core.packing import PackedModel, pack, served
 from components.core.model_module import ModelModule, raw_signature_spec, task_of
 from components.core.records import model_ready_dir
 
 
-def build_model(model_module: ModelModule, preprocessing: keras.Model, folds: int = 1) -> keras.Model:
-    """Output: what the Trainer trains under the policy set: the model module's model on `preprocessing`, or
-    with folds > 1 a bag of one copy per fold (components.core.bagging)."""
-    return bag(lambda: model_module.build_model(preprocessing), folds)
+def build_model(model_module: ModelModule, preprocessing: keras.Model, folds: int = 1) -> PackedModel:
+    """Output: what the Trainer trains under the policy set: the model module's packed model on `preprocessing`,
+    its members dealt to `folds` copies (components/core/packing.py)."""
+    return pack(model_module, preprocessing, folds)
 
 
-def build_float32(model_module: ModelModule, preprocessing: keras.Model, folds: int = 1) -> keras.Model:
+def build_float32(model_module: ModelModule, preprocessing: keras.Model, folds: int = 1) -> PackedModel:
     """Output: build_model under the float32 policy (whatever policy is set, and set again afterwards)."""
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("float32")
@@ -36,13 +36,13 @@ def build_float32(model_module: ModelModule, preprocessing: keras.Model, folds: 
         keras.config.set_dtype_policy(previous)
 
 
-def float32_copy(model_module: ModelModule, preprocessing: keras.Model, trained: keras.Model,
-                 folds: int) -> keras.Model:
-    """Input: the model module, its preprocessing, the trained model and its folds. Output: the same model in
-    float32."""
+def float32_served(model_module: ModelModule, preprocessing: keras.Model, trained: PackedModel,
+                   folds: int) -> keras.Model:
+    """Input: the model module, its preprocessing, the trained packed model and its folds. Output: the model it
+    serves (the members' mean), in float32."""
     copy = build_float32(model_module, preprocessing, folds)
     copy.set_weights(trained.get_weights())
-    return copy
+    return served(copy)
 
 
 def export_serving_model(model_module: ModelModule, preprocessing: keras.Model, model: keras.Model,
@@ -50,7 +50,7 @@ def export_serving_model(model_module: ModelModule, preprocessing: keras.Model, 
     """Writes `export_dir` as a SavedModel with the serving_default (serialized tf.Examples), serving_raw (one
     tensor per raw feature), transform_features (the label) and preprocess signatures; serving_default and
     serving_raw return the task's outputs (components/core/tasks.py: serving_outputs). `model` must already be
-    float32 (see float32_copy). serving_default parses tf.Examples keyed by the column names; serving_raw
+    float32 (see float32_served). serving_default parses tf.Examples keyed by the column names; serving_raw
     and preprocess take one argument per column under its internal name (raw_signature_spec; see
     raw_signature_arguments), and hand the preprocessing a dict keyed by the column names."""
     archive = keras.export.ExportArchive()

@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from components.core.bagging import fold_of
+from components.core.packing import fold_of
 from components.core.datasets import record_dataset, without_autotuning
 
 MEMORY, DISK = "memory", "disk"  # where a split's preprocessed tensors are cached
@@ -65,7 +65,7 @@ def make_dataset(file_patterns: list[str], feature_spec: dict[str, tf.io.FixedLe
     `shard_by_data` makes multi-worker training split elements, not files, between workers (each worker
     builds and caches the whole split, then takes every n-th batch). `holdout_share` > 0 keeps the records of
     the holdout (`holdout` True: in_holdout) or the rest (False). `folds` > 1 (with `label_fn`) adds each
-    record's fold (components.core.bagging.fold_of) as a third element, (features, label, fold), in the slot
+    record's fold (components.core.packing.fold_of) as a third element, (features, label, fold), in the slot
     Keras reads sample weights from, where a fold bag reads it.
     """
     files = list_files(file_patterns)

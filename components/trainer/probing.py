@@ -115,14 +115,12 @@ def _probe_candidates(model_module: ModelModule, preprocessing: keras.Model, dev
 
 def _build_and_compile(model_module: ModelModule, preprocessing: keras.Model, settings: TrainConfig,
                        plan: TrainingPlan, policy: str, xla: bool, multi_worker: bool) -> keras.Model:
-    """Builds the model under `policy` from the configured seed (float32 output guaranteed), compiled."""
+    """Builds the packed model under `policy` from the configured seed, compiled."""
     keras.utils.set_random_seed(settings.seed)
     keras.config.set_dtype_policy(policy)
     try:
-        model = build_model(model_module, preprocessing, settings.folds)
+        model = build_model(model_module, preprocessing, settings.folds)  # its outputs float32, as the loss needs
         check_output_width(model_module, model)
-        if model.output.dtype != "float32":  # the loss must see float32 outputs
-            model = keras.Model(model.input, keras.layers.Activation("linear", dtype="float32")(model.output))
     finally:
         keras.config.set_dtype_policy("float32")
     if multi_worker:
@@ -201,3 +199,13 @@ def input_wait(real_rate: float, memory_rate: float) -> float | None:
     if not real_rate or not memory_rate:
         return None
     return max(0.0, 1.0 - real_rate / memory_rate)
+
+
+def training_step_ops(model: keras.Model, batch) -> int:
+    """Input: a compiled model and one batch of the form fit takes it ((features, labels) or with sample
+    weights). Output: the TensorFlow ops one training step runs (its graph's, the functions it calls
+    included): on a GPU each launches a kernel, so fewer, larger ops keep a device busy."""
+    step = tf.function(model.train_step).get_concrete_function(
+        tf.nest.map_structure(lambda value: tf.TensorSpec.from_tensor(tf.convert_to_tensor(value)), batch))
+    definition = step.graph.as_graph_def()
+    return len(definition.node) + sum(len(function.node_def) for function in definition.library.function)

@@ -29,7 +29,7 @@ from components.trainer.checkpoints import checkpointed_interval, repair_checkpo
 from components.trainer.device import Choice, DeviceDescription, choose_strategy, config_override, describe_devices
 from components.trainer.distribution import (configure_gpus, is_chief, make_strategy, supported_steps_per_execution,
                                              worker_task)
-from components.trainer.export import export_serving_model, float32_copy
+from components.trainer.export import export_serving_model, float32_served
 from components.trainer.input_pipeline import (DISK, MEMORY, PreprocessedCache, count_records, estimated_bytes,
                                                fill_cache, make_dataset, memory_budget_bytes)
 from components.trainer.labels import read_labels
@@ -137,6 +137,8 @@ class FitResult:
     budget: training_callbacks.StopAtTimeBudget | None  # with time_budget_seconds
     history: dict[str, list[float]]
     fit_seconds: float
+    build_seconds: float = 0.0  # building, compiling and probing the model for the device (warm start included)
+    choose_seconds: float = 0.0  # after fitting: validation passes that choose the intervals averaged
     # a searched candidate whose share of the time budget would have cut its plan trained alone, with the
     # whole budget
     alone: bool = False
@@ -176,14 +178,15 @@ def train(job: TrainingJob, extra_callbacks: tuple = ()) -> TrainingReport:
     """Trains and exports one model; returns the training report (also written to run_dir by the chief)."""
     started = time.monotonic()
     setup = set_up(job)
+    prepared = time.monotonic() - started
     names, note = candidates_to_search(job, setup)
     if len(names) < 2:
         with setup.input_cache:  # the disk cache's files go when training ends, or fails
             fitted = fit_model(job, setup, extra_callbacks)
-        return report_and_export(job, setup, fitted, time.monotonic() - started, search_note=note)
+        return report_and_export(job, setup, fitted, started, prepared, search_note=note)
     search = search_candidates(job, setup, names, extra_callbacks)
     _, chosen_setup, fitted = search.chosen()
-    return report_and_export(job, chosen_setup, fitted, time.monotonic() - started, search=search)
+    return report_and_export(job, chosen_setup, fitted, started, prepared, search=search)
 
 
 def base_variant(base_model: str | None, model_module: ModelModule) -> str:
@@ -351,6 +354,7 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
     train_data = setup.dataset(job.train_files, True, split="train")  # in memory: read and preprocessed here
     # the model is timed on batches of the very form training feeds it (same shapes), held in memory
     memory_batches = in_memory_batches(train_data, settings)
+    build_started = time.monotonic()
     with setup.strategy.scope():
         model, precision, xla, memory_rate = build_for_device(
             setup.model_module, setup.preprocessing, setup.device, settings, plan, probe_batch, memory_batches,
@@ -370,6 +374,7 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
                      plan.intervals, settings.time_budget_seconds, memory_rate)
         setup.intervals_before_budget, setup.plan, plan = plan.intervals, budgeted, budgeted
     host_rate = host_throughput(train_data, plan.global_batch, settings.input_probe_steps)
+    build_seconds = time.monotonic() - build_started
 
     checkpoint_dir = job.checkpoint_dir
     if setup.multi_worker:  # each worker keeps its own copy of the (identical) training state
@@ -408,13 +413,14 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
                             steps_per_epoch=plan.steps_per_interval, epochs=plan.intervals,
                             validation_data=validation_data,
                             validation_freq=1 if best else [plan.intervals], callbacks=callbacks, verbose=0)
+        fit_seconds, choose_started = time.monotonic() - fit_started, time.monotonic()
         if best and settings.average_intervals > 1:
             best.average_kept(lambda weights: validation_logs(model, weights, validation_data))
             logging.info("Served the average of intervals %s: %s %.4f on validation",
                          ", ".join(map(str, best.averaged_intervals)), best.monitor, best.best_value)
     return FitResult(model, precision, xla, memory_rate, host_rate, resumed_from_step, meter, loss_scale, checkpoints,
                      best, budget, {name: [float(v) for v in values] for name, values in history.history.items()},
-                     time.monotonic() - fit_started, alone)
+                     fit_seconds, build_seconds, time.monotonic() - choose_started, alone)
 
 
 def validation_logs(model: keras.Model, weights: list, validation_data: tf.data.Dataset) -> dict[str, float]:
@@ -437,11 +443,16 @@ def validation_phrase(setup: TrainingSetup) -> str:
     return f"{setup.validation_examples:,} held-out training records"
 
 
-def report_and_export(job: TrainingJob, setup: TrainingSetup, fitted: FitResult, seconds: float,
+def report_and_export(job: TrainingJob, setup: TrainingSetup, fitted: FitResult, started: float, prepared: float,
                       search: Search | None = None, search_note: str = "") -> TrainingReport:
-    """The training report (with a search: the chosen candidate's training, and what every candidate scored);
-    the chief also exports the float32 serving model, its facts and the report."""
+    """Input: the job, the setup and fit of the model served, when training started (time.monotonic()) and the
+    seconds set_up took. The training report (with a search: the chosen candidate's training, and what every
+    candidate scored, its phases' seconds summed over the candidates); the chief also exports the float32 serving
+    model, its facts and the report."""
     module, meter = setup.model_module, fitted.meter
+    fits = [tried for _, _, tried in search.tried] if search else [fitted]
+    phases = {"preparing": prepared, "building": sum(fit.build_seconds for fit in fits),
+              "fitting": sum(fit.fit_seconds for fit in fits), "choosing": sum(fit.choose_seconds for fit in fits)}
     report = TrainingReport(
         model=setup.settings.model, task_name=task_of(module).name, label=module.LABEL_KEY,
         classes=list(module.CLASSES), labels=setup.labels, device=dataclasses.asdict(setup.device),
@@ -456,8 +467,7 @@ def report_and_export(job: TrainingJob, setup: TrainingSetup, fitted: FitResult,
         step_seconds=meter.step_seconds, in_memory_examples_per_second=fitted.in_memory_rate,
         input_wait_fraction=input_wait(meter.examples_per_second, fitted.in_memory_rate),
         host_examples_per_second=fitted.host_rate,
-        loss_scale_history=fitted.loss_scale.history, total_seconds=seconds,
-        fit_seconds=sum(tried.fit_seconds for _, _, tried in search.tried) if search else fitted.fit_seconds,
+        loss_scale_history=fitted.loss_scale.history, fit_seconds=phases["fitting"], phase_seconds=phases,
         final_metrics=_final_metrics(fitted), history=fitted.history,
         model_description=getattr(module, "DESCRIPTION", ""), validation_examples=setup.validation_examples,
         folds=setup.folds, intervals_run=fitted.intervals_run,
@@ -472,10 +482,14 @@ def report_and_export(job: TrainingJob, setup: TrainingSetup, fitted: FitResult,
     logging.info("Trained %s: %.0f examples/s, input wait %.1f%%, %s, final %s", report.model,
                  report.examples_per_second, 100 * (report.input_wait_fraction or 0), report.schedule_line(),
                  report.final_metrics)
+    exporting = time.monotonic()
     if is_chief():  # every worker holds the same model; the chief alone writes what the run leaves behind
         export_serving_model(module, setup.preprocessing,
-                             float32_copy(module, setup.preprocessing, fitted.model, setup.folds), job.serving_model_dir)
+                             float32_served(module, setup.preprocessing, fitted.model, setup.folds), job.serving_model_dir)
         write_model_facts(job.serving_model_dir, report.facts())
+    report.phase_seconds["exporting"] = time.monotonic() - exporting
+    report.total_seconds = time.monotonic() - started
+    if is_chief():
         artifact_files.write_json(os.path.join(job.run_dir, contract.TRAINING_REPORT_FILE), report.to_json())
     return report
 

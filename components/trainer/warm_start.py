@@ -17,6 +17,7 @@ from absl import logging
 
 from components.core import contract
 from components.core.model_module import ModelModule
+from components.core.packing import MembersOutput
 from components.core.records import model_ready_dir
 from components.core.task_layers import load_keras_model
 from components.trainer.export import build_float32
@@ -45,9 +46,14 @@ def load_warm_start(model_module: ModelModule, base_serving_dir: str | None, ena
     folder = model_ready_dir(base_serving_dir)
     try:
         preprocessing = load_keras_model(os.path.join(folder, contract.PREPROCESSING_FILE))
-        weights = load_keras_model(os.path.join(folder, contract.MODEL_READY_FILE)).get_weights()
+        base = load_keras_model(os.path.join(folder, contract.MODEL_READY_FILE))
     except (OSError, ValueError, TypeError) as error:
         return _skipped(base_serving_dir, f"the base model in {folder} cannot be loaded ({error})")
+    copies = next((layer.copies for layer in base.layers if isinstance(layer, MembersOutput)), None)
+    if copies is not None and copies != max(1, folds):  # its members saw other folds' records: no out-of-fold score
+        return _skipped(base_serving_dir, f"the base model's members were dealt to {copies} fold(s), this "
+                        f"training's to {max(1, folds)} (train.folds)")
+    weights = base.get_weights()
     reads, needs = _input_names(preprocessing), set(model_module.INPUTS)
     if reads != needs:  # the config's columns changed since (task.exclude, a column left out or added)
         return _skipped(base_serving_dir, "the base model reads other columns than this model: "

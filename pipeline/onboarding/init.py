@@ -36,18 +36,18 @@ RARE = 0.01  # a column present in fewer than this share of records is too rare 
 NUMBER_DRIFT = 0.3  # Jensen-Shannon divergence over quantile histograms (as the taxi schema)
 CATEGORY_DRIFT = 0.15  # L-infinity distance between the value distributions
 # The training init configures (README: Your own data): AdamW, a warm-up then a cosine learning rate over a
-# budget of about TARGET_STEPS steps (at least MIN_EPOCHS, at most MAX_EPOCHS passes), times the task's
+# plan of about TARGET_STEPS steps (at least MIN_EPOCHS, at most MAX_EPOCHS passes), times the task's
 # plan_scale within MAX_EPOCHS (a regression's twice); the model built once per fold of FOLDS (k-fold bagging:
 # each copy trained on the other folds), every pass scored out of fold on the whole training split, the best pass
-# kept, and a stop after a fifth of the budget's passes in which neither the out-of-fold score nor loss improved,
-# the weights of the AVERAGE_INTERVALS best passes averaged while that improves the out-of-fold score; fitting
-# within TIME_BUDGET_SECONDS.
+# kept, and a stop after a fifth of the planned passes in which neither the out-of-fold score nor loss improved,
+# the weights of the AVERAGE_INTERVALS best passes averaged while that improves the out-of-fold score. The plan
+# follows from the table's size alone, so that the same data and config give the same model on any machine and
+# under any load: the time budget, a ceiling on fitting, is off (time_budget_seconds: 0).
 TARGET_STEPS = 3000
 MIN_EPOCHS, MAX_EPOCHS = 20, 200
 FOLDS = 8
 AVERAGE_INTERVALS = 5
-FOLDS_MIN_RECORDS = 40  # a training split smaller than this trains one model its whole budget, no validation
-TIME_BUDGET_SECONDS = 150  # the three commands on a 60,000-row table within 5 minutes on 2 CPU cores
+FOLDS_MIN_RECORDS = 40  # a training split smaller than this trains one model its whole plan, no validation
 LEARNING_RATE = 0.002  # AdamW's weight decay is the task's (Task.weight_decay)
 # The eval split the gates score: a third of a table's records up to 30,000 of them, EVAL_RECORDS beyond (at
 # least a tenth): enough to resolve the gates' tolerances, and the rest trains.
@@ -203,8 +203,9 @@ class Project:
                 f"scored out of fold on all {self.training_records:,} training records, the best kept"
                 if self.folds else "one model, no validation (too few records)")
         lines += [f"eval split: {self.eval_fraction:.0%} of the records",
-                  f"training: batch size {self.batch_size}, up to {self.epochs} epochs within "
-                  f"{TIME_BUDGET_SECONDS} s of fitting, {kept}",
+                  f"training: batch size {self.batch_size}, {self.epochs} epochs planned from the table's size "
+                  f"({self.training_steps:,} steps, whatever the machine's load; fewer when the out-of-fold score "
+                  f"stops improving), {kept}",
                   f"wrote {self.config_path}", f"wrote {self.schema_path}",
                   "edit either to change what was decided (README: Your own data), then run:",
                   f"  python -m pipeline run --config {os.path.relpath(self.config_path)}"]
@@ -241,22 +242,22 @@ class Project:
             "  model: models.tabular  # built from the schema; write a module of your own to go further\n"
             f"  batch_size: {self.batch_size}\n"
             f"  epochs: {self.epochs}  # at most: {self.training_steps:,} training steps over "
-            f"{self.training_records:,} training records\n"
+            f"{self.training_records:,} training records, planned from the table's size\n"
             f"  learning_rate: {LEARNING_RATE}\n"
             "  schedule: cosine  # after the warmup, down to 0 at the last step\n"
             f"  weight_decay: {task_named(self.task).weight_decay}  # AdamW, decoupled\n"
-            + (f"  folds: {self.folds}  # the model built once per fold of the training split, each copy trained on the "
-               "other folds; every epoch scored out of fold on every training record, the best kept; the copies' mean "
-               "served\n"
+            + (f"  folds: {self.folds}  # the model's members dealt to {self.folds} copies, each trained on the other folds "
+               "of the training split; every epoch scored out of fold on every training record, the best kept; the "
+               "members' mean served\n"
                f"  early_stopping_patience: {max(5, self.epochs // 5)}  # epochs with no better out-of-fold score or "
                "loss\n"
                f"  average_intervals: {AVERAGE_INTERVALS}  # the best epochs' weights averaged, best first, each "
                "joining while the out-of-fold score of the average improves\n"
-               "  search: false  # true: the model's number encodings (coarse and fine bins) trained in turn within the "
-               "time budget, the better out of fold served\n"
-               if self.folds else "  folds: 0  # too few records to validate on: one model, its whole budget\n")
-            + f"  time_budget_seconds: {TIME_BUDGET_SECONDS}  # of fitting: training ends before an epoch would pass "
-            "it (a faster device fits more epochs in it)\n"
+               "  search: false  # true: the model's number encodings (coarse and fine bins) trained in turn, the "
+               "better out of fold served\n"
+               if self.folds else "  folds: 0  # too few records to validate on: one model, its whole plan\n")
+            + "  time_budget_seconds: 0  # off: the planned epochs train whatever the machine's load; seconds of "
+            "fitting here cut the plan to the epochs that fit (a ceiling; the model then depends on the machine)\n"
             + "evaluate:\n"
             '  slice_feature: ""  # a feature to report metrics per value of\n'
             "  absolute_bar: null  # a bar on the primary metric, on top of beating the trivial predictor\n")

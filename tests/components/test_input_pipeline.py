@@ -398,11 +398,12 @@ def test_the_time_budget_leaves_the_first_interval_s_compile_out_and_never_calls
 
 @pytest.mark.training
 @pytest.mark.parametrize("precision", ["float32", "mixed_float16"])
-def test_training_with_folds_validates_every_training_record_out_of_fold_and_serves_the_copies_mean(files, tmp_path,
+def test_training_with_folds_validates_every_training_record_out_of_fold_and_serves_the_members_mean(files, tmp_path,
                                                                                                     precision):
-    """Bagged over folds, the best intervals' weights averaged (under a mixed precision policy too)."""
+    """Bagged over folds, the best intervals' weights averaged (under a mixed precision policy too); a module
+    that builds one network (models.taxi) gets one copy per fold, side by side in the packed model."""
     from components.core import contract
-    from components.core.bagging import COPY_NAME, FoldBag
+    from components.core.packing import MembersOutput
     from components.core.records import model_ready_dir
     from components.core.task_layers import load_keras_model
 
@@ -422,19 +423,20 @@ def test_training_with_folds_validates_every_training_record_out_of_fold_and_ser
         assert report.validation_value == best_alone and "served alone" in report.schedule_line()
     folder = model_ready_dir(job.serving_model_dir)
     model = load_keras_model(os.path.join(folder, contract.MODEL_READY_FILE))
-    assert isinstance(model, FoldBag) and model.folds == 3
+    assert [layer.copies for layer in model.layers if isinstance(layer, MembersOutput)] == [3]
     # a process of its own (ModelExport's container) loads it with the model module's imports alone
     loaded = subprocess.run([sys.executable, "-c", "import sys; import models.taxi; "
                              "from components.core.task_layers import load_keras_model; "
-                             "print(type(load_keras_model(sys.argv[1])).__name__)",
+                             "print(load_keras_model(sys.argv[1]).output.shape)",
                              os.path.join(folder, contract.MODEL_READY_FILE)],
                             capture_output=True, text=True, cwd=PROJECT_ROOT, env={**os.environ, "PYTHONPATH": PROJECT_ROOT})
-    assert loaded.stdout.strip().splitlines()[-1:] == ["FoldBag"], loaded.stderr[-2000:]
+    assert loaded.stdout.strip().splitlines()[-1:] == ["(None, 1)"], loaded.stderr[-2000:]
     preprocessing = load_keras_model(os.path.join(folder, contract.PREPROCESSING_FILE))
     eval_files = input_pipeline.list_files(files["eval_files"])
     records = next(iter(tf.data.TFRecordDataset(eval_files, input_pipeline.record_compression(eval_files)).batch(64)))
     ready = preprocessing(tf.io.parse_example(records, models.taxi.INPUTS))
-    copies = np.stack([model.get_layer(COPY_NAME.format(f))(ready).numpy() for f in range(3)])
+    copies = np.stack([layer(ready).numpy() for layer in model.layers if isinstance(layer, keras.Model)])
+    assert len(copies) == 3
     assert copies.std(axis=0).mean() > 1e-4  # three models, not one
     served = tf.saved_model.load(job.serving_model_dir).signatures["serving_default"](examples=records)
     np.testing.assert_allclose(served[tasks.task_named("binary").prediction_key].numpy().reshape(-1),

@@ -1,5 +1,5 @@
-"""The schema-driven model's number encodings, ensemble and regression output (models/layers.py,
-models/ensemble.py, models/tabular.py): what each computes, that the device model converts with TFLite builtins
+"""The schema-driven model's number encodings, packed ensemble and regression output (models/layers.py,
+models/packed.py, models/tabular.py): what each computes, that the device model converts with TFLite builtins
 only and stays within the export ladder's tolerances in int8, that it trains under a mixed precision policy,
 and that a warm start gives back the served model's predictions."""
 import keras
@@ -8,8 +8,9 @@ import pytest
 import tensorflow as tf
 
 from components.core import contract, tasks
-from components.core.bagging import COPY_NAME
+
 from components.core.feature_names import internal_names
+from components.core.packing import PackedModel, served
 from components.core.records import model_ready_dir
 from components.model_export import tflite
 from components.model_export.variants import OUTPUT_TOLERANCE
@@ -17,7 +18,7 @@ from components.settings import TaskConfig
 from components.trainer.export import build_float32, build_model
 from components.trainer.warm_start import apply_warm_start, load_warm_start
 from models import tabular
-from models.ensemble import EnsembleModel, members_count
+from models.packed import PackedDense, PackedEmbedding, members_count
 from models.layers import SMOOTH_CLIP, PiecewiseLinear, RobustScale
 
 FEATURES = {"distance": "FLOAT", "minutes": "INT", "company": "BYTES", "store": "INT"}
@@ -107,24 +108,41 @@ def test_piecewise_linear_encoding_reads_the_position_in_each_bin():
         PiecewiseLinear([0.0, 0.0], name="y.piecewise")
 
 
-def test_the_ensemble_serves_its_members_mean_and_trains_on_the_mean_of_their_losses(tmp_path, monkeypatch):
-    monkeypatch.setattr(tabular, "ENSEMBLE_MEMBERS", 4)  # fewer members than alone, for speed
+def test_the_packed_ensemble_serves_its_members_mean_and_trains_on_the_mean_of_their_losses(tmp_path):
     module = _module(tmp_path, "regression")
     table = _table(800, "regression")
     preprocessing = module.build_preprocessing(table)
-    model = module.build_model(preprocessing)
-    assert isinstance(model, EnsembleModel) and members_count(model) == tabular.ENSEMBLE_MEMBERS
+    model = build_model(module, preprocessing)
+    assert isinstance(model, PackedModel) and members_count(model) == model.members == tabular.MEMBERS
     assert {layer.name for layer in preprocessing.layers if isinstance(layer, PiecewiseLinear)} == {
         "distance.piecewise", "minutes.piecewise", "store.piecewise"}
     ready = preprocessing(_features(table, module))
-    members = keras.Model(model.inputs, model.get_layer("tabular.prediction").output)(ready).numpy()
-    assert members.shape == (800, tabular.ENSEMBLE_MEMBERS, 1) and members.std(axis=1).mean() > 0  # they differ
-    np.testing.assert_allclose(model(ready).numpy(), members.mean(axis=1), rtol=1e-5, atol=1e-5)
+    members = model(ready).numpy()
+    assert members.shape == (800, tabular.MEMBERS, 1) and members.std(axis=1).mean() > 0  # they differ
+    np.testing.assert_allclose(served(model)(ready).numpy(), members.mean(axis=1), rtol=1e-5, atol=1e-5)
+    alone = module.build_model(preprocessing)  # the contract's one model: the same network, its mean served
+    assert [w.shape for w in alone.get_weights()] == [w.shape for w in model.get_weights()]
     labels = _label(table, module)
     model.compile(optimizer="adam", loss=module.make_loss())
     loss = float(model.compute_loss(y=tf.constant(labels), y_pred=model(ready)))
     assert loss == pytest.approx(np.abs(members[..., 0] - labels[:, None]).mean(), rel=1e-4)
     assert loss > np.abs(members.mean(axis=1)[:, 0] - labels).mean()  # not the loss of the mean
+
+
+def test_bagged_over_folds_every_member_has_weights_of_its_own_embeddings_included(tmp_path):
+    """Copy g's members must not learn from fold g's records through a weight they share with another copy: the
+    embeddings of categories and codes are per member, as every dense layer is."""
+    module = _module(tmp_path, "binary")
+    preprocessing = module.build_preprocessing(_table(800, "binary"))
+    for copies, members in ((1, tabular.MEMBERS), (4, tabular.MEMBERS), (3, 9), (16, 16)):
+        model = build_model(module, preprocessing, copies)
+        assert (model.copies, model.members) == (copies, members) == (copies, tabular.members_for(copies))
+        dense = [layer for layer in model.layers if isinstance(layer, PackedDense)]
+        embeddings = [layer for layer in model.layers if isinstance(layer, PackedEmbedding)]
+        assert embeddings and all(layer.embeddings.shape[1] == members * layer.width for layer in embeddings)
+        assert all(weight.shape[0] == members for layer in dense for weight in layer.weights)
+        owned = {id(weight) for layer in dense + embeddings for weight in layer.trainable_weights}
+        assert {id(weight) for weight in model.trainable_weights} == owned  # no trainable weight is shared
 
 
 def test_a_log_label_is_predicted_in_the_labels_units_within_the_training_range(tmp_path):
@@ -144,8 +162,8 @@ def test_a_log_label_is_predicted_in_the_labels_units_within_the_training_range(
 
 
 def _trained(tmp_path, task: str, transform: str = "none", epochs: int = 8, folds: int = 1, candidate: str = ""):
-    """The schema-driven model (of `candidate`'s number encoding; "": the default) trained on _table's rows;
-    with folds > 1 the Trainer's bag of one copy per fold, trained with each row's fold."""
+    """The schema-driven model (of `candidate`'s number encoding; "": the default) trained on _table's rows, its
+    members dealt to `folds` copies as the Trainer bags it (trained with each row's fold), and served."""
     module = _module(tmp_path, task, transform)
     module = module.candidate(candidate) if candidate else module
     table = _table(1200, task)
@@ -155,7 +173,7 @@ def _trained(tmp_path, task: str, transform: str = "none", epochs: int = 8, fold
     fold_ids = np.arange(1200, dtype=np.float32) % folds if folds > 1 else None
     model.fit(preprocessing(_features(table, module)), _label(table, module), sample_weight=fold_ids, batch_size=64,
               epochs=epochs, verbose=0)
-    return module, table, preprocessing, model
+    return module, table, preprocessing, served(model)
 
 
 def _device_outputs(flatbuffer: bytes, rows: dict[str, np.ndarray], key: str) -> np.ndarray:
@@ -172,8 +190,8 @@ def _device_outputs(flatbuffer: bytes, rows: dict[str, np.ndarray], key: str) ->
     ("regression", "log", 4, ""), ("binary", "none", 4, "48 bins"), ("regression", "log", 4, "48 bins")])
 def test_the_device_model_converts_with_builtins_and_int8_stays_within_the_ladders_tolerance(tmp_path, task, transform,
                                                                                            folds, candidate):
-    """The schema-driven model alone, and the bag of one copy per fold that the Trainer serves with folds; in
-    the default number encoding, and in the finer one train.search may choose."""
+    """The schema-driven model alone, and bagged over folds as the Trainer serves it; in the default number
+    encoding, and in the finer one train.search may choose: one packed network, one subgraph."""
     variants = ("dynamic_int8", "full_int8")
     module, table, preprocessing, model = _trained(tmp_path, task, transform, folds=folds, candidate=candidate)
     bins = len(preprocessing.get_layer("distance.scaled").edges) - 1
@@ -182,10 +200,7 @@ def test_the_device_model_converts_with_builtins_and_int8_stays_within_the_ladde
     assert {"store.scaled", "store.code", "minutes.scaled"} <= set(preprocessing.output)
     assert "minutes.code" not in preprocessing.output
     assert "codes (here: store)" in module.DESCRIPTION  # what the training report says the model is
-    # alone, an ensemble of ENSEMBLE_MEMBERS; bagged, BAGGED_MEMBERS per copy (as many passes per example)
-    networks = [model.get_layer(COPY_NAME.format(f)) for f in range(folds)] if folds > 1 else [model]
-    assert [members_count(network) for network in networks] == (
-        [tabular.BAGGED_MEMBERS] * folds if folds > 1 else [tabular.ENSEMBLE_MEMBERS])
+    assert members_count(model) == tabular.members_for(folds)  # one packed network of every copy's members
     key = tasks.task_named(task).prediction_key
     saved = tflite.write_device_savedmodel(preprocessing, model, module.INPUTS, key, str(tmp_path / "device"))
     rows = {name: values[:150] for name, values in _table(150, task, seed=5).items() if name in module.INPUTS}
@@ -195,7 +210,8 @@ def test_the_device_model_converts_with_builtins_and_int8_stays_within_the_ladde
     spread = np.abs(expected - expected.mean()).mean() if task == "regression" else 1.0
     float32 = tflite.convert(saved, "float32")
     operators = set(tflite.operators(float32))
-    assert {"MUL", "MINIMUM", "MAXIMUM", "RSQRT"} <= operators and not any(op.startswith("Flex") for op in operators)
+    assert {"MUL", "MINIMUM", "MAXIMUM", "RSQRT", "BATCH_MATMUL"} <= operators and not tflite.non_builtin_ops(float32)
+    assert tflite.subgraph_count(float32) == 1
     np.testing.assert_allclose(_device_outputs(float32, rows, key), expected, rtol=1e-4, atol=1e-4)
     for variant in variants:
         representative = {name: values[:200] for name, values in table.items() if name in module.INPUTS}
@@ -206,12 +222,12 @@ def test_the_device_model_converts_with_builtins_and_int8_stays_within_the_ladde
         assert np.abs(got - expected).mean() / spread <= OUTPUT_TOLERANCE[variant], variant
 
 
-def test_float16_and_full_int8_read_numbers_beyond_float16s_range_and_keep_each_copys_output_layer_float(tmp_path):
-    """A bag of 3 copies, a number of about 1.7e9 (a date's seconds since 1970) that float16 cannot hold, and a
+def test_float16_and_full_int8_read_numbers_beyond_float16s_range_and_keep_the_output_layer_float(tmp_path):
+    """Bagged over 3 folds, a number of about 1.7e9 (a date's seconds since 1970) that float16 cannot hold, and a
     price label: the float16 variant stores the core's weights in float16 but the preprocessing's constants in
-    float32, so it predicts as the model does; full int8 keeps every copy's output layer in float32, and the
-    copies' own scales for the preprocessing's outputs (each copy's features, embeddings among them, have a
-    range of their own) count as the core's inputs, not as quantized preprocessing."""
+    float32, so it predicts as the model does; full int8 keeps the members' output layer in float32, and the
+    core's own scales for the preprocessing's outputs count as the core's inputs, not as quantized
+    preprocessing."""
     module = _module(tmp_path, "regression", "log",
                      features={"started": "FLOAT", "distance": "FLOAT", "company": "BYTES"})
 
@@ -226,10 +242,11 @@ def test_float16_and_full_int8_read_numbers_beyond_float16s_range_and_keep_each_
 
     folds, train = 3, table(1200, 0)
     preprocessing = module.build_preprocessing(train)
-    model = build_model(module, preprocessing, folds)
-    model.compile(optimizer=keras.optimizers.Adam(0.01), loss=module.make_loss())
-    model.fit(preprocessing(_features(train, module)), _label(train, module), batch_size=64, epochs=8, verbose=0,
-              sample_weight=np.arange(1200, dtype=np.float32) % folds)
+    packed = build_model(module, preprocessing, folds)
+    packed.compile(optimizer=keras.optimizers.Adam(0.01), loss=module.make_loss())
+    packed.fit(preprocessing(_features(train, module)), _label(train, module), batch_size=64, epochs=8, verbose=0,
+               sample_weight=np.arange(1200, dtype=np.float32) % folds)
+    model = served(packed)
     saved = tflite.write_device_savedmodel(preprocessing, model, module.INPUTS, "prediction", str(tmp_path / "device"))
     rows = {name: values[:100] for name, values in table(100, 5).items() if name in module.INPUTS}
     expected = model(preprocessing(_features(rows, module))).numpy()
@@ -252,17 +269,15 @@ def test_float16_and_full_int8_read_numbers_beyond_float16s_range_and_keep_each_
     graph = flatbuffer_utils.convert_bytearray_to_object(bytearray(full_int8)).subgraphs[0]
     types = {tensor.name.decode(): tensor.type for tensor in graph.tensors}
     outputs = tflite.output_layer_tensor_names(full_int8)
-    for fold in range(folds):
-        copy = [name for name in outputs if f"/{COPY_NAME.format(fold)}" in name]
-        assert any("tabular.prediction" in name for name in copy), fold
-        assert all(types[name] == TensorType.FLOAT32 for name in copy), fold
+    assert any("tabular.prediction" in name for name in outputs) and any("tabular.output" in name for name in outputs)
+    assert all(types[name] == TensorType.FLOAT32 for name in outputs)
     assert tflite.quantized_preprocessing_ops(full_int8) == []
     got = _device_outputs(full_int8, rows, "prediction")
     assert np.abs(got - expected).mean() / spread <= OUTPUT_TOLERANCE["full_int8"]
 
 
 @pytest.mark.parametrize("folds", [1, 4])
-def test_mixed_bfloat16_trains_the_ensemble_with_float32_encodings_and_outputs(tmp_path, folds):
+def test_mixed_bfloat16_trains_the_packed_ensemble_with_float32_encodings_and_outputs(tmp_path, folds):
     module = _module(tmp_path, "binary")
     table = _table(600, "binary")
     preprocessing = module.build_preprocessing(table)
@@ -271,10 +286,10 @@ def test_mixed_bfloat16_trains_the_ensemble_with_float32_encodings_and_outputs(t
         model = build_model(module, preprocessing, folds)
     finally:
         keras.config.set_dtype_policy("float32")
-    copy = model.get_layer("fold_3") if folds > 1 else model
-    assert copy.get_layer("tabular.hidden_1").compute_dtype == "bfloat16"
+    assert model.get_layer("tabular.hidden_1.numbers").compute_dtype == "bfloat16"
+    assert model.get_layer("tabular.hidden_2").compute_dtype == "bfloat16"
     assert preprocessing.get_layer("distance.piecewise").compute_dtype == "float32"
-    assert copy.get_layer("tabular.output").compute_dtype == "float32" and model.output.dtype == "float32"
+    assert model.get_layer("tabular.output").compute_dtype == "float32" and model.output.dtype == "float32"
     model.compile(optimizer="adam", loss=module.make_loss())
     fold_ids = np.arange(600, dtype=np.float32) % folds if folds > 1 else None
     history = model.fit(preprocessing(_features(table, module)), _label(table, module), sample_weight=fold_ids,
@@ -294,14 +309,14 @@ def test_a_warm_start_from_the_served_files_predicts_as_the_served_model(tmp_pat
     (tmp_path / "next").mkdir()
     fresh = _module(tmp_path / "next", "regression", "log")  # a new run's module: no sample fitted
     other = load_warm_start(fresh, str(serving), enabled=True, folds=folds + 1)
-    assert other.weights is None and "do not fit" in other.reason  # another number of folds: from scratch
+    assert other.weights is None and f"dealt to {folds} fold(s), this training's to {folds + 1}" in other.reason
     warm = load_warm_start(fresh, str(serving), enabled=True, folds=folds)
     assert warm.weights is not None, warm.reason
     rebuilt = build_float32(fresh, warm.preprocessing, folds)
     apply_warm_start(rebuilt, warm)
     features = _features(table, module)
-    np.testing.assert_allclose(rebuilt(warm.preprocessing(features)).numpy(), model(preprocessing(features)).numpy(),
-                               rtol=1e-5)
+    np.testing.assert_allclose(served(rebuilt)(warm.preprocessing(features)).numpy(),
+                               model(preprocessing(features)).numpy(), rtol=1e-5)
 
 
 def test_a_string_cell_prepare_data_reads_as_missing_is_served_as_missing(tmp_path):
