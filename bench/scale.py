@@ -152,11 +152,11 @@ def examples_per_second(run: dict) -> dict[str, float]:
 
 
 def series_name(example: str, config: str | None) -> str:
-    """The curve a run belongs to on the benchmarks page: the example and the config, e.g. "taxi,
-    configs/taxi_fare.yaml" ("taxi, the default config" without one)."""
+    """The curve a run belongs to on the benchmarks page: the example and the config (a relative path is the
+    project's, where the pipeline runs), e.g. "taxi, configs/taxi_fare.yaml"; "taxi, the default config"."""
     if not config:
         return f"{example}, the default config"
-    path = os.path.abspath(config)
+    path = os.path.normpath(os.path.join(PROJECT_ROOT, config))
     return f"{example}, {os.path.relpath(path, PROJECT_ROOT) if path.startswith(PROJECT_ROOT + os.sep) else config}"
 
 

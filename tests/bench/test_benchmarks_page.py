@@ -168,3 +168,29 @@ def test_every_bench_script_that_prints_figures_appends_records():
     for name in scripts:
         with open(os.path.join(BENCH, name)) as handle:
             assert re.search(rf"records\.append\(\s*\"{name[:-3]}\"", handle.read()), name
+
+
+def test_the_scale_and_quality_benches_records_land_where_the_page_looks(bench, tmp_path, monkeypatch):
+    records, render_page = bench
+    scale, quality = importlib.import_module("scale"), importlib.import_module("tabular_quality")
+    monkeypatch.setenv("BENCH_RESULTS_DIR", str(tmp_path))
+    monkeypatch.delenv("BENCH_RECORDS", raising=False)
+    for config in ("configs/taxi_fare.yaml", os.path.join(PROJECT_ROOT, "configs", "taxi_fare.yaml")):
+        assert scale.series_name("taxi", config) == render_page.FARE_SERIES  # the targets' series
+    run = {"steps": {"Trainer": 97.1}, "wall": 172.0, "peak_rss_gb": 1.39,
+           "reports": {"ingest": {"counts": {"train": 1_000_150, "eval": 500_050}}, "baseline": {}, "evaluation": {},
+                       "trainer": {"examples_per_second": 209_169, "input_wait_fraction": 0.229}}}
+    series = scale.series_name("taxi", "configs/taxi_fare.yaml")
+    records.append("scale", f"{series}, 100x", {"series": series, **scale.run_figures(100, 1_500_200, run)})
+    result = {"source": "s", "label": "y", "rows": 900, "task": "binary", "columns": 3, "metric": "auc",
+              "trivial": 0.5, "failures": [], "yardsticks": {"lightgbm": 0.80, "linear": 0.70},
+              "models": {quality.SCHEMA: quality.summarize_runs([
+                  {"seed": seed, "metric": "auc", "value": value, "trivial": 0.5, "trainer_seconds": 10.0,
+                   "fit_seconds": 5.0, "savedmodel": value, "full_int8": value, "dynamic_int8": value,
+                   "wall_seconds": 20.0, "error": None} for seed, value in ((0, 0.81), (1, 0.83))])}}
+    quality.record_table("spam_words", result, PROJECT_ROOT)
+    text, _ = render_page.render(records.read(str(tmp_path)))
+    assert "| whole run at 100x (taxi fare, 1,500,200 rows) under 300 s | 172.0 s |" in text
+    assert "| Trainer input wait under 5% (taxi fare, the worst run at each size) | 100x 22.9% |" in text
+    check = text.split("### The check half")[1]
+    assert "| spam_words | AUC | 0.8200 (0.8100–0.8300) | 0, 1 | 0.8000 | 0.7000 | +0.0200 | met | 10.0 | 5.0 |" in check
