@@ -88,13 +88,13 @@ def command_line(argv: list[str] | None = None) -> str:
 
 
 def make_record(bench: str, measurement: str, figures: dict, *, code: str = PROJECT_ROOT, note: str = "",
-                argv: list[str] | None = None, now: datetime.datetime | None = None) -> dict:
-    """Input: the script's name, what was measured, its figures, the measured checkout and an optional note.
-    Output: the record (see the module's docstring)."""
+                argv: list[str] | None = None) -> dict:
+    """Input: the script's name, what was measured, its figures, the measured checkout, an optional note and the
+    command's argv (default sys.argv). Output: the record (see the module's docstring), dated now."""
     commit, dirty = code_version(code)
-    moment = now or datetime.datetime.now(datetime.timezone.utc)
+    moment = datetime.datetime.now(datetime.timezone.utc)
     record = {"bench": bench, "measurement": measurement,
-              "date": moment.astimezone(datetime.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+              "date": moment.isoformat(timespec="seconds").replace("+00:00", "Z"),
               "commit": commit, "dirty": dirty, "command": command_line(argv), "machine": machine(),
               "figures": figures, "source": RUN}
     if note:

@@ -550,7 +550,8 @@ class Page:
             described.add(f"{machine.get('cores')} cores, {machine.get('memory_gib')} GiB, "
                           f"{machine.get('cpu') or 'CPU model not recorded'}, "
                           f"{'' if machine.get('avx512_bf16') else 'no '}AVX512_BF16")
-        return ["Machines these figures ran on (none with a GPU): " + "; ".join(sorted(described)) + "."]
+        return ["Machines these figures ran on (none with a GPU): " + "; ".join(sorted(described)) + "."] \
+            if described else []
 
     # -------------------------------------------------------------------- targets
 
