@@ -6,7 +6,8 @@ STAMP := $(VENV)/.installed
 DATA ?= data/taxi
 OUTPUT ?= output
 
-.PHONY: venv demo test test-fast docs bench-scale bench-demo bench-quality bench-dates bench-csv bench-stream lock clean
+.PHONY: venv demo test test-fast docs bench-scale bench-demo bench-quality bench-dates bench-csv bench-stream \
+	bench-page lock clean
 
 venv: $(STAMP)
 
@@ -75,6 +76,12 @@ bench-csv: venv
 WINDOWS ?= 1,2,3,4
 bench-stream: venv
 	$(PY) bench/retraining_stream.py --windows $(WINDOWS)
+
+# Every bench script appends its figures to bench/results/<script>.jsonl (BENCH_RECORDS=off: not). This writes
+# docs/benchmarks.md and its pictures (docs/images/benchmarks-*.png) from the newest records and the prose of
+# bench/page_template.md; commit the records, the page and the pictures together (a test compares them).
+bench-page: venv
+	$(PY) bench/render_page.py
 
 # Regenerate constraints.txt from the current .venv (after changing a pin on purpose).
 lock: venv

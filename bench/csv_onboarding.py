@@ -5,7 +5,8 @@ by one second, with the trip's start as an ISO date-time column `trip_start` and
 left out), then runs `python -m pipeline prepare-data --csv` and `python -m pipeline init` on it, each as a
 process of its own, and prints their wall time and peak resident memory (the process and what it waited
 for). `--code DIR` runs another checkout's code (PYTHONPATH=DIR), to measure before and after a change on
-the same file. A benchmark, not a test:
+the same file. Both commands' figures are appended as a record to bench/results/csv_onboarding.jsonl
+(bench/records.py). A benchmark, not a test:
 
     TF_CPP_MIN_LOG_LEVEL=3 .venv/bin/python bench/csv_onboarding.py --rows 1000000
 """
@@ -22,6 +23,8 @@ import time
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT)
+
+import records  # noqa: E402 - bench/records.py, beside this script
 
 
 def write_csv(path: str, rows: int) -> None:
@@ -72,7 +75,10 @@ def main() -> None:
         if not args.csv:
             write_csv(path, args.rows)
         size = os.path.getsize(path) / 2**20
+        with open(path, "rb") as handle:
+            rows = sum(1 for _ in handle) - 1  # the header aside
         print(f"CSV: {path}, {size:.0f} MB")
+        figures = {}
         python = sys.executable
         data = os.path.join(folder, "data", "trips")
         for name, command in (
@@ -82,6 +88,10 @@ def main() -> None:
             wall, peak_mb, output = timed(command, folder, args.code)
             print(output.strip())
             print(f"{name}: {wall:.1f} s, peak RSS {peak_mb:,.0f} MB")
+            key = name.replace("-", "_")
+            figures.update({f"{key}_s": wall, f"{key}_peak_mb": peak_mb})
+        records.append("csv_onboarding", f"{rows:,} rows", {"rows": rows, "csv_mb": size, "runs": [figures]},
+                       code=args.code or records.PROJECT_ROOT)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ temporary folder, and the pushed model is scored on the held-out days through it
 (the date sent as seconds since the epoch, as prepare-data writes it). Beside it, on the same days:
 LightGBM with default settings given the date's parts (year, month, day, weekday, day of year), LightGBM
 without them, and the majority class. A benchmark, not a test (installs nothing: `make bench-quality` or
-`pip install -e '.[bench]'` first):
+`pip install -e '.[bench]'` first). The figures are appended as a record to bench/results/date_table.jsonl
+(bench/records.py):
 
     TF_CPP_MIN_LOG_LEVEL=3 .venv/bin/python bench/date_table.py --runs 2
 """
@@ -23,6 +24,8 @@ import tempfile
 import time
 
 import numpy as np
+
+import records
 
 NUMBERS = ("precipitation", "temp_max", "temp_min", "wind")
 
@@ -111,20 +114,27 @@ def main() -> None:
     holdout = rows[4::5]
     train = [row for i, row in enumerate(rows) if i % 5 != 4]
     print(f"seattle-weather: {len(train):,} training days, {len(holdout):,} held out")
-    ours = []
+    ours, runs = [], []
     for run in range(args.runs):
         with tempfile.TemporaryDirectory(prefix="date-table-") as folder:
             train_csv = os.path.join(folder, "weather.csv")
             write_rows(train_csv, train)
             accuracy, seconds_taken = pipeline_accuracy(folder, train_csv, holdout, args.code)
         ours.append(accuracy)
+        runs.append({"accuracy": accuracy, "run_s": seconds_taken})
         print(f"run {run + 1}: pushed model accuracy {accuracy:.4f} (run {seconds_taken:.0f} s)")
     majority = max(set(r["weather"] for r in train), key=[r["weather"] for r in train].count)
+    with_dates, without_dates = lightgbm_accuracy(train, holdout, True), lightgbm_accuracy(train, holdout, False)
+    majority_accuracy = float(np.mean([r["weather"] == majority for r in holdout]))
     print("| model | holdout accuracy |\n| --- | --- |")
     print(f"| ours, three commands ({args.runs} runs) | {', '.join(f'{a:.4f}' for a in ours)} |")
-    print(f"| LightGBM, default settings, with the date's parts | {lightgbm_accuracy(train, holdout, True):.4f} |")
-    print(f"| LightGBM, default settings, without the date | {lightgbm_accuracy(train, holdout, False):.4f} |")
-    print(f"| majority class ({majority}) | {np.mean([r['weather'] == majority for r in holdout]):.4f} |")
+    print(f"| LightGBM, default settings, with the date's parts | {with_dates:.4f} |")
+    print(f"| LightGBM, default settings, without the date | {without_dates:.4f} |")
+    print(f"| majority class ({majority}) | {majority_accuracy:.4f} |")
+    records.append("date_table", "seattle_weather", {
+        "training_days": len(train), "holdout_days": len(holdout), "runs": runs,
+        "lightgbm_with_dates": with_dates, "lightgbm_without_dates": without_dates,
+        "majority_class": majority, "majority_accuracy": majority_accuracy}, code=args.code or records.PROJECT_ROOT)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ Writes the bundled taxi data `--copies` times over as gzip TFRecord shards (15,0
 computes TFDV statistics over them with Beam's DirectRunner (what StatisticsGen does) in `in_memory` mode
 and in `multi_processing` mode with one worker per core. Prints the wall time of each run and the number
 of examples the statistics counted, which must equal the number of records written in every mode (TFDV
-users have reported multi-processing mode dropping records).
+users have reported multi-processing mode dropping records). Each mode's runs are appended as a record to
+bench/results/direct_runner_modes.jsonl (bench/records.py).
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import records  # noqa: E402 - bench/records.py, beside this script
 
 import tensorflow_data_validation as tfdv  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
@@ -44,6 +47,7 @@ def main() -> None:
         pattern = os.path.join(root, "span-*", "*.gz")
         print(f"{written:,} records in {4 * args.copies} gzip shards; {os.cpu_count()} cores")
         print(f"{'mode':<18} {'run':>3} {'seconds':>8} {'examples counted':>17} {'match':>6}")
+        runs = {mode: [] for mode in MODES}
         for repeat in range(args.repeats):
             for mode, beam_args in MODES.items():
                 started = time.monotonic()
@@ -53,6 +57,10 @@ def main() -> None:
                 counted = stats.datasets[0].num_examples
                 print(f"{mode:<18} {repeat + 1:>3} {seconds:>8.1f} {counted:>17,} {str(counted == written):>6}",
                       flush=True)
+                runs[mode].append({"seconds": seconds, "examples_counted": counted, "all_counted": counted == written})
+        for mode, beam_args in MODES.items():
+            records.append("direct_runner_modes", f"{mode}, {written:,} records", {
+                "mode": mode, "beam_args": beam_args, "records": written, "cores": os.cpu_count(), "runs": runs[mode]})
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ evaluator executor's Do on them `--repeats` times, exactly as the pipeline does 
 a Beam pipeline from the given Beam arguments, default the pipeline's `--direct_running_mode=in_memory`).
 `--production` scores the FP32 baseline a second time as the production model (three models, as on a run
 with a blessed model). Prints, per run, the wall time of Do, eval examples x models / seconds, and the
-candidate's overall AUC; the reports stay under `--work` (default: a temporary folder) for comparison.
+candidate's overall AUC; the reports stay under `--work` (default: a temporary folder) for comparison. The runs
+are appended as a record to bench/results/evaluator_speed.jsonl (bench/records.py).
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import records  # noqa: E402 - bench/records.py, beside this script
 
 import tensorflow as tf  # noqa: E402
 from tfx.components.util import examples_utils  # noqa: E402
@@ -145,11 +148,16 @@ def main() -> None:
     print(f"{args.executor}: {rows:,} eval examples x {models} models; Beam {' '.join(beam_args)}; "
           f"{os.cpu_count()} cores")
     print(f"{'run':>3} {'seconds':>8} {'model-examples/s':>17} {'candidate metric':>16}")
+    runs = []
     for repeat in range(args.repeats):
         seconds, report = run_once(executor_class, inputs, production, beam_args,
                                    os.path.join(work, f"run-{repeat + 1}"))
         auc = report["metrics"][gates.OVERALL][gates.CANDIDATE][report["primary_metric"]]
         print(f"{repeat + 1:>3} {seconds:>8.1f} {rows * models / seconds:>17,.0f} {auc:>16.4f}", flush=True)
+        runs.append({"seconds": seconds, "model_examples_per_s": rows * models / seconds, "candidate_metric": auc})
+    records.append("evaluator_speed", f"{args.executor}, {rows:,} eval examples x {models} models", {
+        "executor": args.executor, "eval_examples": rows, "models": models, "beam_args": beam_args,
+        "metric": report["primary_metric"], "runs": runs})
     print(f"reports under {work}")
 
 

@@ -12,7 +12,8 @@ line per variant: its primary metric beside the SavedModel's, its size, and its 
         [--code DIR] [--json FILE]
 
 `--code DIR` imports the pipeline from another checkout (e.g. a `git worktree` of an older commit), so the
-same models can be exported by the code before and after a change. `--json` appends one JSON line per run.
+same models can be exported by the code before and after a change. `--json` appends one JSON line per run; each
+run's figures are also appended as a record to bench/results/export_again.jsonl (bench/records.py).
 """
 from __future__ import annotations
 
@@ -23,7 +24,14 @@ import os
 import sys
 import tempfile
 
+import records
+
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_name(run: str) -> str:
+    """A run folder as a record names it: its last two parts, e.g. "diamonds/schema-driven-0"."""
+    return "/".join(os.path.normpath(os.path.abspath(run)).split(os.sep)[-2:])
 
 
 def newest_outputs(run: str, config) -> tuple[str, str]:
@@ -98,6 +106,8 @@ def main() -> None:
         if args.json:
             with open(args.json, "a") as handle:
                 handle.write(json.dumps(result) + "\n")
+        records.append("export_again", run_name(run), {key: value for key, value in result.items()
+                                                        if key not in ("run", "code")}, code=args.code)
 
 
 if __name__ == "__main__":

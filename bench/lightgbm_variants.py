@@ -13,6 +13,8 @@ the eval split of LightGBM with its defaults (the bench's yardstick), then of ea
 
     TF_CPP_MIN_LOG_LEVEL=3 .venv/bin/python bench/lightgbm_variants.py RUN [RUN ...] [--config CONFIG]
         [--max-bins 8,16,48] [--without COLUMN ...] [--bin COLUMN:16,48 ...]
+
+Each run's variants are appended as a record to bench/results/lightgbm_variants.jsonl (bench/records.py).
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export_again import PROJECT_ROOT, config_path  # noqa: E402
+import records  # noqa: E402
+from export_again import PROJECT_ROOT, config_path, run_name  # noqa: E402
 
 sys.path.insert(0, PROJECT_ROOT)
 
@@ -101,6 +104,7 @@ def main() -> None:
         print(f"{run}: {task}")
         for name, value in results:
             print(f"  {name:<40} {value:.4f}")
+        records.append("lightgbm_variants", run_name(run), {"task": task, "variants": dict(results)})
 
 
 if __name__ == "__main__":

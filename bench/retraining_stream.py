@@ -6,7 +6,8 @@ For each window in --windows (`ingest.span_window`: the last N spans a run train
 served model), a fresh output directory receives the spans one at a time, and after each, one
 `python -m pipeline run` with the default config, as a production retraining loop runs. Printed per span:
 the window, each gate with its interval, blessed or not, and the holdout AUC of the model served after the
-run (the one pushed last). A benchmark, not a test; about 1 minute per run on a 2-core machine.
+run (the one pushed last); each window's spans are appended as a record to bench/results/retraining_stream.jsonl
+(bench/records.py). A benchmark, not a test; about 1 minute per run on a 2-core machine.
 
     python bench/retraining_stream.py [--spans 4] [--windows 1,2,4] [--work DIR]
 """
@@ -23,6 +24,8 @@ import tempfile
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_ROOT)
+
+import records  # noqa: E402 - bench/records.py, beside this script
 
 HOLDOUT_EVERY = 10
 
@@ -115,6 +118,8 @@ def main() -> None:
     summary = {}
     for window in (int(w) for w in args.windows.split(",")):
         summary[window] = run_stream(window, folders, holdout_file, work, args.cold)
+        records.append("retraining_stream", f"window {window}" + (", from scratch" if args.cold else ""),
+                       {"window": window, "cold": args.cold, "spans": summary[window]})
     print("\nwindow  span  blessed  served holdout AUC")
     for window, rows in summary.items():
         for row in rows:

@@ -6,7 +6,8 @@ of one span: the bundled 15k-row taxi sample (copy c shifts `trip_start_timestam
 the schema's [0, 1]). It runs
 `python -m pipeline run` on it in a fresh output directory, with `--config` (configs/taxi_fare.yaml for the
 fare regression, configs/penguins.yaml for the penguins), and prints one row per K: seconds and examples/s
-of every step, the whole run's wall time and the run's peak RSS. A benchmark, not a test.
+of every step, the whole run's wall time and the run's peak RSS; each run's figures are appended as a record to
+bench/results/scale.jsonl (bench/records.py). A benchmark, not a test.
 
 Usage:  .venv/bin/python bench/scale.py [--copies 1,10,100] [--example taxi|penguins] [--workdir DIR]
         [--config YAML]   (`make bench-scale`). 100x taxi is 1.5M rows; the data is written once per workdir.
@@ -28,6 +29,7 @@ import time
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_ROOT)
 
+import records  # noqa: E402 - bench/records.py, beside this script
 from components.core import contract  # noqa: E402 - plain strings, importable before TensorFlow
 
 STEPS = ("TFRecordIngest", "StatisticsGen", "ExampleValidator", "ValidationGate", "Fp32BaselineTrainer", "Trainer",
@@ -43,10 +45,10 @@ def _penguin_copies(copies: int):
 
     from pipeline.onboarding.example_data import bundled_penguin_files
 
-    records = [tf.train.Example.FromString(r.numpy())
-               for r in tf.data.TFRecordDataset(bundled_penguin_files(), compression_type="GZIP")]
+    penguins = [tf.train.Example.FromString(r.numpy())
+                for r in tf.data.TFRecordDataset(bundled_penguin_files(), compression_type="GZIP")]
     for copy in range(copies):
-        for record in records:
+        for record in penguins:
             example = tf.train.Example()
             example.CopyFrom(record)
             mass = example.features.feature["body_mass_g"].float_list
@@ -149,6 +151,27 @@ def examples_per_second(run: dict) -> dict[str, float]:
             if run["steps"].get(step) and processed[step]}
 
 
+def series_name(example: str, config: str | None) -> str:
+    """The curve a run belongs to on the benchmarks page: the example and the config (a relative path is the
+    project's, where the pipeline runs), e.g. "taxi, configs/taxi_fare.yaml"; "taxi, the default config"."""
+    if not config:
+        return f"{example}, the default config"
+    path = os.path.normpath(os.path.join(PROJECT_ROOT, config))
+    return f"{example}, {os.path.relpath(path, PROJECT_ROOT) if path.startswith(PROJECT_ROOT + os.sep) else config}"
+
+
+def run_figures(copies: int, rows: int, run: dict) -> dict:
+    """One run's record figures: the whole run's seconds and peak RSS, the Trainer's rate and input wait, each
+    step's seconds and examples/s."""
+    trainer = run["reports"]["trainer"]
+    return {"copies": copies, "rows": rows,
+            "runs": [{"whole_run_s": run["wall"], "peak_rss_gb": run["peak_rss_gb"],
+                      "trainer_examples_per_s": trainer.get("examples_per_second"),
+                      "input_wait_fraction": trainer.get("input_wait_fraction"),
+                      "cached_in_memory": trainer.get("cached_in_memory"),
+                      "steps_s": run["steps"], "steps_examples_per_s": examples_per_second(run)}]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", default="1,10,100", help="comma-separated K values")
@@ -166,6 +189,8 @@ def main() -> None:
         output = os.path.join(args.workdir, f"out-{copies}x-{int(time.time())}")
         run = run_pipeline(data_root, output, args.config)
         results[copies] = (rows, run)
+        series = series_name(args.example, args.config)
+        records.append("scale", f"{series}, {copies}x", {"series": series, **run_figures(copies, rows, run)})
         trainer = run["reports"]["trainer"]
         print(f"  wall {run['wall']:.1f} s, peak RSS {run['peak_rss_gb']:.2f} GB, Trainer "
               f"{trainer.get('examples_per_second', 0):,.0f} ex/s, input wait "

@@ -26,7 +26,9 @@ difference for AUC and accuracy, whether that is within goal, the Trainer's mean
 full_int8 / dynamic_int8), then the tables within goal and the mean gap per metric. The goal: AUC at least
 LightGBM's minus 0.005, accuracy at least LightGBM's minus 0.01, MAE at most 1.05 times LightGBM's; the mean
 gap is ours minus LightGBM for AUC and accuracy, LightGBM's MAE over ours for MAE (above 0 and above 1.0
-respectively: better than LightGBM on average). `--json FILE` keeps every figure, each run's included.
+respectively: better than LightGBM on average). `--json FILE` keeps every figure, each run's included; each table's
+figures (per model: its runs, the yardsticks, the trivial predictor) are also appended as records to
+bench/results/tabular_quality.jsonl (bench/records.py), which bench/render_page.py puts on the benchmarks page.
 
 `--code DIR` measures another checkout (e.g. a `git worktree` of an older commit) with this same script:
 every `python -m pipeline` command runs with PYTHONPATH=DIR (`prepare-data` and `run` also with cwd DIR;
@@ -61,7 +63,8 @@ import warnings
 
 import yaml
 
-from quality_tables import CHECK, TABLES, TUNING, Table, TableError, tables_in
+import records
+from quality_tables import CHECK, TABLES, TUNING, Table, TableError, half_of, tables_in
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOWER_IS_BETTER = {"mean_absolute_error", "mean_squared_error", "root_mean_squared_error",
@@ -376,6 +379,15 @@ def bench_table(code: str, name: str, table: Table, work: str, seeds: int, data_
 TABLE_FACTS = ("source", "label", "rows", "task", "columns", "metric", "trivial", "yardsticks")
 
 
+def record_table(name: str, result: dict, code: str) -> None:
+    """Appends a table's figures (bench_table's result) as one record per model: the measurement is the table's
+    name for the schema-driven model, "NAME, MODEL" for another."""
+    for model, figures in result["models"].items():
+        records.append("tabular_quality", name if model == SCHEMA else f"{name}, {model}", {
+            "half": half_of(name), "model": model, **{key: result.get(key) for key in TABLE_FACTS},
+            "runs": figures["runs"], "failures": result["failures"]}, code=code)
+
+
 def merge_results(documents: list[dict]) -> dict:
     """Input: the JSON documents (`--json`) of bench runs of the same prepared data, e.g. seed 0 in one run and
     seeds 1 and 2 in another. Output: the results one run of all of them would have given: per table and
@@ -616,6 +628,7 @@ def main() -> None:
         results[name] = bench_table(args.code, name, TABLES[name], work, args.seeds, args.data_from,
                                     args.hand_written, args.first_seed)
         print_table(name, results[name])
+        record_table(name, results[name], args.code)
     if args.json:  # first: a figure the printing below cannot print is still kept
         with open(args.json, "w") as handle:
             json.dump({"code": args.code, "code_version": version, "seeds": args.seeds,

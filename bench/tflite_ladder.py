@@ -8,7 +8,8 @@ ModelExport component does): float32, float16, dynamic-range int8 and full int8 
 examples), each a device model that takes raw features with the preprocessing inside, scored in LiteRT over
 the eval shard and compared with the SavedModel's serving_raw on the same raw features. Prints each variant's
 file size, weight bytes, median single-example invoke() latency (one thread, 1,000 examples), AUC and the
-mean / max difference from serving_raw, the ratios to float32, and the ops the files use.
+mean / max difference from serving_raw, the ratios to float32, and the ops the files use; each model's ladder is
+appended as a record to bench/results/tflite_ladder.jsonl (bench/records.py).
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import records  # noqa: E402 - bench/records.py, beside this script
 
 from components.model_export.executor import export_model  # noqa: E402
 from components.trainer.train import TrainingJob, train  # noqa: E402
@@ -66,6 +69,10 @@ def main() -> None:
                   f"{result['median_latency_us'] / float32['median_latency_us']:>11.2f}x"
                   f"{result['auc']:>9.4f}{result['drop']:>10.4f}{result['mean_abs_diff']:>10.4f}"
                   f"{result['max_abs_diff']:>10.4f}  {verdict}", flush=True)
+        records.append("tflite_ladder", model_name, {
+            "epochs": args.epochs, "eval_examples": report["eval_examples"],
+            "savedmodel_auc": report["savedmodel"]["auc"],
+            "variants": variants, "failed_variants": report["failed_variants"]})
         for variant, reason in report["failed_variants"].items():
             print(f"{variant:<14}not converted: {reason}")
         for variant, result in variants.items():

@@ -15,7 +15,8 @@ another measured speed).
 
 `--set` overrides a `train` setting (a YAML value); `--module` sets a constant of the model module before it
 builds the model (e.g. `--module BINS=48` for models/tabular.py), to try a default before changing it.
-`--code DIR` imports the pipeline from another checkout. `--json` appends one JSON line per training.
+`--code DIR` imports the pipeline from another checkout. `--json` appends one JSON line per training; each training
+is also appended as a record to bench/results/train_again.jsonl (bench/records.py): a trial, kept as data.
 """
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ import time
 
 import yaml
 
-from export_again import PROJECT_ROOT, config_path, newest_outputs
+import records
+from export_again import PROJECT_ROOT, config_path, newest_outputs, run_name
 
 
 def eval_metric(serving_dir: str, module, examples: str) -> tuple[str, float]:
@@ -117,6 +119,8 @@ def main() -> None:
             if args.json:
                 with open(args.json, "a") as handle:
                     handle.write(json.dumps(result) + "\n")
+            records.append("train_again", run_name(run), {key: value for key, value in result.items()
+                                                           if key not in ("run", "code")}, code=args.code)
 
 
 if __name__ == "__main__":

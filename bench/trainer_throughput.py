@@ -14,12 +14,14 @@ Prints examples/s of each, the auto/plain ratio, and the auto run's input-wait f
 the real TFRecord input / throughput on the same batches served from memory); then, per model and scale
 (the taxi data written --copies times over, as bench/scale.py writes it), the host ceiling (examples/s the
 Trainer's input pipeline alone delivers, no model), the model's examples/s on batches already in memory, and
-their ratio: how many times faster an accelerator could be before it would wait for input.
+their ratio: how many times faster an accelerator could be before it would wait for input. Each model's figures
+(and each model and scale's) are appended as records to bench/results/trainer_throughput.jsonl (bench/records.py).
 """
 from __future__ import annotations
 
 import argparse
 import glob
+import math
 import os
 import sys
 import tempfile
@@ -29,6 +31,7 @@ PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_ROOT)
 
 import keras  # noqa: E402
+import records  # noqa: E402 - bench/records.py, beside this script
 import tensorflow as tf  # noqa: E402
 
 from components.trainer.train import ADAPT_SAMPLE_SIZE, TrainingJob, read_sample, train  # noqa: E402
@@ -98,6 +101,12 @@ def main() -> None:
         auto = trainer_report(model_name, files, os.path.join(work, model_name, "auto"), epochs=args.epochs,
                               input_probe_steps=args.probe_steps)
         rows_out.append((model_name, plain, fp32, auto))
+        records.append("trainer_throughput", f"{model_name}, plain and Trainer", {"model": model_name, "runs": [{
+            "plain_examples_per_s": None if math.isnan(plain) else plain,
+            "float32_examples_per_s": fp32["examples_per_second"], "auto_examples_per_s": auto["examples_per_second"],
+            "auto": f"{auto['precision']}, XLA {'on' if auto['xla'] else 'off'}",
+            "input_wait_fraction": auto["input_wait_fraction"],
+            "in_memory_examples_per_s": auto["in_memory_examples_per_second"]}]})
         print(f"{model_name}: plain {plain:,.0f} ex/s | trainer float32 {fp32['examples_per_second']:,.0f} ex/s | "
               f"trainer auto ({auto['precision']}, XLA {'on' if auto['xla'] else 'off'}) "
               f"{auto['examples_per_second']:,.0f} ex/s", flush=True)
@@ -135,6 +144,10 @@ def host_ceiling_table(args, work: str) -> None:
                                   input_probe_steps=args.probe_steps)
             seconds = time.perf_counter() - started
             host, model = auto["host_examples_per_second"], auto["in_memory_examples_per_second"]
+            records.append("trainer_throughput", f"{model_name}, host ceiling, {copies}x", {
+                "model": model_name, "copies": copies, "rows": rows, "runs": [{
+                    "host_examples_per_s": host, "in_memory_examples_per_s": model, "ratio": host / model,
+                    "input_wait_fraction": auto["input_wait_fraction"], "trainer_s": seconds}]})
             print(f"| {model_name} | {rows:,} | {host:,.0f} | {model:,.0f} | {host / model:.1f}x | "
                   f"{100 * auto['input_wait_fraction']:.1f}% | {seconds:.0f} |", flush=True)
 

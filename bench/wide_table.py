@@ -4,7 +4,8 @@
 Writes a CSV of --rows rows and --columns numeric columns (a binary label that depends on a few of them),
 runs `python -m pipeline prepare-data`, `init` and `run` on it, each as a process of its own, and prints
 one line per command. Memory is sampled every half second over the command's process tree; a command whose
-tree passes --memory-limit-gb is stopped and reported as such. A benchmark, not a test:
+tree passes --memory-limit-gb is stopped and reported as such. The run's figures are appended as a record to
+bench/results/wide_table.jsonl (bench/records.py). A benchmark, not a test:
 
     TF_CPP_MIN_LOG_LEVEL=3 .venv/bin/python bench/wide_table.py --columns 300 --rows 2000
 """
@@ -21,6 +22,8 @@ import time
 
 import numpy as np
 import psutil
+
+import records
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -100,17 +103,27 @@ def main() -> None:
              ("run", python + ["run", "--config", os.path.join(work, "wide.yaml"),
                                "--output", os.path.join(work, "out")])]
     print(f"{args.columns} numeric columns x {args.rows:,} rows ({work})")
+    figures = {}
     for name, command in steps:
         result = timed(command, work, int(args.memory_limit_gb * 2**30))
+        key = name.replace("-", "_")
+        figures.update({f"{key}_s": result["seconds"], f"{key}_peak_mb": result["peak_mb"],
+                        f"{key}_exit": result["code"], f"{key}_stopped": result["stopped"]})
         extra = ""
         if name == "run":
             total, fit = trainer_seconds(os.path.join(work, "out"))
+            figures.update({"trainer_s": total, "fit_s": fit})
             extra = f"  Trainer {total}s, of which epochs {fit}s" if total else ""
         status = "stopped at the memory limit" if result["stopped"] else f"exit {result['code']}"
         print(f"  {name:<13} {result['seconds']:7.1f} s  peak {result['peak_mb']:8.0f} MB  {status}{extra}")
         if result["code"] != 0 or result["stopped"]:
             print("    " + "\n    ".join(result["tail"]))
             break
+    figures["total_s"] = sum(figures[f"{name}_s"] for name in ("prepare_data", "init", "run") if f"{name}_s" in figures)
+    figures["peak_gb"] = max(figures[f"{name}_peak_mb"] for name in ("prepare_data", "init", "run")
+                             if f"{name}_peak_mb" in figures) / 1024
+    records.append("wide_table", f"{args.columns:,} columns x {args.rows:,} rows",
+                   {"columns": args.columns, "rows": args.rows, "runs": [figures]})
 
 
 if __name__ == "__main__":
