@@ -60,12 +60,13 @@ def export_serving_model(model_module: ModelModule, preprocessing: keras.Model, 
     example_spec = [tf.TensorSpec([None], tf.string, name="examples")]
     raw_spec = [raw_signature_spec(model_module.INPUTS)]
 
+    @tf.function(input_signature=raw_spec)  # traced once, called by serve_raw too (a large graph: seconds)
     def preprocess(features):
         return preprocessing(features)
 
     @tf.function(input_signature=raw_spec)  # traced once, called by serve_examples too
     def serve_raw(features):
-        output = tf.cast(model(preprocessing(features), training=False), tf.float32)
+        output = tf.cast(model(preprocess(features), training=False), tf.float32)
         return task.serving_outputs(output, classes)
 
     def serve_examples(serialized):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 
 import keras
 import tensorflow as tf
@@ -24,6 +25,9 @@ from components.trainer.plan import TrainingPlan, learning_rate_schedule
 from components.core.model_module import ModelModule, check_output_width, task_of
 
 PROBE_BATCHES = 20  # distinct in-memory batches the XLA and input-wait timings cycle through
+# ...for train.input_probe_steps steps, or fewer when they take longer than this (the weights are restored
+# after it: training's own steps start where they would without it)
+PROBE_SECONDS = 2.0
 
 
 def build_for_device(model_module: ModelModule, preprocessing: keras.Model, device: DeviceDescription,
@@ -190,8 +194,23 @@ def _in_memory_throughput(model: keras.Model, batches: tf.data.Dataset, global_b
     meter = ThroughputMeter(global_batch)
     with _variables_restored(model):
         model.fit(batches, steps_per_epoch=execution, epochs=1, verbose=0)  # trace and compile
-        model.fit(batches, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[meter])
+        model.fit(batches, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[meter, _StopAfter(PROBE_SECONDS)])
     return meter.examples_per_second
+
+
+class _StopAfter(keras.callbacks.Callback):
+    """Ends fit after the execution that passes `seconds` (a timing long enough to be steady, and no longer)."""
+
+    def __init__(self, seconds: float):
+        super().__init__()
+        self.seconds = seconds
+
+    def on_train_begin(self, logs=None):
+        self._began = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if time.perf_counter() - self._began > self.seconds:
+            self.model.stop_training = True
 
 
 def input_wait(real_rate: float, memory_rate: float) -> float | None:

@@ -9,6 +9,7 @@ How the precision and XLA are probed is in probing.py, checkpoint handling in ch
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import tempfile
@@ -99,6 +100,13 @@ class TrainingSetup:
             return ("train", "folds")
         return ("train", "validation") if self.settings.validation_share else ("train", "eval")
 
+    @functools.cached_property
+    def preprocess(self):
+        """The preprocessing as one TensorFlow function of a batch of raw features, traced once for every
+        dataset that reads them (a table's preprocessing is a large graph: tracing it takes seconds)."""
+        spec = {name: tf.TensorSpec([None], feature.dtype) for name, feature in self.model_module.INPUTS.items()}
+        return tf.function(self.preprocessing, input_signature=[spec])
+
     @property
     def cache(self) -> bool:
         """The training split's preprocessed tensors are kept in memory (else in the disk cache)."""
@@ -113,7 +121,7 @@ class TrainingSetup:
         validate on) carry each record's fold."""
         module, share = self.model_module, self.settings.validation_share
         return make_dataset(files, {**module.INPUTS, **module.LABEL_INPUTS}, batch_size or self.plan.global_batch,
-                            label_fn=module.make_label, input_names=list(module.INPUTS), preprocess=self.preprocessing,
+                            label_fn=module.make_label, input_names=list(module.INPUTS), preprocess=self.preprocess,
                             shuffle_buffer=self.settings.shuffle_buffer if training else 0, repeat=training,
                             cache=split is not None, cache_file=self.input_cache.cache_file(split) if split else "",
                             seed=self.settings.seed, shard_by_data=self.multi_worker,

@@ -65,6 +65,8 @@ class RunSummary:
                 f"{variant[primary.name]:.4f}, {variant['median_latency_us']:.1f} µs/example)" if variant else ""))
         lines.append(f"  blessed: {'yes' if facts.blessed else 'no' if facts.blessed is False else 'not evaluated'}")
         lines.append(f"  pushed to: {facts.pushed_to or 'nothing pushed'}")
+        if time_line := facts.time_line():
+            lines.append(f"  where the time went: {time_line}")
         lines.append(f"  total wall time: {self.wall_seconds:.1f} s")
         return "\n".join(lines)
 

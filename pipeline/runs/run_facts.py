@@ -25,6 +25,8 @@ from pipeline.runs.mlmd import (artifact_json, input_dirs, is_blessed, open_stor
                                 pushed_destination, runs_by_node, spans_of, split_counts)
 
 TRAINERS = (contract.TRAINER_NODE, contract.FP32_BASELINE_NODE)  # the pipeline's two Trainer nodes
+EVALUATOR_NODE, EXPORT_NODE = "PrecisionEvaluator", "ModelExport"
+DATA_NODES = ("TFRecordIngest", "StatisticsGen", "ImportSchemaGen", "ExampleValidator", "ValidationGate")
 PER_CLASS_LISTED = 5  # beyond this many classes, the summary lists a per-class metric's lowest and its median
 MODEL_ROLES = (CANDIDATE, FP32_BASELINE, PRODUCTION)  # the models the PrecisionEvaluator compares
 STEP_OUTCOMES = {"NEW": "new", "RUNNING": "running", "COMPLETE": "ran", "FAILED": "failed", "CACHED": "cached",
@@ -116,6 +118,36 @@ class RunFacts:
     def pushed_version(self) -> str:
         """The pushed version's folder name (the AtomicPusher's pushed_version), or ""."""
         return os.path.basename(self.pushed_to) if self.pushed_to else ""
+
+    @property
+    def time_split(self) -> list[tuple[str, float]]:
+        """Where the run's seconds went, as (part, seconds) in TIME_PARTS' order, the parts adding up to the
+        run's seconds: fitting (the Trainers' model.fit), building and compiling (their model built, compiled
+        and probed for the device), evaluation (the PrecisionEvaluator), export (ModelExport and the Trainers'
+        SavedModels), data (ingestion, statistics, schema and validation) and the rest (the Trainers' sample,
+        preprocessing and labels, choosing the averaged intervals, the push, orchestration). [] for a run
+        without steps."""
+        if not self.steps:
+            return []
+        trainings = [report for report in self.training.values() if report and not report.skipped]
+        seconds = {step.name: step.seconds for step in self.steps}
+        phase = lambda name: sum(report.phase_seconds.get(name, 0.0) for report in trainings)  # noqa: E731
+        parts = {"fitting": sum(report.fit_seconds for report in trainings), "building and compiling": phase("building"),
+                 "evaluation": seconds.get(EVALUATOR_NODE, 0.0),
+                 "export": seconds.get(EXPORT_NODE, 0.0) + phase("exporting"),
+                 "data": sum(seconds.get(node, 0.0) for node in DATA_NODES)}
+        total = max(self.seconds, sum(step.seconds for step in self.steps), sum(parts.values()))
+        return [*parts.items(), ("the rest", max(0.0, total - sum(parts.values())))]
+
+    def time_line(self) -> str:
+        """The time split in one line with each part's share, and the share of the run an accelerator could
+        have been busy (the fitting): "" for a run without steps."""
+        split = self.time_split
+        total = sum(seconds for _, seconds in split)
+        if not total:
+            return ""
+        parts = ", ".join(f"{part} {seconds:.1f} s ({seconds / total:.0%})" for part, seconds in split)
+        return f"{parts}; an accelerator could have been busy {split[0][1] / total:.0%} of the run (the fitting)"
 
     def steps_with(self, outcome: str) -> list[str]:
         """The names of the steps that ended with `outcome`."""
@@ -217,11 +249,11 @@ def _facts(store, config: PipelineConfig, run, nodes: dict, data_details: bool) 
         validation=artifact_json(output("ValidationGate", contract.VALIDATION_REPORT), contract.VALIDATION_REPORT_FILE),
         training={node: TrainingReport.from_json(artifact_json(output(node, contract.MODEL_RUN),
                                                                contract.TRAINING_REPORT_FILE)) for node in TRAINERS},
-        evaluation=EvaluationReport.from_json(artifact_json(output("PrecisionEvaluator", contract.EVALUATION),
+        evaluation=EvaluationReport.from_json(artifact_json(output(EVALUATOR_NODE, contract.EVALUATION),
                                                             contract.PRECISION_REPORT_FILE)),
-        export=ExportReport.from_json(artifact_json(output("ModelExport", contract.EXPORTED_MODEL),
+        export=ExportReport.from_json(artifact_json(output(EXPORT_NODE, contract.EXPORTED_MODEL),
                                                     contract.EXPORT_REPORT_FILE)),
-        blessed=is_blessed(output("PrecisionEvaluator", contract.BLESSING)),
+        blessed=is_blessed(output(EVALUATOR_NODE, contract.BLESSING)),
         pushed_to=pushed_destination(output("AtomicPusher", contract.PUSHED_MODEL)),
         span_notes=_span_notes(input_dirs(examples)) if examples is not None and data_details else {},
     )

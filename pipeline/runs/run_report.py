@@ -68,6 +68,7 @@ def render_html(facts: RunFacts) -> str:
                  facts.data_root, outcome, facts.pushed_to or "nothing pushed"]], css="summary"),
         "<h2>Steps</h2>",
         _table(["step", "outcome", "seconds"], [[step.name, step.outcome, f"{step.seconds:.1f}"] for step in facts.steps]),
+        _time_section(facts),
         _data_section(facts),
         _validation_section(facts),
         _training_section(facts.training),
@@ -75,6 +76,38 @@ def render_html(facts: RunFacts) -> str:
         _export_section(facts.export, facts.pushed_to),
     ]
     return _page(facts, sections)
+
+
+def _time_section(facts: RunFacts) -> str:
+    """Where the run's seconds went (RunFacts.time_split): a line, and the parts as one bar."""
+    line = facts.time_line()
+    if not line:
+        return ""
+    return "\n".join(["<h3>Where the time went</h3>", f"<p>{_e(line)}</p>",
+                      _image(_time_figure(facts.time_split), "the run's seconds by part, fitting first")])
+
+
+def _time_figure(split: list[tuple[str, float]]):
+    """One horizontal bar of the run's seconds, a segment per part, each labelled with its share."""
+    plt = _pyplot()
+    total = sum(seconds for _, seconds in split) or 1.0
+    figure, ax = plt.subplots(figsize=(10, 1.6))
+    left = 0.0
+    for (part, seconds), color in zip(split, TIME_COLORS):
+        ax.barh([0], [seconds], left=left, color=color, label=f"{part} {seconds:.1f} s")
+        if seconds / total >= 0.06:
+            ax.text(left + seconds / 2, 0, f"{seconds / total:.0%}", ha="center", va="center", fontsize=8)
+        left += seconds
+    ax.set_yticks([])
+    ax.set_xlim(0, total)
+    ax.set_xlabel("seconds", fontsize=8)
+    ax.tick_params(labelsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.6), ncol=len(split), fontsize=7, frameon=False)
+    figure.tight_layout()
+    return figure
+
+
+TIME_COLORS = ("#228833", "#66ccee", "#ccbb44", "#ee6677", "#4477aa", "#bbbbbb")  # fitting first, the rest grey
 
 
 def _started(facts: RunFacts) -> str:

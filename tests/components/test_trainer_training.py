@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -161,6 +162,53 @@ def test_killed_training_resumes_from_its_last_checkpoint(files, tmp_path):
     assert report["steps_run"] == report["total_steps"] - 20  # the first 20 steps were not run again
     assert report["final_metrics"]["val_auc"] > 0.85
     assert not (tmp_path / "checkpoints").exists()  # a finished training removes its checkpoints
+
+
+PREDICT = textwrap.dedent("""
+    import sys
+    import numpy as np, tensorflow as tf
+    serialized = tf.constant([r.numpy() for r in tf.data.TFRecordDataset(sys.argv[2], compression_type="GZIP")])
+    outputs = tf.saved_model.load(sys.argv[1]).signatures["serving_default"](examples=serialized)
+    np.save(sys.argv[3], outputs["probabilities"].numpy())
+""")
+
+
+@pytest.mark.training
+def test_the_same_config_trains_the_same_model_on_an_idle_and_on_a_busy_machine(files, tmp_path):
+    """No clock in the plan: with the training settings init writes (bagged over folds, validated every interval,
+    the best intervals averaged, no time budget), over fewer epochs, the same data, config and seed give the
+    same predictions while two CPU-bound processes run beside the second training (which makes each of its
+    steps several times slower)."""
+    import yaml
+    from pipeline.onboarding import init
+
+    project = init.Project("t", str(tmp_path), str(tmp_path / "data"), 3000, "binary", "big_tipper", ["0", "1"],
+                           {"float": ["x"]}, {}, "set with --task", "", 64, 40, 1 / 3)
+    written = yaml.safe_load(project.config_text())["train"]
+    assert written["time_budget_seconds"] == 0
+    overrides = {**{key: written[key] for key in ("folds", "average_intervals", "schedule", "weight_decay",
+                                                  "learning_rate", "time_budget_seconds")},
+                 "epochs": 6, "early_stopping_patience": 2, "checkpoint_min_seconds": 0}
+    predictions, reports = [], []
+    for busy in (False, True):
+        burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 if busy else 0)]
+        try:
+            code, log = _finish(_start_job(files, tmp_path / f"busy-{busy}", overrides=overrides, env=CPU_ONLY))
+        finally:
+            for burner in burners:
+                burner.kill()
+                burner.wait()
+        assert code == 0, log[-3000:]
+        reports.append(_report(tmp_path / f"busy-{busy}"))
+        served = tmp_path / f"busy-{busy}.npy"
+        subprocess.run([sys.executable, "-c", PREDICT, str(tmp_path / f"busy-{busy}" / "serving"),
+                        files["eval_files"][0], str(served)], check=True, env={**os.environ, **CPU_ONLY})
+        predictions.append(np.load(served))
+    idle, busy = reports
+    assert busy["fit_seconds"] > 1.5 * idle["fit_seconds"]  # the machine was busy: the same steps took longer
+    for key in ("intervals_run", "best_interval", "averaged_intervals", "steps_run", "history"):
+        assert busy[key] == idle[key], key
+    assert (predictions[0] == predictions[1]).all()  # bit for bit
 
 
 SERVE_IN_FRESH_PROCESS = textwrap.dedent("""

@@ -401,8 +401,8 @@ def test_init_writes_a_classifier_ten_times_a_regressions_weight_decay(tmp_path)
 
 
 @pytest.mark.parametrize("records, bagged", [(50, False), (334, True), (15_000, True)])
-def test_init_bags_the_model_over_folds_when_there_are_enough_records_and_gives_a_time_budget(tmp_path, records,
-                                                                                              bagged):
+def test_init_bags_the_model_over_folds_when_there_are_enough_records_and_plans_from_the_size_alone(tmp_path, records,
+                                                                                                    bagged):
     import yaml
     from pipeline.onboarding import init
     from pipeline.config import load_config
@@ -417,9 +417,9 @@ def test_init_bags_the_model_over_folds_when_there_are_enough_records_and_gives_
     assert ("early_stopping_patience" in train) == bagged
     assert train.get("average_intervals", 1) == (init.AVERAGE_INTERVALS if bagged else 1)
     assert ("search" in train) == bagged and not train.get("search")  # offered with folds, off
-    assert train["time_budget_seconds"] == init.TIME_BUDGET_SECONDS > 0
+    assert train["time_budget_seconds"] == 0  # no clock: the same data and config give the same model anywhere
     config = load_config(project.config_path).train
-    assert (config.folds, config.validation_share, config.time_budget_seconds, config.search) == (
-        train["folds"], 0.0, init.TIME_BUDGET_SECONDS, False)
+    assert (config.folds, config.validation_share, config.time_budget_seconds, config.search, config.epochs) == (
+        train["folds"], 0.0, 0.0, False, epochs)
     assert config.average_intervals == train.get("average_intervals", 1)
-    assert f"within {init.TIME_BUDGET_SECONDS} s of fitting" in project.render()
+    assert f"{epochs} epochs planned from the table's size ({project.training_steps:,} steps" in project.render()

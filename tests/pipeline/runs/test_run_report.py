@@ -99,8 +99,11 @@ def test_report_renders_in_chromium_with_the_key_numbers_and_every_plot(producti
                     "Export: TFLite ladder", "Push"):
         assert section in text
     assert "Split train:" in text and "Split eval:" in text
-    # Statistics plots, string top values, training curves, TFLite ladder: each a decoded image.
-    assert images == ["ok"] * 4, images
+    # Where the time went: the Trainers' fitting, as their reports measured it, and the run's bar
+    fitting = candidate["fit_seconds"] + baseline.get("fit_seconds", 0.0)
+    assert f"Where the time went fitting {fitting:.1f} s (" in text and "an accelerator could have been busy" in text
+    # Statistics plots, string top values, the time bar, training curves, TFLite ladder: each a decoded image.
+    assert images == ["ok"] * 5, images
 
 
 def _first_output(config, node, key):
@@ -145,7 +148,9 @@ def _blessed_run(**changes) -> RunFacts:
         spans="1", counts={"train": 20000, "eval": 5032},
         training={"Trainer": {"task": "binary", "strategy": "one_device", "replicas": 1, "precision": "mixed_bfloat16",
                               "xla": True,
-                              "examples_per_second": 101493.2, "input_wait_fraction": 0.0,
+                              "examples_per_second": 101493.2, "input_wait_fraction": 0.0, "fit_seconds": 12.0,
+                              "phase_seconds": {"preparing": 2.0, "building": 3.0, "fitting": 12.0, "choosing": 0.5,
+                                                "exporting": 1.5},
                               "final_metrics": {"val_auc": 0.94}, "history": {"loss": [0.4, 0.3]}},
                   "Fp32BaselineTrainer": {}},
         evaluation={"summary": "candidate blessed: every gate passed", "blessed": True, "chosen_model": "candidate",
@@ -177,7 +182,10 @@ def test_the_summary_the_report_and_the_status_table_render_the_same_facts():
     assert ("  evaluation: candidate blessed: every gate passed\n    vs_production: candidate auc 0.9463 vs production "
             "0.9401: better by 0.0062, interval [-0.0011, +0.0135], tolerance 0.01, 5,032 examples (pass)\n"
             "  blessed: yes\n") in summary
-    assert summary.endswith("  pushed to: /serving/1795334123\n  total wall time: 0.0 s")
+    assert summary.endswith("  pushed to: /serving/1795334123\n  where the time went: fitting 12.0 s (37%), building "
+                            "and compiling 3.0 s (9%), evaluation 0.0 s (0%), export 1.5 s (5%), data 2.0 s (6%), the "
+                            "rest 13.9 s (43%); an accelerator could have been busy 37% of the run (the fitting)\n"
+                            "  total wall time: 0.0 s")
     not_compared = "the production model was not compared: it predicts the label 'tips', the candidate 'fare'"
     with_note = RunSummary(_blessed_run(evaluation=dataclasses.replace(facts.evaluation, notes=[not_compared]))).render()
     assert f"(pass)\n    note: {not_compared}\n  blessed: yes" in with_note
@@ -189,6 +197,24 @@ def test_the_summary_the_report_and_the_status_table_render_the_same_facts():
     assert header.split()[:3] == ["started", "(UTC)", "spans"]
     assert line.split() == ["2026-11-22", "00:00:00", "1", "complete", "3/0", "AUC", "0.9463", "0.9468", "-",
                             "candidate", "1795334123", "32.4", "s"]
+
+
+def test_the_time_split_adds_up_to_the_run_and_counts_both_trainers_fitting():
+    baseline = {**_blessed_run().training["Trainer"].to_json(), "fit_seconds": 10.0,
+                "phase_seconds": {"building": 2.0, "exporting": 1.0}}
+    facts = _blessed_run(seconds=60.0, steps=(Step("TFRecordIngest", "ran", 2.0), Step("StatisticsGen", "ran", 3.0),
+                                              Step("Trainer", "ran", 20.0), Step("Fp32BaselineTrainer", "ran", 15.0),
+                                              Step("PrecisionEvaluator", "ran", 8.0), Step("ModelExport", "ran", 6.0)),
+                         training={"Trainer": _blessed_run().training["Trainer"].to_json(),
+                                   "Fp32BaselineTrainer": baseline})
+    split = dict(facts.time_split)
+    assert split == pytest.approx({"fitting": 22.0, "building and compiling": 5.0, "evaluation": 8.0, "export": 8.5,
+                                   "data": 5.0, "the rest": 11.5})
+    assert sum(split.values()) == pytest.approx(60.0)
+    assert facts.time_line().endswith("an accelerator could have been busy 37% of the run (the fitting)")
+    page = render_html(facts)
+    assert "Where the time went" in page and "fitting 22.0 s (37%)" in page and "data:image/png;base64," in page
+    assert _blessed_run(steps=()).time_line() == "" and "Where the time went" not in render_html(_blessed_run(steps=()))
 
 
 def test_the_status_outcome_names_the_steps_that_did_not_finish():
