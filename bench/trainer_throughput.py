@@ -2,6 +2,7 @@
 and how much faster a device could be before this host starves it.
 
     .venv/bin/python bench/trainer_throughput.py [--models models.taxi models.taxi_wide] [--epochs 40] [--copies 1,10]
+                                                 [--packing | --only-packing] [--folds 8] [--batches 32,64,256]
 
 For each model, on the bundled taxi data as gzip TFRecords (shards 0-2 train, shard 3 eval):
 - plain: per-example `parse_single_example`, preprocessing inside the model, float32, no XLA, one step per
@@ -14,7 +15,12 @@ Prints examples/s of each, the auto/plain ratio, and the auto run's input-wait f
 the real TFRecord input / throughput on the same batches served from memory); then, per model and scale
 (the taxi data written --copies times over, as bench/scale.py writes it), the host ceiling (examples/s the
 Trainer's input pipeline alone delivers, no model), the model's examples/s on batches already in memory, and
-their ratio: how many times faster an accelerator could be before it would wait for input. Each model's figures
+their ratio: how many times faster an accelerator could be before it would wait for input. With --packing (or
+`--only-packing`), the schema-driven model bagged over --folds folds as the Trainer trains it, one packed network
+(its members' weights with a member axis, one batched product per layer) beside the same members built as one
+network per copy, at the same batch (each of --batches), widths and members: examples/s on in-memory batches (best of --repeats
+timings of --packing-steps steps) and the TensorFlow ops one training step runs (components.trainer.probing.
+training_step_ops: on a GPU, a kernel launch each). Each model's figures
 (and each model and scale's) are appended as records to bench/results/trainer_throughput.jsonl (bench/records.py).
 """
 from __future__ import annotations
@@ -26,6 +32,7 @@ import os
 import sys
 import tempfile
 import time
+import types
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_ROOT)
@@ -75,6 +82,58 @@ def trainer_report(model_name: str, files: dict, output: str, **overrides) -> di
                              **files, **schema_driven)).to_json()
 
 
+def packing_comparison(files: dict, folds: int, batch_size: int, steps: int, repeats: int) -> list[dict]:
+    """The schema-driven model (the fare from the taxi features) bagged over `folds` folds, packed and per copy,
+    on the same in-memory batches of model-ready tensors (each record's fold drawn at random). Output: per form,
+    its examples/s (the best of `repeats` timings of `steps` steps, after a warm-up) and ops per training step."""
+    import numpy as np
+
+    from components.core.packing import pack
+    from components.trainer.probing import training_step_ops
+    from models import tabular
+
+    config = load_config(train={"model": SCHEMA_DRIVEN}, evaluate={"absolute_bar": None}, schema_path=FARE_SCHEMA,
+                         task={"type": "regression", "label": "fare", "exclude": ["tips"]})
+    module = load_model_module(SCHEMA_DRIVEN, config.task, FARE_SCHEMA)
+    keras.config.set_dtype_policy("float32")
+    sample = read_sample(files["train_files"], {**module.INPUTS, **module.LABEL_INPUTS}, ADAPT_SAMPLE_SIZE)
+    preprocessing = module.build_preprocessing(sample)
+    ready = preprocessing({name: tf.constant(sample[name]) for name in module.INPUTS})
+    labels = module.make_label({"fare": tf.constant(sample["fare"])})
+    fold_ids = tf.constant(np.random.default_rng(0).integers(0, folds, len(sample["fare"])), tf.float32)
+    batches = tf.data.Dataset.from_tensor_slices((ready, labels, fold_ids)).batch(batch_size, drop_remainder=True)
+    batches = batches.cache().repeat()
+    one_network = types.SimpleNamespace(build_model=module.build_model)  # pack builds it once per copy
+    results = []
+    for form, built in (("packed", module), ("one network per copy", one_network)):
+        members = tabular.MEMBERS
+        tabular.MEMBERS = tabular.MEMBERS if built is module else 1  # per copy: each network one member
+        try:
+            keras.utils.set_random_seed(0)
+            model = pack(built, preprocessing, folds)
+        finally:
+            tabular.MEMBERS = members
+        model.compile(optimizer=keras.optimizers.AdamW(0.002, weight_decay=0.0003), loss=module.make_loss(),
+                      steps_per_execution=10)
+        model.fit(batches, steps_per_epoch=20, epochs=1, verbose=0)  # trace and compile
+        timings = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            model.fit(batches, steps_per_epoch=steps, epochs=1, verbose=0)
+            timings.append(steps * batch_size / (time.perf_counter() - started))
+        ops = training_step_ops(model, next(iter(batches)))
+        results.append({"form": form, "members": model.members, "examples_per_s": max(timings),
+                        "examples_per_s_timings": timings, "ops_per_step": ops})
+        print(f"batch {batch_size}, {form}: {model.members} members over {folds} copies, {max(timings):,.0f} examples/s "
+              f"(timings {', '.join(f'{t:,.0f}' for t in timings)}), {ops:,} ops per training step", flush=True)
+    packed, per_copy = results
+    print(f"packed / per copy: {packed['examples_per_s'] / per_copy['examples_per_s']:.2f}x the examples/s, "
+          f"{packed['ops_per_step'] / per_copy['ops_per_step']:.2f}x the ops per step", flush=True)
+    records.append("trainer_throughput", f"{SCHEMA_DRIVEN}, packed and per copy, {folds} folds, batch {batch_size}",
+                   {"model": SCHEMA_DRIVEN, "folds": folds, "batch": batch_size, "steps": steps, "runs": results})
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["models.taxi", "models.taxi_wide", SCHEMA_DRIVEN],
@@ -83,6 +142,12 @@ def main() -> None:
     parser.add_argument("--plain-steps", type=int, default=300)
     parser.add_argument("--probe-steps", type=int, default=400, help="in-memory steps for the input-wait figure")
     parser.add_argument("--copies", default="1", help="scales of the taxi data for the host-ceiling table, e.g. 1,10")
+    parser.add_argument("--packing", action="store_true", help="also compare packed with one network per copy")
+    parser.add_argument("--only-packing", action="store_true", help="only that comparison")
+    parser.add_argument("--folds", type=int, default=8, help="the comparison's folds (copies)")
+    parser.add_argument("--batches", default="32,64,256", help="the comparison's batch sizes, e.g. 32,256")
+    parser.add_argument("--packing-steps", type=int, default=300, help="the comparison's timed steps")
+    parser.add_argument("--repeats", type=int, default=3, help="the comparison's timings per form")
     args = parser.parse_args()
 
     work = tempfile.mkdtemp(prefix="bench-trainer-")
@@ -91,6 +156,11 @@ def main() -> None:
     files = {"train_files": shards[:3], "eval_files": shards[3:]}
     batch_size = load_config().train.batch_size
     print(f"{rows} taxi rows as {len(shards)} gzip TFRecord shards in {span_dir}; batch {batch_size}", flush=True)
+    if args.packing or args.only_packing:
+        for batch in (int(size) for size in args.batches.split(",")):
+            packing_comparison(files, args.folds, batch, args.packing_steps, args.repeats)
+        if args.only_packing:
+            return
 
     rows_out = []
     for model_name in args.models:
