@@ -93,10 +93,13 @@ def _pipeline(code: str, *argv, cwd: str | None = None) -> str:
     return result.stdout
 
 
-def prepare_table(code: str, name: str, table: Table, folder: str, data_from: str = "") -> tuple[str, int | None]:
+def prepare_table(code: str, name: str, table: Table, folder: str, data_from: str = "",
+                  seconds: dict | None = None) -> tuple[str, int | None]:
     """prepare-data (or a copy of `data_from`/NAME's prepared data, when there) and init for one table in
-    `folder`. Output: (the config init wrote, folder/tabular.yaml; the records init read, None when its output
-    does not say)."""
+    `folder`, each command's seconds put in `seconds` ("prepare-data", "init"; prepare-data's only when it ran).
+    Output: (the config init wrote, folder/tabular.yaml; the records init read, None when its output does not
+    say)."""
+    seconds = {} if seconds is None else seconds
     data = os.path.join(folder, "data")
     shutil.rmtree(data, ignore_errors=True)
     earlier = os.path.join(data_from, name) if data_from else ""
@@ -105,13 +108,19 @@ def prepare_table(code: str, name: str, table: Table, folder: str, data_from: st
         for csv_file in glob.glob(os.path.join(earlier, "*.csv")):
             shutil.copy(csv_file, folder)
     elif table.example:
+        started = time.monotonic()
         _pipeline(code, "prepare-data", "--example", table.example, "--data", data)
+        seconds["prepare-data"] = round(time.monotonic() - started, 1)
     else:
         csv_file = os.path.join(folder, f"{name}.csv")
         table.write_csv(csv_file, table.csv_argument)
+        started = time.monotonic()
         _pipeline(code, "prepare-data", "--csv", csv_file, "--data", data)
+        seconds["prepare-data"] = round(time.monotonic() - started, 1)
+    started = time.monotonic()
     said = _pipeline(code, "init", "--data", data, "--label", table.label, *table.init, "--name", "tabular",
                      "--force", cwd=folder)
+    seconds["init"] = round(time.monotonic() - started, 1)
     records = re.search(r"read ([0-9,]+) records", said)
     return os.path.join(folder, "tabular.yaml"), int(records.group(1).replace(",", "")) if records else None
 
@@ -161,6 +170,7 @@ def run_figures(output: str) -> dict:
     training = _read_json(output, "pipeline/Trainer/model_run/*/training_report.json") or {}
     figures["trainer_seconds"] = _number(training.get("total_seconds"))
     figures["fit_seconds"] = _number(training.get("fit_seconds"))
+    figures["trainer_phases"] = training.get("phase_seconds") or None  # preparing, building, fitting, ...
     # e.g. "best 9 of 26 (4 folds), 48 bins chosen among 2" (or "16 bins alone"): what training ran and kept, and
     # what the search chose
     if training.get("intervals_run"):
@@ -184,12 +194,16 @@ def run_model(code: str, config_file: str, data: str, output: str, seed: int) ->
     seeded = _with_seed(config_file, seed, output + ".yaml")
     shutil.rmtree(output, ignore_errors=True)  # from scratch: no earlier run to resume or call "nothing new"
     started = time.monotonic()
+    said = ""
     try:
-        _pipeline(code, "run", "--config", seeded, "--data", data, "--output", output)
+        said = _pipeline(code, "run", "--config", seeded, "--data", data, "--output", output)
         figures, error = run_figures(output), None
     except PipelineError as failure:
         figures, error = run_figures(output), str(failure)
-    return {"seed": seed, **figures, "wall_seconds": round(time.monotonic() - started, 1), "error": error}
+    # each step's seconds, as the run printed them ("[ModelExport] ran in 12.3 s")
+    steps = {step: float(value) for step, value in re.findall(r"^\[(\w+)\] ran in ([0-9.]+) s$", said, re.M)}
+    return {"seed": seed, **figures, "steps": steps or None, "wall_seconds": round(time.monotonic() - started, 1),
+            "error": error}
 
 
 # -------------------------------------------------------------------------------------------- yardsticks
@@ -337,7 +351,8 @@ def bench_table(code: str, name: str, table: Table, work: str, seeds: int, data_
     os.makedirs(folder, exist_ok=True)
     result = {"source": table.source, "label": table.label, "models": {}, "failures": []}
     try:
-        init_config, result["rows"] = prepare_table(code, name, table, folder, data_from)
+        result["command_seconds"] = {}
+        init_config, result["rows"] = prepare_table(code, name, table, folder, data_from, result["command_seconds"])
     except Exception as error:  # noqa: BLE001 - a failed command, or a table that cannot be written: go on
         if not isinstance(error, (PipelineError, TableError)):
             error = f"writing {name}: {type(error).__name__}: {error}"
@@ -376,7 +391,7 @@ def bench_table(code: str, name: str, table: Table, work: str, seeds: int, data_
     return result
 
 
-TABLE_FACTS = ("source", "label", "rows", "task", "columns", "metric", "trivial", "yardsticks")
+TABLE_FACTS = ("source", "label", "rows", "task", "columns", "metric", "trivial", "yardsticks", "command_seconds")
 
 
 def record_table(name: str, result: dict, code: str) -> None:
@@ -432,7 +447,8 @@ def _print_run(table: str, model: str, run: dict) -> None:
         return
     print(f"  {table} {model} seed {run['seed']}: {run['metric']} {_fmt(run['value'])}, Trainer "
           f"{_fmt(run['trainer_seconds'], '.1f')} s ({run.get('schedule') or 'n/a'}), SavedModel {_fmt(run['savedmodel'])} / full_int8 "
-          f"{_fmt(run['full_int8'])} / dynamic_int8 {_fmt(run['dynamic_int8'])} ({run['wall_seconds']:.0f} s)",
+          f"{_fmt(run['full_int8'])} / dynamic_int8 {_fmt(run['dynamic_int8'])} ({run['wall_seconds']:.0f} s; fitting "
+          f"{_fmt(run['fit_seconds'], '.1f')} s, ModelExport {_fmt((run.get('steps') or {}).get('ModelExport'), '.1f')} s)",
           flush=True)
 
 

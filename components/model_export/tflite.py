@@ -31,6 +31,7 @@ from absl import logging
 from components.core import contract
 from components.core.contract import TFLITE_VARIANTS
 from components.core.feature_names import internal_names
+from components.core.savedmodel import write_signatures
 from components.native_stderr import native_stderr_to_log
 
 PREPROCESSING_SCOPE = "raw_preprocessing"  # name scope of the preprocessing ops inside the device graph
@@ -53,21 +54,18 @@ def write_device_savedmodel(preprocessing: keras.Model, model: keras.Model, inpu
     returns {output_name: [1, 1] or [1, K]}: the model's output for it, as the serving SavedModel's
     serving_raw signature computes it, with the preprocessing ops under PREPROCESSING_SCOPE. The
     preprocessing is handed a dict keyed by the column names."""
-    archive = keras.export.ExportArchive()
-    archive.track(preprocessing)
-    archive.track(model)
     names = device_input_names(inputs)
     # Keyed by column, as the preprocessing takes it; the signature's arguments carry the TensorSpec names.
     spec = {column: tf.TensorSpec([1], feature.dtype, name=names[column]) for column, feature in inputs.items()}
 
+    @tf.function(input_signature=[spec])
     def probabilities(features):
         with tf.name_scope(PREPROCESSING_SCOPE):
             model_ready = preprocessing(features)
         return {output_name: tf.cast(model(model_ready, training=False), tf.float32)}
 
     # The .tflite file's one signature, under the serving name: raw features -> {output_name}.
-    archive.add_endpoint(contract.SERVING_SIGNATURE, probabilities, input_signature=[spec])
-    archive.write_out(export_dir, verbose=False)
+    write_signatures(export_dir, [preprocessing, model], {contract.SERVING_SIGNATURE: probabilities})
     return export_dir
 
 

@@ -18,6 +18,7 @@ from components.core import contract
 from components.core.packing import PackedModel, pack, served
 from components.core.model_module import ModelModule, raw_signature_spec, task_of
 from components.core.records import model_ready_dir
+from components.core.savedmodel import write_signatures
 
 
 def build_model(model_module: ModelModule, preprocessing: keras.Model, folds: int = 1) -> PackedModel:
@@ -53,9 +54,6 @@ def export_serving_model(model_module: ModelModule, preprocessing: keras.Model, 
     float32 (see float32_served). serving_default parses tf.Examples keyed by the column names; serving_raw
     and preprocess take one argument per column under its internal name (raw_signature_spec; see
     raw_signature_arguments), and hand the preprocessing a dict keyed by the column names."""
-    archive = keras.export.ExportArchive()
-    archive.track(preprocessing)
-    archive.track(model)
     task, classes = task_of(model_module), tuple(model_module.CLASSES)
     example_spec = [tf.TensorSpec([None], tf.string, name="examples")]
     raw_spec = [raw_signature_spec(model_module.INPUTS)]
@@ -69,18 +67,18 @@ def export_serving_model(model_module: ModelModule, preprocessing: keras.Model, 
         output = tf.cast(model(preprocess(features), training=False), tf.float32)
         return task.serving_outputs(output, classes)
 
+    @tf.function(input_signature=example_spec)
     def serve_examples(serialized):
         return serve_raw(tf.io.parse_example(serialized, model_module.INPUTS))
 
+    @tf.function(input_signature=example_spec)
     def transform_features(serialized):
         features = tf.io.parse_example(serialized, model_module.LABEL_INPUTS)
         return {model_module.LABEL_KEY: model_module.make_label(features)}
 
-    archive.add_endpoint(contract.SERVING_SIGNATURE, serve_examples, input_signature=example_spec)
-    archive.add_endpoint(contract.RAW_SIGNATURE, serve_raw, input_signature=raw_spec)
-    archive.add_endpoint(contract.TRANSFORM_SIGNATURE, transform_features, input_signature=example_spec)
-    archive.add_endpoint(contract.PREPROCESS_SIGNATURE, preprocess, input_signature=raw_spec)
-    archive.write_out(export_dir, verbose=False)
+    write_signatures(export_dir, [preprocessing, model], {
+        contract.SERVING_SIGNATURE: serve_examples, contract.RAW_SIGNATURE: serve_raw,
+        contract.TRANSFORM_SIGNATURE: transform_features, contract.PREPROCESS_SIGNATURE: preprocess})
     _export_keras_files(preprocessing, model, model_ready_dir(export_dir))
 
 
