@@ -22,7 +22,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from components.core.contract import DATE_RANGE
+from components.core.contract import DATE_RANGE, DATE_RANGE_TEXT
 
 
 @keras.saving.register_keras_serializable(package="models.layers")  # saved with the preprocessing (warm start)
@@ -429,9 +429,15 @@ class CalendarFeatures(keras.layers.Layer):
     @classmethod
     def fitted(cls, seconds: np.ndarray, name: str) -> "CalendarFeatures":
         """Input: sample values (int64 seconds, MISSING_INT for missing ones). Output: the layer whose year
-        and trend have mean 0 and standard deviation ~1 on the present values."""
+        and trend have mean 0 and standard deviation ~1 on the present values. ValueError naming `name` when a
+        present value lies outside CALENDAR_RANGE (never read as the range's end in silence)."""
         seconds = np.asarray(seconds, np.int64)
         present = seconds[seconds != MISSING_INT]
+        outside = present[(present < CALENDAR_RANGE[0]) | (present > CALENDAR_RANGE[1])]
+        if outside.size:
+            raise ValueError(f"{name}: {outside.size:,} date(s) outside {DATE_RANGE_TEXT} (int64 seconds "
+                             f"{CALENDAR_RANGE[0]:,} to {CALENDAR_RANGE[1]:,} since 1970-01-01), e.g. {int(outside[0]):,}: "
+                             "the calendar cannot read them (milliseconds rather than seconds?)")
         if not present.size:  # nothing to fit: the years from 1970 to 2030
             present = np.array([0, 2 * CALENDAR_BASE], np.int64)
         parts = {part: tensor.numpy() for part, tensor in calendar_parts(tf.constant(present)).items()}

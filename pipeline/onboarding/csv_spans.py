@@ -53,6 +53,7 @@ import struct
 
 import numpy as np
 
+from components.core.contract import DATE_RANGE, DATE_RANGE_TEXT
 from components.core.path_operations import file_system
 from components.core.missing_values import MISSING_TOKENS
 
@@ -559,7 +560,8 @@ def infer_types(path: str, delimiter: str, header: list[str], missing_tokens: tu
 def _typed(column: str, kind: str, form: str, cells, missing, delimiter: str, decimal: str = ".", unit: str = ""):
     """One block of a column as a pyarrow list array for the tf.Example encoder: one value per present cell
     in the column's type (numbers read with the decimal mark and unit given). Output: (values list array, the
-    row of the first cell that does not fit or -1)."""
+    row of the first cell that does not fit or -1, what that cell should have been when not simply the column's
+    type: a date within DATE_RANGE)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -571,7 +573,13 @@ def _typed(column: str, kind: str, form: str, cells, missing, delimiter: str, de
     elif kind == "date":
         seconds, valid = parse_dates(filled, form)
         valid |= ~present.to_numpy(zero_copy_only=False)
+        outside = valid & ((seconds < DATE_RANGE[0]) | (seconds > DATE_RANGE[1]))
+        valid &= ~outside
         values, bad = pa.array(seconds, pa.int64()), int(np.argmin(valid)) if not valid.all() else -1
+        if bad >= 0 and outside[bad]:
+            unit = " (Unix seconds, not milliseconds)" if form == UNIX_SECONDS else ""
+            return pa.ListArray.from_arrays(pa.array(np.arange(len(cells) + 1, dtype=np.int32)), values), bad, \
+                f"a date the model reads ({DATE_RANGE_TEXT}){unit}"
     else:
         plain, is_int, is_number = _number_text(filled, delimiter, decimal, unit)
         if kind == "float":
@@ -592,7 +600,7 @@ def _typed(column: str, kind: str, form: str, cells, missing, delimiter: str, de
         fits |= ~present.to_numpy(zero_copy_only=False)
         bad = int(np.argmin(fits)) if not fits.all() else -1
     offsets = pa.array(np.arange(len(cells) + 1, dtype=np.int32))
-    return pa.ListArray.from_arrays(offsets, values), bad
+    return pa.ListArray.from_arrays(offsets, values), bad, ""
 
 
 _PLACEHOLDER = {"int": "0", "float": "0", "string": "", "date": "1970-01-01"}
@@ -982,13 +990,13 @@ def _write_block(path, delimiter, block, columns, types: ColumnTypes, missing_to
     lists = {}
     for column in columns:
         kind = types.types[column]
-        lists[column], bad = _typed(column, kind, types.date_forms.get(column, ""), cells[column], missing[column],
-                                    delimiter, types.decimal, types.units.get(column, ""))
+        lists[column], bad, wanted = _typed(column, kind, types.date_forms.get(column, ""), cells[column],
+                                            missing[column], delimiter, types.decimal, types.units.get(column, ""))
         if bad >= 0 and not empty[bad] and not required_absent[bad]:
             cell = cells[column][bad].as_py()
             line = _line_of(path, delimiter, row_index=data_rows_before + bad)
             form = types.date_forms.get(column, "")
-            expected = _KIND_TEXT[kind] + (f" of the form {DATE_FORM_NAMES.get(form, form)}" if form else "")
+            expected = wanted or _KIND_TEXT[kind] + (f" of the form {DATE_FORM_NAMES.get(form, form)}" if form else "")
             origin = f" (its type was fixed by {fixed_by})" if fixed_by else ""
             raise CsvError(f"{path}: line {line}: column {column!r} holds {cell!r}, which is not {expected}"
                            f"{origin}; correct the cell, or leave it empty for a missing value")

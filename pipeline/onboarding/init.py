@@ -24,6 +24,7 @@ import os
 
 import numpy as np
 
+from components.core.contract import DATE_RANGE, DATE_RANGE_TEXT
 from components.settings import IngestConfig
 from pipeline.onboarding.csv_spans import PLAUSIBLE_SECONDS
 from components.core.tasks import LabelNumbers, TaskError, task_for_label, task_named
@@ -632,6 +633,11 @@ def plan_project(folder: str, data_root: str, label: str, task: str | None = Non
         if column not in columns or columns[column].kind != "int" or column == label:
             raise InitError(f"--dates {column}: not an integer column of the data (a date is int64 seconds since "
                             "1970-01-01 UTC)")
+        low, high = columns[column].int_range or DATE_RANGE
+        if low < DATE_RANGE[0] or high > DATE_RANGE[1]:
+            raise InitError(f"--dates {column}: values from {low:,} to {high:,}, outside the dates the model reads "
+                            f"({DATE_RANGE_TEXT}: {DATE_RANGE[0]:,} to {DATE_RANGE[1]:,} seconds since 1970-01-01); "
+                            "Unix seconds are wanted (milliseconds divided by 1,000)")
         columns[column].is_date = True
     task, classes, task_reason = choose_task(label_column, task)
     excluded = exclusions(columns, label, records, list(exclude))

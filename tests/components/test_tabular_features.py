@@ -62,6 +62,9 @@ def test_instants_outside_the_range_count_as_its_ends():
     got = np.stack([parts[name].numpy() for name in PARTS], axis=1).tolist()
     low, high = list(_python_calendar(CALENDAR_RANGE[0])), list(_python_calendar(CALENDAR_RANGE[1]))
     assert got == [low, low, low, high, high, high]
+    # A sample the model is fitted to holds none: fitting names the column rather than read them as the ends.
+    with pytest.raises(ValueError, match=r"born\.calendar: 1 date\(s\) outside 0001-01-01 to 9999-12-31 UTC"):
+        CalendarFeatures.fitted(np.array([0, MISSING_INT, 1_700_000_000_000], np.int64), name="born.calendar")
 
 
 class _Calendar(tf.Module):
@@ -80,10 +83,13 @@ def test_the_device_model_computes_the_same_calendar_from_year_1_to_9999_with_bu
     assert {"GREATER_EQUAL", "SELECT_V2", "FLOOR_DIV", "FLOOR_MOD"} <= set(tflite.operators(flatbuffer))
     rng = np.random.default_rng(11)
     seconds = np.concatenate([rng.integers(*CALENDAR_RANGE, 3000, endpoint=True), EDGES]).astype(np.int64)
+    expected = [list(_python_calendar(int(value))) for value in seconds]
     runner = tf.lite.Interpreter(model_content=flatbuffer).get_signature_runner(contract.SERVING_SIGNATURE)
     device = runner(seconds=seconds)
-    got = np.stack([device[name] for name in PARTS], axis=1).tolist()
-    assert got == [list(_python_calendar(int(value))) for value in seconds]
+    assert np.stack([device[name] for name in PARTS], axis=1).tolist() == expected
+    served = tf.saved_model.load(str(tmp_path / "calendar")).signatures[contract.SERVING_SIGNATURE]
+    server = served(seconds=tf.constant(seconds))
+    assert np.stack([server[name].numpy() for name in PARTS], axis=1).tolist() == expected
 
 
 def test_calendar_features_are_cycles_a_standardized_year_and_trend_and_zero_when_missing(tmp_path):

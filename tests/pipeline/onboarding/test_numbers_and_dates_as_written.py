@@ -1,8 +1,9 @@
 """Numbers and dates as spreadsheets write them: a decimal comma (a European export: `;`, BOM, CRLF), a
-percent sign, a currency symbol, Unix seconds, a column of dates of two forms; and a short row after a quoted
-cell, named by its real line. Each is read as a number or a date, or named in a note with the option that
+percent sign, a currency symbol, Unix seconds, a column of dates of two forms, dates from year 1 to 9999; and a
+short row after a quoted cell, named by its real line. Each is read as a number or a date, or named in a note with the option that
 reads it."""
 import contextlib
+import datetime
 import io
 import json
 import re
@@ -104,3 +105,36 @@ def test_a_short_row_with_quoted_cells_is_named_by_its_real_line(tmp_path, text,
     code, _, err = _cli("prepare-data", "--csv", tmp_path / "q.csv", "--data", tmp_path / "data")
     assert code == 2 and f"q.csv: line {line}: 2 cells where the header names 3 columns" in err, err
     assert not (tmp_path / "data").exists()
+
+
+def test_dates_from_year_1_to_9999_are_read_and_one_outside_is_refused_naming_its_column_and_the_range(tmp_path,
+                                                                                                      monkeypatch):
+    born = ["1905-06-30", "1920-01-01", "1926-03-04T08:00:00Z", "0001-01-01", "9999-12-31 23:59:59", "0900-05-05",
+            "2099-12-31"]
+    rows = ["born,y"] + [f"{date},{'ab'[i % 2]}" for i, date in enumerate(born * 4)]
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    code, out, err = _cli("prepare-data", "--csv", tmp_path / "t.csv", "--data", tmp_path / "data")
+    assert code == 0, err
+    assert re.search(r"^  born +date +0 missing +\(ISO 8601;", out, re.M), out
+    expected = sorted(int(datetime.datetime.fromisoformat(date).replace(tzinfo=datetime.timezone.utc).timestamp())
+                      for date in born * 4)
+    assert _values(tmp_path / "data" / "span-1")["born"] == expected
+    # Year 0, or a zone that moves a date past 9999: refused, naming the line, the column and the range.
+    for cell, line in (("0000-06-30", 3), ("9999-12-31T23:30:00-01:00", 3)):
+        (tmp_path / "t2.csv").write_text(f"born,y\n1960-01-01,a\n{cell},b\n")
+        code, _, err = _cli("prepare-data", "--csv", tmp_path / "t2.csv", "--data", tmp_path / "data", "--span", "2")
+        assert code == 2 and (f"t2.csv: line {line}: column 'born' holds {cell!r}, which is not a date the model reads "
+                              "(0001-01-01 to 9999-12-31 UTC)") in err, err
+        assert not (tmp_path / "data" / "span-2").exists()
+    # Milliseconds where Unix seconds are wanted: refused by prepare-data --dates and by init --dates alike.
+    (tmp_path / "ms.csv").write_text("when,y\n" + "".join(f"{1_700_000_000_000 + 86_400_000 * i},{'ab'[i % 2]}\n"
+                                                          for i in range(30)))
+    code, _, err = _cli("prepare-data", "--csv", tmp_path / "ms.csv", "--data", tmp_path / "ms", "--dates", "when")
+    assert code == 2 and ("line 2: column 'when' holds '1700000000000', which is not a date the model reads "
+                          "(0001-01-01 to 9999-12-31 UTC) (Unix seconds, not milliseconds)") in err, err
+    code, _, err = _cli("prepare-data", "--csv", tmp_path / "ms.csv", "--data", tmp_path / "ms")
+    assert code == 0, err
+    monkeypatch.chdir(tmp_path)
+    code, _, err = _cli("init", "--data", "ms", "--label", "y", "--dates", "when")
+    assert code == 2 and ("--dates when: values from 1,700,000,000,000 to 1,702,505,600,000, outside the dates the "
+                          "model reads (0001-01-01 to 9999-12-31 UTC") in err, err
