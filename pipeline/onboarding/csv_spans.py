@@ -1,7 +1,8 @@
 """A user's CSV file written as one span of TFRecord tf.Examples (`python -m pipeline prepare-data --csv`).
 
 Reading: pyarrow's CSV reader (installed with TFX) parses the file in blocks of BLOCK_BYTES, streaming:
-quoting, doubled quotes, delimiters and line breaks inside quoted cells, a UTF-8 byte-order mark. Every cell
+quoting, doubled quotes, delimiters and line breaks inside quoted cells, a UTF-8 byte-order mark; a gzip-compressed
+file (`.csv.gz`) and UTF-16 text (Excel's "Unicode text") are read as their UTF-8 text would be (CsvSource). Every cell
 is read as text and our rules, applied to whole blocks with pyarrow's compute functions, decide what it is
 (a wide file's blocks are joined up to JOINED_ROWS rows first: the rules' work is per column per block).
 Two passes over the file: the first decides each column's type, the second writes. Memory holds a block at a
@@ -35,7 +36,8 @@ is an error naming the file, line, column and cell; a later span that lacks a co
 (removed or renamed) is an error naming the missing and the new columns. Re-preparing the span that fixed
 the types, when it is the only span, infers them again.
 
-Bad input raises CsvError naming the file and line or column (not UTF-8, no header, an empty or repeated
+Bad input raises CsvError naming the file and line or column (not UTF-8 or UTF-16 text, a ZIP archive such as
+an Excel workbook, a cell holding a NUL character, no header, an empty or repeated
 column name, a row with too many or too few cells, no data rows, a cell that does not fit a fixed type), and
 nothing is written: the span is written into a hidden folder beside it (`.span-N.partial`, never read as a
 span) and renamed into place only when every row was read and every file closed; on any failure (a full disk
@@ -46,6 +48,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import gzip
+import io
 import json
 import os
 import re
@@ -143,16 +146,90 @@ class CsvSummary:
 
 # ----------------------------------------------------------------------------------------- reading blocks
 
+@dataclasses.dataclass(frozen=True)
+class CsvSource:
+    """How a CSV file's bytes hold its text: gzip-compressed or not (`.csv.gz`), and the text's encoding
+    (UTF-8, with or without a byte-order mark; UTF-16, as Excel's "Unicode text" saves it)."""
+    path: str
+    gzip: bool = False
+    encoding: str = "utf-8-sig"
+
+    @classmethod
+    def of(cls, path: str) -> "CsvSource":
+        """Input: a file. Output: how to read it. Raises CsvError naming the file when it is a ZIP archive (an
+        Excel workbook is one) or another compression than gzip."""
+        with open(path, "rb") as handle:
+            head = handle.read(4)
+        compressed = head[:2] == b"\x1f\x8b"
+        if compressed:
+            with gzip.open(path, "rb") as handle:
+                try:
+                    head = handle.read(SNIFF_BYTES)
+                except (OSError, EOFError) as error:
+                    raise CsvError(f"{path}: gzip-compressed, but cannot be decompressed ({error})") from None
+        else:
+            with open(path, "rb") as handle:
+                head = handle.read(SNIFF_BYTES)
+        for magic, what in ((b"PK\x03\x04", "a ZIP archive (an Excel .xlsx workbook is one)"),
+                            (b"BZh", "bzip2-compressed"), (b"\xfd7zXZ", "xz-compressed"),
+                            (b"\x28\xb5\x2f\xfd", "zstd-compressed")):
+            if head.startswith(magic):
+                raise CsvError(f"{path}: {what}, not CSV text; save it as CSV (UTF-8), or compress it with gzip")
+        return cls(path, compressed, _encoding_of(head))
+
+    def binary(self):
+        """The file's bytes, decompressed, as a binary file object."""
+        return gzip.open(self.path, "rb") if self.gzip else open(self.path, "rb")
+
+    def text(self):
+        """The file's text, as a text file object for Python's csv module (undecodable bytes replaced)."""
+        return io.TextIOWrapper(self.binary(), encoding=self.encoding, errors="replace", newline="")
+
+    def arrow(self):
+        """The file's bytes, decompressed, as a pyarrow input stream (read, not memory-mapped: a mapped file's
+        pages would count in the process's memory)."""
+        import pyarrow as pa
+
+        raw = pa.OSFile(self.path)
+        return pa.CompressedInputStream(raw, "gzip") if self.gzip else raw
+
+    @property
+    def described(self) -> str:
+        """"gzip-compressed UTF-16 text", "UTF-8 text"..."""
+        encoding = "UTF-8" if self.encoding.startswith("utf-8") else self.encoding.upper()
+        return ("gzip-compressed " if self.gzip else "") + f"{encoding} text"
+
+
+def _encoding_of(head: bytes) -> str:
+    """The text encoding of a file from its first bytes: UTF-16 or UTF-32 by their byte-order mark, UTF-16 without
+    one when every other byte of mostly ASCII text is zero, else UTF-8 (a byte-order mark skipped)."""
+    if head.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
+        return "utf-32"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "utf-16"
+    sample = head[:4096 - 4096 % 2]
+    if len(sample) >= 4:
+        even, odd = sample[0::2], sample[1::2]
+        if odd.count(0) > 0.9 * len(odd) and even.count(0) < 0.1 * len(even):
+            return "utf-16-le"
+        if even.count(0) > 0.9 * len(even) and odd.count(0) < 0.1 * len(odd):
+            return "utf-16-be"
+    return "utf-8-sig"
+
+
 def detect_delimiter(path: str) -> str:
     """The delimiter of a CSV file: the one of DELIMITERS csv.Sniffer finds in its first 64 KiB, else ','."""
-    with open(path, "rb") as handle:
+    source = CsvSource.of(path)
+    with source.binary() as handle:
         sample = handle.read(SNIFF_BYTES)
     try:
-        text = sample.decode("utf-8-sig")
+        text = sample.decode(source.encoding)
     except UnicodeDecodeError as error:
         if error.start < len(sample) - 4:  # not a character cut off at the end of the sample
-            raise CsvError(f"{path}: not UTF-8 text (byte {error.start}: {error.reason}); save it as UTF-8") from None
-        text = sample[:error.start].decode("utf-8-sig")
+            raise CsvError(f"{path}: not {source.described} (byte {error.start}: {error.reason}); save it as UTF-8"
+                           + (" (UTF-16 and gzip-compressed files are read too)" if source.encoding == "utf-8-sig"
+                              else "")) from None
+        text = sample[:error.start].decode(source.encoding)
     try:
         return csv.Sniffer().sniff(text, delimiters=DELIMITERS).delimiter
     except csv.Error:
@@ -163,7 +240,7 @@ def read_header(path: str, delimiter: str) -> list[str]:
     """The header's cells as written. Raises CsvError naming line 1 when the file is empty, a name is empty
     or two names cannot be told apart (the same once surrounding spaces are dropped), or the first row looks
     like data."""
-    with open(path, newline="", encoding="utf-8-sig", errors="replace") as handle:
+    with CsvSource.of(path).text() as handle:
         try:
             header = next(csv.reader(handle, delimiter=delimiter), None)
         except csv.Error as error:
@@ -202,10 +279,12 @@ def _blocks(path: str, delimiter: str, header: list[str]):
         bad_rows.append(row)
         return "error"
 
+    source = CsvSource.of(path)
     try:
         reader = pa_csv.open_csv(
-            pa.OSFile(path),  # read, not memory-mapped: a mapped file's pages would count in the process's memory
-            read_options=pa_csv.ReadOptions(block_size=BLOCK_BYTES, encoding="utf8"),
+            source.arrow(),
+            read_options=pa_csv.ReadOptions(block_size=BLOCK_BYTES, encoding=(
+                "utf8" if source.encoding == "utf-8-sig" else source.encoding)),
             parse_options=pa_csv.ParseOptions(delimiter=delimiter, newlines_in_values=True, ignore_empty_lines=True,
                                               invalid_row_handler=on_invalid_row),
             convert_options=pa_csv.ConvertOptions(column_types={name: pa.string() for name in header},
@@ -229,6 +308,9 @@ def _blocks(path: str, delimiter: str, header: list[str]):
                 waiting, waiting_rows, waiting_bytes = [], 0, 0
         if waiting:
             yield _joined(waiting, names)
+    except UnicodeDecodeError as error:  # pyarrow decodes a text other than UTF-8 with Python's codec
+        raise CsvError(f"{path}: not {source.described} (byte {error.start}: {error.reason}); save it as "
+                       "UTF-8") from None
     except pa.ArrowInvalid as error:
         if bad_rows:
             row = bad_rows[0]
@@ -236,7 +318,7 @@ def _blocks(path: str, delimiter: str, header: list[str]):
             raise CsvError(f"{path}: line {line}: {row.actual_columns} cells where the header names "
                            f"{row.expected_columns} columns") from None
         if "UTF8" in str(error) or "UTF-8" in str(error):
-            raise CsvError(f"{path}: not UTF-8 text ({_first_line(error)}); save it as UTF-8") from None
+            raise CsvError(f"{path}: not {source.described} ({_first_line(error)}); save it as UTF-8") from None
         raise CsvError(f"{path}: {_first_line(error)}") from None
 
 
@@ -262,12 +344,10 @@ def _line_of(path: str, delimiter: str, row_text: str | None = None, row_index: 
     the row whose raw text is `row_text` (as pyarrow reports a bad row: quotes, delimiters and line breaks of
     quoted cells included, so it is compared cell by cell), or the `row_index`-th data row (0-based, empty rows
     skipped)."""
-    import io
-
     wanted = None
     if row_text is not None:
         wanted = next(csv.reader(io.StringIO(row_text.rstrip("\r\n"), newline=""), delimiter=delimiter), [])
-    with open(path, newline="", encoding="utf-8-sig", errors="replace") as handle:
+    with CsvSource.of(path).text() as handle:
         reader = csv.reader(handle, delimiter=delimiter)
         next(reader, None)
         index, start = 0, reader.line_num + 1
@@ -522,11 +602,14 @@ def infer_types(path: str, delimiter: str, header: list[str], missing_tokens: tu
 
     columns = [name.strip() for name in header]
     states = {column: ColumnState() for column in columns}
+    rows = 0
     for block in _blocks(path, delimiter, header):
         for column in columns:
+            _refuse_nul(path, delimiter, column, block[column], rows)
             cells = pc.utf8_trim_whitespace(block[column])
             present = pc.filter(cells, pc.invert(_missing_mask(cells, missing_tokens)))
             _note_block(states[column], present, delimiter, date_formats.get(column), decimal)
+        rows += len(block[columns[0]])
     decided = {column: _decide(state) for column, state in states.items()}
     text = {column: state for column, state in states.items() if decided[column][0] == "string" and state.present}
     notes = [f"column {column!r} looks like dates, but no cell says whether the day or the month comes first; it "
@@ -555,6 +638,21 @@ def infer_types(path: str, delimiter: str, header: list[str], missing_tokens: tu
                        {c: form for c, (kind, form) in decided.items() if kind == "date"},
                        {c: states[c].unit for c, (kind, _) in decided.items() if kind in ("int", "float")
                         and states[c].unit}, empty, decimal), notes
+
+
+def _refuse_nul(path: str, delimiter: str, column: str, cells, rows_before: int) -> None:
+    """CsvError naming the line and column of the block's first cell that holds a NUL character (no text holds
+    one: the file is binary, or text in an encoding that was not recognized)."""
+    import pyarrow.compute as pc
+
+    held = pc.match_substring(cells, "\x00")
+    if not pc.any(held).as_py():
+        return
+    row = int(np.flatnonzero(held.to_numpy(zero_copy_only=False))[0])
+    line = _line_of(path, delimiter, row_index=rows_before + row)
+    raise CsvError(f"{path}: line {line}: column {column!r} holds a NUL character (byte 0) in "
+                   f"{cells[row].as_py()!r}, which no text holds: a binary file, or text in an encoding other than "
+                   "UTF-8 or UTF-16? Remove it, or save the file as UTF-8 text")
 
 
 def _typed(column: str, kind: str, form: str, cells, missing, delimiter: str, decimal: str = ".", unit: str = ""):
