@@ -616,7 +616,7 @@ def plan_project(folder: str, data_root: str, label: str, task: str | None = Non
     the label are counted and left out of every decision (write() leaves them out of the spans), unless
     `refuse_unlabelled`. `dates`: integer columns of Unix seconds the model reads as dates. InitError naming
     what is wrong."""
-    from pipeline.onboarding.csv_spans import read_record
+    from pipeline.onboarding.csv_spans import read_record, read_span_note, unread_notes
 
     if os.path.isfile(data_root):
         raise InitError(f"--data {data_root}: a file; --data is the folder prepare-data wrote (prepare-data --csv "
@@ -650,6 +650,9 @@ def plan_project(folder: str, data_root: str, label: str, task: str | None = Non
         raise InitError(f"no column is left for the model to learn from ({reasons})")
     empty = [column for column in (record or {}).get("types", {}) if column not in reading.names and column != label]
     notes = [f"int column {c!r}: {_seconds_advice(column)}" for c, column in kept.items() if column.looks_like_seconds]
+    if reading.span_dir:  # the cells of columns of numbers or dates that prepare-data wrote as missing
+        notes += unread_notes(read_span_note(reading.span_dir).get("unread", {}),
+                              os.path.basename(reading.span_dir.rstrip("/")))
     earlier = (record or {}).get("label")
     if earlier and earlier != label:
         notes.append(f"the spans were written without the rows that had no value for {earlier!r} (the label init "
