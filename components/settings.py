@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import typing
 from dataclasses import dataclass, field
 
@@ -67,6 +68,13 @@ def _beam_flags(args: list[str]) -> bool:
 
 
 NOT_EMPTY = Check(lambda v: bool(v.strip()), "must not be empty")
+# A pipeline's name: MLMD names each step's context "<pipeline>.<step>", TFX takes at most 63 characters, and the
+# Kubeflow compile lowercase letters, digits and '-' (checked there: pipeline.config.check_kubeflow_name)
+PIPELINE_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}"
+PIPELINE_NAME = Check(lambda v: re.fullmatch(PIPELINE_NAME_PATTERN, v) is not None,
+                      "must be 1 to 63 letters, digits, '-' or '_', the first a letter or digit (no '.', space or "
+                      "other sign: it names the run's MLMD contexts, each step's after a '.', and the compiled "
+                      "pipeline)")
 REQUIRED = "required"  # the field metadata key of a setting with no default: the config must give it
 POSITIVE = Check(lambda v: v > 0, "must be positive")
 NOT_NEGATIVE = Check(lambda v: v >= 0, "must not be negative")
@@ -255,7 +263,7 @@ class ResourcesConfig:
 
 @dataclass
 class PipelineConfig:
-    pipeline_name: str = setting(REQUIRED, NOT_EMPTY)  # names the run's MLMD contexts and the compiled pipeline
+    pipeline_name: str = setting(REQUIRED, PIPELINE_NAME)  # names the run's MLMD contexts and the compiled pipeline
     # TFRecord files, or span-N/ folders of them (see ingest.span_window)
     data_root: str = setting(REQUIRED, NOT_EMPTY)
     # local: MLMD (SQLite), the run lock and reports; by default artifacts and serving too

@@ -55,6 +55,19 @@ def read_config(path: str | None = None, **overrides: typing.Any) -> PipelineCon
     return config
 
 
+KUBEFLOW_NAME_PATTERN = r"[a-z0-9][a-z0-9-]{0,62}"  # TFX's Kubeflow compile: lowercase letters, digits and '-'
+
+
+def check_kubeflow_name(config: PipelineConfig) -> None:
+    """Raises ConfigError naming `pipeline_name` when the Kubeflow compile cannot take it (the config's own check
+    allows '_' and capitals, which local runs take)."""
+    name = config.pipeline_name
+    if not re.fullmatch(KUBEFLOW_NAME_PATTERN, name):
+        raise ConfigError(f"pipeline_name: {name!r}: Kubeflow Pipelines names a pipeline with lowercase letters, "
+                          f"digits and '-' only; give one such as {name.lower().replace('_', '-')!r} to compile "
+                          "(a local run's MLMD records its runs under the name it had)")
+
+
 def with_references_checked(config: PipelineConfig) -> PipelineConfig:
     """Input: what read_config returned. Output: the same config, once `schema_path` parses and `train.model`
     imports and fits its task; ConfigError naming the key otherwise."""

@@ -92,7 +92,13 @@ def _write(name: str, text: str) -> str:
 
 @pytest.mark.parametrize("overrides, message", [
     ({"train": {"batch_size": 0}}, "train.batch_size: must be positive, got 0"),  # a rule from before, same words
-    ({"pipeline_name": " "}, "pipeline_name: must not be empty, got ' '"),
+    ({"pipeline_name": " "}, "pipeline_name: must be 1 to 63 letters, digits, '-' or '_', the first a letter or "
+                             "digit (no '.', space or other sign: it names the run's MLMD contexts, each step's after "
+                             "a '.', and the compiled pipeline), got ' '"),
+    ({"pipeline_name": "shop.v2"}, "pipeline_name: must be 1 to 63 letters, digits, '-' or '_'"),
+    ({"pipeline_name": "my data"}, "pipeline_name: must be 1 to 63 letters, digits, '-' or '_'"),
+    ({"pipeline_name": "x" * 64}, "pipeline_name: must be 1 to 63 letters, digits, '-' or '_'"),
+    ({"pipeline_name": "-shop"}, "pipeline_name: must be 1 to 63 letters, digits, '-' or '_'"),
     ({"output_dir": ""}, "output_dir: must not be empty, got ''"),
     ({"train": {"model": ""}}, "train.model: must not be empty, got ''"),
     ({"train": {"seed": -1}}, "train.seed: must be between 0 and 2**32 - 1, got -1"),
@@ -111,6 +117,8 @@ def test_a_value_failing_its_fields_check_is_rejected_naming_the_dotted_key(over
 
 
 def test_free_and_edge_values_that_are_valid_load():
+    for name in ("x" * 63, "Shop_2-b", "7"):
+        assert load_config(check_references=False, pipeline_name=name).pipeline_name == name
     config = load_config(check_references=False, evaluate={"slice_feature": ""},
                          beam_pipeline_args=["--runner", "DirectRunner", "--direct_num_workers=2"],
                          train={"seed": 2**32 - 1, "profile_from_step": 1})
