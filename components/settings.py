@@ -127,7 +127,8 @@ class IngestConfig:
 @dataclass
 class TrainConfig:
     # a module defining components/core/model_module.py's ModelModule; the default, the schema-driven model,
-    # is built from the curated schema and the `task` section
+    # is built from the curated schema and the `task` section. A module whose source defines no part of the
+    # contract (`os`, a script) is refused without being imported
     model: str = setting("models.tabular", NOT_EMPTY)
     batch_size: int = setting(256, POSITIVE)  # per replica; the global batch is this times the replicas in sync
     epochs: int = setting(10, POSITIVE)  # passes over the training data
@@ -204,7 +205,8 @@ class EvaluateConfig:
     regression (components/precision_evaluator/gates.py)."""
     slice_feature: str = setting("")  # metrics are also reported per value of this feature ("" = none)
     # the primary metric must reach this (AUC and accuracy at least, MAE at most; null = no bar): on top of
-    # beating the trivial predictor, which every blessed model must
+    # beating the trivial predictor, which every blessed model must. A bar no model can meet (an AUC or accuracy
+    # above 1) is refused at load
     absolute_bar: float | None = setting(None, OPTIONAL_NOT_NEGATIVE)
     # how much worse than the FP32 baseline the candidate may be before the data refuse it
     max_drop_vs_fp32: float = setting(0.005, NOT_NEGATIVE)

@@ -232,7 +232,7 @@ def check_model_module(config: PipelineConfig) -> PredictionTarget:
     """Output: what the model module predicts (its task, label and classes). Raises ConfigError naming `train.model` when the model module does not
     import, lacks part of components.core.model_module.ModelModule, or its task and classes do not fit (the message names
     the module and what is wrong), or the `task` section disagrees with it; naming `evaluate.gate_metrics`
-    when a metric there is not one of the task's."""
+    when a metric there is not one of the task's, and `evaluate.absolute_bar` when no model can meet it."""
     name, gate_metrics = config.train.model, config.evaluate.gate_metrics
     try:
         module = load_model_module(name, config.task, config.schema_path)
@@ -243,6 +243,9 @@ def check_model_module(config: PipelineConfig) -> PredictionTarget:
         raise ConfigError(f"train.model: {error}{where}") from None
     target = PredictionTarget.of(module)
     task = target.task
+    bar = config.evaluate.absolute_bar
+    if bar is not None and (problem := task.primary.bar_problem(bar)):
+        raise ConfigError(f"evaluate.absolute_bar: {problem}")
     allowed = [metric.name for metric in task.gateable()]
     for metric in gate_metrics:
         if metric not in allowed:

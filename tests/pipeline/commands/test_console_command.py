@@ -56,7 +56,8 @@ def test_a_model_module_in_the_working_directory_imports_under_both_names(tmp_pa
     shutil.copy(os.path.join(PROJECT_ROOT, "schemas", "taxi", "schema.pbtxt"), tmp_path / "schema.pbtxt")
     (tmp_path / "mine.yaml").write_text("pipeline_name: mine\ndata_root: data\nschema_path: schema.pbtxt\n"
                                         "train:\n  model: model_beside_the_config\n")
-    (tmp_path / "model_beside_the_config.py").write_text("raise RuntimeError('found in the working directory')\n")
+    (tmp_path / "model_beside_the_config.py").write_text("def build_model(preprocessing):\n    pass\n\n\n"
+                                                         "raise RuntimeError('found in the working directory')\n")
     for result in _both(tmp_path, "doctor", "--config", "mine.yaml"):
         assert result.returncode == 2, result.stderr
         assert "importing 'model_beside_the_config' failed: RuntimeError: found in the working directory" in \
