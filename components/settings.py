@@ -124,6 +124,11 @@ class IngestConfig:
     span_window: int = setting(1, AT_LEAST_1)
 
 
+# A training split of fewer records than this trains one model, whatever train.folds says (init writes folds: 0
+# then; the Trainer applies it too, and says so): too few to deal into folds and validate out of fold
+FOLDS_MIN_RECORDS = 40
+
+
 @dataclass
 class TrainConfig:
     # a module defining components/core/model_module.py's ModelModule; the default, the schema-driven model,

@@ -25,7 +25,7 @@ import os
 import numpy as np
 
 from components.core.contract import DATE_RANGE, DATE_RANGE_TEXT
-from components.settings import PIPELINE_NAME, IngestConfig
+from components.settings import FOLDS_MIN_RECORDS, PIPELINE_NAME, IngestConfig
 from pipeline.onboarding.csv_spans import PLAUSIBLE_SECONDS
 from components.core.tasks import LabelNumbers, TaskError, task_for_label, task_named
 
@@ -47,7 +47,6 @@ TARGET_STEPS = 3000
 MIN_EPOCHS, MAX_EPOCHS = 20, 200
 FOLDS = 8
 AVERAGE_INTERVALS = 5
-FOLDS_MIN_RECORDS = 40  # a training split smaller than this trains one model its whole budget, no validation
 TIME_BUDGET_SECONDS = 150  # the three commands on a 60,000-row table within 5 minutes on 2 CPU cores
 LEARNING_RATE = 0.002  # AdamW's weight decay is the task's (Task.weight_decay)
 # The eval split the gates score: a third of a table's records up to 30,000 of them, EVAL_RECORDS beyond (at
