@@ -85,5 +85,5 @@ def _split_counts(records: dict[str, int]) -> str:
 
 ACCEPT_ADVICE = ("a change that is real is accepted by raising the feature's drift_comparator threshold in the curated "
                  "schema (the config's schema_path) as shown, then running again (python -m pipeline run --config "
-                 "...); until a span is accepted and a model trained on it, each new span is compared with the last "
-                 "one that was")
+                 "...); each new span is compared with the data of the last blessed model, so a span whose model no "
+                 "gate blessed never becomes the reference")

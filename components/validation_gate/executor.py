@@ -23,7 +23,7 @@ class BlockingAnomaliesError(RuntimeError):
 
 
 class Executor(base_executor.BaseExecutor):
-    """Do(): reads each split's anomalies, measures drift against the last span a model was trained on, writes
+    """Do(): reads each split's anomalies, measures drift against the data the served model was trained on, writes
     validation_report.json, raises if anything blocks."""
 
     def Do(self, input_dict: dict[str, list[types.Artifact]], output_dict: dict[str, list[types.Artifact]],
