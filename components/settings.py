@@ -106,7 +106,8 @@ class TaskConfig:
     classes: list[str] = setting([])  # classification: the class names, label id 0, 1, ... in this order
     exclude: list[str] = setting([])  # features the schema-driven model leaves out
     # int64 features holding a date or date-time as seconds since 1970-01-01 UTC (what prepare-data --csv writes
-    # for a date column): the schema-driven model derives year, month, day, weekday, day of year and hour
+    # for a date column), 0001-01-01 to 9999-12-31: the schema-driven model derives year, month, day, weekday, day
+    # of year and hour, alike in the SavedModel and the device model
     dates: list[str] = setting([])
     # regression, schema-driven model: "log" trains and predicts log(1 + label) (a label >= 0 with a long right
     # tail, such as a price), "none" the label as it is; `init` chooses from the label's statistics
