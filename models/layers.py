@@ -436,8 +436,8 @@ class CalendarFeatures(keras.layers.Layer):
         outside = present[(present < CALENDAR_RANGE[0]) | (present > CALENDAR_RANGE[1])]
         if outside.size:
             raise ValueError(f"{name}: {outside.size:,} date(s) outside {DATE_RANGE_TEXT} (int64 seconds "
-                             f"{CALENDAR_RANGE[0]:,} to {CALENDAR_RANGE[1]:,} since 1970-01-01), e.g. {int(outside[0]):,}: "
-                             "the calendar cannot read them (milliseconds rather than seconds?)")
+                             f"{CALENDAR_RANGE[0]:,} to {CALENDAR_RANGE[1]:,} since 1970-01-01), e.g. "
+                             f"{int(outside[0]):,}: the calendar cannot read them (milliseconds rather than seconds?)")
         if not present.size:  # nothing to fit: the years from 1970 to 2030
             present = np.array([0, 2 * CALENDAR_BASE], np.int64)
         parts = {part: tensor.numpy() for part, tensor in calendar_parts(tf.constant(present)).items()}

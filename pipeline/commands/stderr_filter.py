@@ -15,7 +15,8 @@ import re
 import sys
 
 NATIVE_INFO_LINE = re.compile(r"^(?:[IW]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^ \]]+:\d+\] |"
-                              r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR|"
+                              r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to "
+                              r"STDERR|"
                               # TensorFlow's import, whatever TF_CPP_MIN_LOG_LEVEL below 3 the caller exported:
                               # its CUDA plugins registered twice, on a machine with or without a GPU
                               r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: E \S+\] Unable to register "

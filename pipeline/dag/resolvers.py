@@ -1,9 +1,9 @@
 """Resolver strategies that look past artifacts made from this run's own data.
 
 A run resolves two things from MLMD: the latest blessed model (evaluation baseline and warm start) and the
-last ValidationReport of data a blessed model was trained on (drift reference). TFX's stock strategies return the newest ones, which on
-an unchanged re-run are this data's own outputs from the previous run: the resolved inputs then differ
-from that run's, and the evaluator, both trainers and the gate miss the cache. These strategies skip
+last ValidationReport of data a blessed model was trained on (drift reference). TFX's stock strategies return
+the newest ones, which on an unchanged re-run are this data's own outputs from the previous run: the resolved
+inputs then differ from that run's, and the evaluator, both trainers and the gate miss the cache. These strategies skip
 artifacts whose `input_fingerprint` (set from the Examples by the evaluator and the gate) equals this
 run's data fingerprint, so an unchanged re-run resolves what the first run resolved and every step is a
 cache hit, while new data still resolves the newest model and report.

@@ -403,7 +403,8 @@ class Unreadable:
 
     def described(self) -> str:
         """"at least 40 of its cells ('n.a.', 'soon', ...)": how many, and the examples."""
-        examples = ", ".join(repr(cell) for cell in self.examples) + (", ..." if self.cells > len(self.examples) else "")
+        more = ", ..." if self.cells > len(self.examples) else ""
+        examples = ", ".join(repr(cell) for cell in self.examples) + more
         return f"{'at least ' if self.partial else ''}{self.cells:,} of its cells ({examples})"
 
 

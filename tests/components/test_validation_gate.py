@@ -169,7 +169,8 @@ def test_drift_of_a_span_of_a_few_rows_says_how_many_on_both_sides(tmp_path):
     _split_files(tmp_path / "statistics", current, contract.STATISTICS_FILE, _write_statistics)
     anomalies = _artifact(standard_artifacts.ExampleAnomalies, tmp_path / "anomalies", splits)
     _split_files(tmp_path / "anomalies", {split: _validate(tmp_path, new) for split, (_, new) in splits.items()},
-                 contract.ANOMALIES_FILE, lambda value, path: io_utils.write_bytes_file(path, value.SerializeToString()))
+                 contract.ANOMALIES_FILE,
+                 lambda value, path: io_utils.write_bytes_file(path, value.SerializeToString()))
     schema = _artifact(standard_artifacts.Schema, tmp_path / "schema")
     tf.io.gfile.copy(SCHEMA, str(tmp_path / "schema" / "schema.pbtxt"))
     examples = _artifact(standard_artifacts.Examples, tmp_path / "examples", splits, spans="2", input_fingerprint="f")

@@ -70,7 +70,8 @@ def test_a_name_kubeflow_cannot_take_exits_2_before_the_compile_and_a_local_run_
     code = cli_main(["compile", "--config", str(tmp_path / "c.yaml"), "--data", "gs://b/data", "--image", "i",
                      "--pipeline-root", "gs://b/root", "--output", str(tmp_path / "job.json")])
     assert code == 2 and ("config error: pipeline_name: 'My_shop': Kubeflow Pipelines names a pipeline with lowercase "
-                          "letters, digits and '-' only; give one such as 'my-shop' to compile") in capsys.readouterr().err
+                          "letters, digits and '-' only; give one such as 'my-shop' to compile"
+                          ) in capsys.readouterr().err
     assert not (tmp_path / "job.json").exists()
     assert load_config(str(tmp_path / "c.yaml"), check_references=False).pipeline_name == "My_shop"
 

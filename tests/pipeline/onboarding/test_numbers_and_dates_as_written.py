@@ -1,7 +1,7 @@
 """Numbers and dates as spreadsheets write them: a decimal comma (a European export: `;`, BOM, CRLF), a
-percent sign, a currency symbol, Unix seconds, a column of dates of two forms, dates from year 1 to 9999; and a
-short row after a quoted cell, named by its real line. Each is read as a number or a date, or named in a note with the option that
-reads it."""
+percent sign, a currency symbol, Unix seconds, a column of dates of two forms, dates from year 1 to 9999, a few
+unreadable cells among numbers or dates; and a short row after a quoted cell, named by its real line. Each is
+read as a number or a date, or named in a note with the option that reads it."""
 import contextlib
 import datetime
 import io

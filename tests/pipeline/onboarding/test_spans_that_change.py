@@ -269,7 +269,8 @@ def test_a_span_of_three_rows_is_named_trains_one_model_if_accepted_and_never_be
             break
     code, out, err = _cli("run", "--config", "data.yaml")
     assert code == 1 and re.search(r"span 2 holds 3 record\(s\) \(train \d, eval \d\), against span 1's 400 "
-                                   r"record\(s\) \(train \d+, eval \d+\): drift over 3 record\(s\) says little", err), err
+                                   r"record\(s\) \(train \d+, eval \d+\): drift over 3 record\(s\) says "
+                                   r"little", err), err
     schema = tmp_path / "schemas" / "data" / "schema.pbtxt"
     curated = schema.read_text()
     schema.write_text(re.sub(r"threshold: [0-9.]+", "threshold: 1.5", curated))  # every drift accepted
