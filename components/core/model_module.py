@@ -133,9 +133,8 @@ def not_a_model_module(name: str) -> str:
             if not origin else f"a compiled module ({origin})")
         return f"{name!r} is not a model module: {what}; {wanted}"
     try:
-        with open(origin, "rb") as handle:
-            tree = ast.parse(handle.read(), origin)
-    except (OSError, SyntaxError, ValueError):
+        tree = ast.parse(spec.loader.get_source(name) or "", origin)  # the source, read as the import would
+    except (ImportError, OSError, SyntaxError, ValueError, AttributeError):
         return ""  # importing it says what is wrong
     defined = _top_level_names(tree)
     if "*" in defined or defined & {CONFIGURE, *FUNCTIONS}:
