@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import typing
 from dataclasses import dataclass, field
 
@@ -67,6 +68,13 @@ def _beam_flags(args: list[str]) -> bool:
 
 
 NOT_EMPTY = Check(lambda v: bool(v.strip()), "must not be empty")
+# A pipeline's name: MLMD names each step's context "<pipeline>.<step>", TFX takes at most 63 characters, and the
+# Kubeflow compile lowercase letters, digits and '-' (checked there: pipeline.config.check_kubeflow_name)
+PIPELINE_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}"
+PIPELINE_NAME = Check(lambda v: re.fullmatch(PIPELINE_NAME_PATTERN, v) is not None,
+                      "must be 1 to 63 letters, digits, '-' or '_', the first a letter or digit (no '.', space or "
+                      "other sign: it names the run's MLMD contexts, each step's after a '.', and the compiled "
+                      "pipeline)")
 REQUIRED = "required"  # the field metadata key of a setting with no default: the config must give it
 POSITIVE = Check(lambda v: v > 0, "must be positive")
 NOT_NEGATIVE = Check(lambda v: v >= 0, "must not be negative")
@@ -98,7 +106,8 @@ class TaskConfig:
     classes: list[str] = setting([])  # classification: the class names, label id 0, 1, ... in this order
     exclude: list[str] = setting([])  # features the schema-driven model leaves out
     # int64 features holding a date or date-time as seconds since 1970-01-01 UTC (what prepare-data --csv writes
-    # for a date column): the schema-driven model derives year, month, day, weekday, day of year and hour
+    # for a date column), 0001-01-01 to 9999-12-31: the schema-driven model derives year, month, day, weekday, day
+    # of year and hour, alike in the SavedModel and the device model
     dates: list[str] = setting([])
     # regression, schema-driven model: "log" trains and predicts log(1 + label) (a label >= 0 with a long right
     # tail, such as a price), "none" the label as it is; `init` chooses from the label's statistics
@@ -116,10 +125,16 @@ class IngestConfig:
     span_window: int = setting(1, AT_LEAST_1)
 
 
+# A training split of fewer records than this trains one model, whatever train.folds says (init writes folds: 0
+# then; the Trainer applies it too, and says so): too few to deal into folds and validate out of fold
+FOLDS_MIN_RECORDS = 40
+
+
 @dataclass
 class TrainConfig:
     # a module defining components/core/model_module.py's ModelModule; the default, the schema-driven model,
-    # is built from the curated schema and the `task` section
+    # is built from the curated schema and the `task` section. A module whose source defines no part of the
+    # contract (`os`, a script) is refused without being imported
     model: str = setting("models.tabular", NOT_EMPTY)
     batch_size: int = setting(256, POSITIVE)  # per replica; the global batch is this times the replicas in sync
     epochs: int = setting(10, POSITIVE)  # passes over the training data
@@ -197,7 +212,8 @@ class EvaluateConfig:
     regression (components/precision_evaluator/gates.py)."""
     slice_feature: str = setting("")  # metrics are also reported per value of this feature ("" = none)
     # the primary metric must reach this (AUC and accuracy at least, MAE at most; null = no bar): on top of
-    # beating the trivial predictor, which every blessed model must
+    # beating the trivial predictor, which every blessed model must. A bar no model can meet (an AUC or accuracy
+    # above 1) is refused at load
     absolute_bar: float | None = setting(None, OPTIONAL_NOT_NEGATIVE)
     # how much worse than the FP32 baseline the candidate may be before the data refuse it
     max_drop_vs_fp32: float = setting(0.005, NOT_NEGATIVE)
@@ -256,7 +272,7 @@ class ResourcesConfig:
 
 @dataclass
 class PipelineConfig:
-    pipeline_name: str = setting(REQUIRED, NOT_EMPTY)  # names the run's MLMD contexts and the compiled pipeline
+    pipeline_name: str = setting(REQUIRED, PIPELINE_NAME)  # names the run's MLMD contexts and the compiled pipeline
     # TFRecord files, or span-N/ folders of them (see ingest.span_window)
     data_root: str = setting(REQUIRED, NOT_EMPTY)
     # local: MLMD (SQLite), the run lock and reports; by default artifacts and serving too

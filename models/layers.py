@@ -5,8 +5,9 @@ is built from layers whose ops have builtin kernels and convert exactly:
 - arithmetic and elementwise math (`ClippedLog1p`, `Standardize` here): RELU, ADD, LOG, SUB, MUL, ...;
 - `keras.layers.Discretization` (BUCKETIZE);
 - `Vocabulary` here, for integer and string categories (EQUAL, SELECT_V2, REDUCE_MAX);
-- `CalendarFeatures` here, for dates as int64 seconds since the epoch: int32 FLOOR_DIV and FLOOR_MOD after a
-  clamp (an int64 FloorDiv has no builtin kernel; parsing date strings needs ops TFLite lacks), SIN, COS.
+- `CalendarFeatures` here, for dates as int64 seconds since the epoch, years 1 to 9999: int64 comparisons and
+  subtractions, then int32 FLOOR_DIV and FLOOR_MOD (an int64 FloorDiv has no builtin kernel; parsing date
+  strings needs ops TFLite lacks), SIN, COS.
 Not device-safe: `keras.layers.Hashing` (string hashing has no builtin kernel, and of a number it first
 formats the number as a string), `keras.layers.IntegerLookup` (an int64 -> int64 hash table, which
 TFLite's builtin tables do not support; one such table in a graph also stops the converter from
@@ -20,6 +21,8 @@ from __future__ import annotations
 import keras
 import numpy as np
 import tensorflow as tf
+
+from components.core.contract import DATE_RANGE, DATE_RANGE_TEXT
 
 
 @keras.saving.register_keras_serializable(package="models.layers")  # saved with the preprocessing (warm start)
@@ -326,26 +329,49 @@ def _text(value) -> str | None:
 
 
 MISSING_INT = -(2 ** 63)  # what an absent int64 feature is parsed as (int64 has no NaN)
-CALENDAR_BASE = 946_684_800  # 2000-01-01T00:00Z in seconds since 1970-01-01
-# The instants calendar_parts tells apart: int32 seconds from CALENDAR_BASE, 1931-12-13 to 2068-01-19 (UTC).
-CALENDAR_RANGE = (CALENDAR_BASE - 2 ** 31, CALENDAR_BASE + 2 ** 31 - 1)
+CALENDAR_BASE = 946_684_800  # 2000-01-01T00:00Z in seconds since 1970-01-01: `days` counts from it
+# The instants calendar_parts tells apart: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z (contract.DATE_RANGE)
+CALENDAR_RANGE = DATE_RANGE
+_FIRST_DAY = -730_119  # 0001-01-01 in days since 2000-01-01
+_BLOCK_DAYS = 2 ** 14  # 86,400 x 2**14 seconds still fit in int32
+_BLOCK_BITS = 8  # 2**8 blocks of _BLOCK_DAYS days cover CALENDAR_RANGE (3,652,059 days)
+
+
+def day_and_second(seconds) -> tuple[tf.Tensor, tf.Tensor]:
+    """Input: int64 seconds since 1970-01-01 UTC, any shape. Output: int32 (days since 2000-01-01, second of
+    the day 0-86399) of each instant, exact over CALENDAR_RANGE; a value outside it counts as the range's nearest
+    end.
+
+    TFLite builtin ops only: an int64 FloorDiv has no builtin kernel, and int32 seconds cover only 1932 to 2068.
+    So the seconds are clamped and counted from the range's first instant in int64 (MINIMUM, MAXIMUM, SUB), then
+    taken apart in blocks of _BLOCK_DAYS x 2**k days, largest first, each by an int64 comparison and subtraction
+    (GREATER_EQUAL, SELECT_V2, SUB); what is left is less than one block, fits int32 (CAST), and splits into days
+    and seconds there (FLOOR_DIV, FLOOR_MOD)."""
+    first, last = CALENDAR_RANGE
+    left = tf.clip_by_value(tf.cast(seconds, tf.int64), first, last) - first
+    days = None
+    for bit in reversed(range(_BLOCK_BITS)):
+        block = _BLOCK_DAYS * 2 ** bit
+        taken = tf.greater_equal(left, tf.constant(block * 86_400, tf.int64))
+        left = left - tf.where(taken, tf.constant(block * 86_400, tf.int64), tf.constant(0, tf.int64))
+        counted = tf.where(taken, tf.constant(block, tf.int32), tf.constant(0, tf.int32))
+        days = counted if days is None else days + counted
+    left = tf.cast(left, tf.int32)
+    return days + tf.math.floordiv(left, 86_400) + _FIRST_DAY, tf.math.floormod(left, 86_400)
 
 
 def calendar_parts(seconds) -> dict[str, tf.Tensor]:
     """Input: int64 seconds since 1970-01-01 UTC, any shape. Output: int32 tensors of that shape, each
     instant's UTC calendar: year, month (1-12), day (of the month, 1-31), weekday (Monday 0 to Sunday 6, as
     Python's date.weekday()), day_of_year (1-366), hour (0-23), minute_of_day (0-1439) and days (since
-    2000-01-01). A value outside CALENDAR_RANGE counts as the range's nearest end.
+    2000-01-01). Exact over CALENDAR_RANGE, years 1 to 9999; a value outside it counts as the range's nearest
+    end (prepare-data refuses such dates).
 
-    TFLite builtin ops only: the seconds are clamped to the range and made relative to CALENDAR_BASE in int64
-    (MINIMUM, MAXIMUM, SUB), then cast to int32, where FLOOR_DIV and FLOOR_MOD have kernels (an int64
-    FloorDiv has none). Year, month and day follow Howard Hinnant's civil_from_days
-    (https://howardhinnant.github.io/date_algorithms.html), counted in days from 0000-03-01 so that
-    February, with its leap day, ends each year of the computation."""
-    seconds = tf.clip_by_value(tf.cast(seconds, tf.int64), *CALENDAR_RANGE) - CALENDAR_BASE
-    seconds = tf.cast(seconds, tf.int32)
-    days = tf.math.floordiv(seconds, 86_400)
-    second_of_day = tf.math.floormod(seconds, 86_400)  # not seconds - days * 86400: that overflows at 1931
+    TFLite builtin ops only: the days and the second of the day come from day_and_second; the rest is int32
+    arithmetic (FLOOR_DIV and FLOOR_MOD have int32 kernels). Year, month and day follow Howard Hinnant's
+    civil_from_days (https://howardhinnant.github.io/date_algorithms.html), counted in days from 0000-03-01 so
+    that February, with its leap day, ends each year of the computation."""
+    days, second_of_day = day_and_second(seconds)
     shifted = days + 730_425  # days since 0000-03-01 (10957 from 1970 to 2000, 719468 from 0000-03-01 to 1970)
     era = tf.math.floordiv(shifted, 146_097)  # 400-year cycles of the Gregorian calendar
     day_of_era = shifted - era * 146_097  # [0, 146096]
@@ -403,9 +429,15 @@ class CalendarFeatures(keras.layers.Layer):
     @classmethod
     def fitted(cls, seconds: np.ndarray, name: str) -> "CalendarFeatures":
         """Input: sample values (int64 seconds, MISSING_INT for missing ones). Output: the layer whose year
-        and trend have mean 0 and standard deviation ~1 on the present values."""
+        and trend have mean 0 and standard deviation ~1 on the present values. ValueError naming `name` when a
+        present value lies outside CALENDAR_RANGE (never read as the range's end in silence)."""
         seconds = np.asarray(seconds, np.int64)
         present = seconds[seconds != MISSING_INT]
+        outside = present[(present < CALENDAR_RANGE[0]) | (present > CALENDAR_RANGE[1])]
+        if outside.size:
+            raise ValueError(f"{name}: {outside.size:,} date(s) outside {DATE_RANGE_TEXT} (int64 seconds "
+                             f"{CALENDAR_RANGE[0]:,} to {CALENDAR_RANGE[1]:,} since 1970-01-01), e.g. "
+                             f"{int(outside[0]):,}: the calendar cannot read them (milliseconds rather than seconds?)")
         if not present.size:  # nothing to fit: the years from 1970 to 2030
             present = np.array([0, 2 * CALENDAR_BASE], np.int64)
         parts = {part: tensor.numpy() for part, tensor in calendar_parts(tf.constant(present)).items()}
@@ -418,7 +450,7 @@ class CalendarFeatures(keras.layers.Layer):
     def call(self, seconds):
         seconds = tf.cast(seconds, tf.int64)
         missing = tf.cast(tf.equal(seconds, tf.constant(MISSING_INT, tf.int64)), tf.float32)
-        parts = calendar_parts(seconds)  # a missing value counts as 1931: its features are zeroed below
+        parts = calendar_parts(seconds)  # a missing value counts as year 1: its features are zeroed below
         year_center, year_mean, year_scale = self.year
         day_center, day_mean, day_scale = self.trend
         year = (tf.cast(parts["year"] - year_center, tf.float32) - np.float32(year_mean)) * np.float32(year_scale)

@@ -107,8 +107,12 @@ def configure(schema_path: str, task_config) -> "SchemaModel":
                         f"order: {problem}")
     model = SchemaModel(schema_path, task, task_config.label, classes, tuple(task_config.exclude),
                         tuple(task_config.dates), tuple(task_config.missing_tokens))
-    if model.dates:
-        model._schema_features()  # task.dates checked against the schema now, not when training starts
+    if model.dates or "://" not in schema_path:  # the label, task.exclude and task.dates checked against the
+        if not model.INPUTS:                      # schema the user edited now, not when training starts
+            features = sorted(set(model._schema_features()) - {task_config.label})
+            raise TaskError(f"the model has no feature to read: the schema {schema_path} holds the label "
+                            f"{task_config.label!r} and " + (f"{', '.join(map(repr, features))}, every one in "
+                                                            "task.exclude" if features else "no other feature"))
     return model
 
 
@@ -171,8 +175,8 @@ class SchemaModel:
             from google.protobuf import text_format
             from tensorflow_metadata.proto.v0 import schema_pb2
 
-            # the schema's text read as TFDV's load_schema_text reads it, without importing TFDV (seconds)
-            schema = text_format.Parse(tf.io.gfile.GFile(self._schema_path).read(), schema_pb2.Schema())
+            with tf.io.gfile.GFile(self._schema_path) as handle:  # as TFDV's load_schema_text, without importing it
+                schema = text_format.Parse(handle.read(), schema_pb2.Schema())
             types = {schema_pb2.FLOAT: tf.float32, schema_pb2.INT: tf.int64, schema_pb2.BYTES: tf.string}
             self._features = {feature.name: types[feature.type] for feature in schema.feature
                               if feature.type in types}

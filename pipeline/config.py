@@ -55,6 +55,19 @@ def read_config(path: str | None = None, **overrides: typing.Any) -> PipelineCon
     return config
 
 
+KUBEFLOW_NAME_PATTERN = r"[a-z0-9][a-z0-9-]{0,62}"  # TFX's Kubeflow compile: lowercase letters, digits and '-'
+
+
+def check_kubeflow_name(config: PipelineConfig) -> None:
+    """Raises ConfigError naming `pipeline_name` when the Kubeflow compile cannot take it (the config's own check
+    allows '_' and capitals, which local runs take)."""
+    name = config.pipeline_name
+    if not re.fullmatch(KUBEFLOW_NAME_PATTERN, name):
+        raise ConfigError(f"pipeline_name: {name!r}: Kubeflow Pipelines names a pipeline with lowercase letters, "
+                          f"digits and '-' only; give one such as {name.lower().replace('_', '-')!r} to compile "
+                          "(a local run's MLMD records its runs under the name it had)")
+
+
 def with_references_checked(config: PipelineConfig) -> PipelineConfig:
     """Input: what read_config returned. Output: the same config, once `schema_path` parses and `train.model`
     imports and fits its task; ConfigError naming the key otherwise."""
@@ -219,7 +232,7 @@ def check_model_module(config: PipelineConfig) -> PredictionTarget:
     """Output: what the model module predicts (its task, label and classes). Raises ConfigError naming `train.model` when the model module does not
     import, lacks part of components.core.model_module.ModelModule, or its task and classes do not fit (the message names
     the module and what is wrong), or the `task` section disagrees with it; naming `evaluate.gate_metrics`
-    when a metric there is not one of the task's."""
+    when a metric there is not one of the task's, and `evaluate.absolute_bar` when no model can meet it."""
     name, gate_metrics = config.train.model, config.evaluate.gate_metrics
     try:
         module = load_model_module(name, config.task, config.schema_path)
@@ -230,6 +243,9 @@ def check_model_module(config: PipelineConfig) -> PredictionTarget:
         raise ConfigError(f"train.model: {error}{where}") from None
     target = PredictionTarget.of(module)
     task = target.task
+    bar = config.evaluate.absolute_bar
+    if bar is not None and (problem := task.primary.bar_problem(bar)):
+        raise ConfigError(f"evaluate.absolute_bar: {problem}")
     allowed = [metric.name for metric in task.gateable()]
     for metric in gate_metrics:
         if metric not in allowed:

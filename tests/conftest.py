@@ -1,8 +1,16 @@
 """Shared fixtures: small real data written in the pipeline's record contract, the described-GPU hook, no TF_CONFIG
-from the caller, and the session's temporary folder under pytest's."""
+from the caller, the session's temporary folder under pytest's, and the environment the suite runs in whatever
+the caller's shell exports."""
 import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# Set before TensorFlow or Keras load, for this process and every command it starts: what the suite's assertions
+# (a command's stderr, compared or read line by line; Keras 3 on TensorFlow; XLA as the Trainer decides) rest on.
+CONTROLLED_ENVIRONMENT = {"TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"}
+# ...and what a caller may export that would change them: legacy Keras 2, XLA or oneDNN flags, warnings as errors
+UNSET_ENVIRONMENT = ("TF_USE_LEGACY_KERAS", "TF_XLA_FLAGS", "XLA_FLAGS", "TF_ENABLE_ONEDNN_OPTS", "PYTHONWARNINGS")
+os.environ.update(CONTROLLED_ENVIRONMENT)
+for _variable in UNSET_ENVIRONMENT:
+    os.environ.pop(_variable, None)
 
 import hashlib  # noqa: E402
 import tempfile  # noqa: E402

@@ -92,3 +92,9 @@ FP32_BASELINE_NODE = "Fp32BaselineTrainer"  # the same training in plain float32
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "tpu")  # the Trainer's distribution strategies
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")  # the Trainer's Keras precision policies
 TFLITE_VARIANTS = ("float32", "float16", "dynamic_int8", "full_int8")  # ModelExport's TFLite ladder
+
+# ------------------------------------------------------------------------------ the records' dates
+# A date or date-time is int64 seconds since 1970-01-01T00:00Z; the instants every model and prepare-data
+# read: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z (proleptic Gregorian calendar, as Python's datetime)
+DATE_RANGE = (-62_135_596_800, 253_402_300_799)
+DATE_RANGE_TEXT = "0001-01-01 to 9999-12-31 UTC"

@@ -84,6 +84,9 @@ def load_model_module(name: str, task_config=None, schema_path: str | None = Non
     imported module, or for a schema-driven module (one that defines configure(schema_path, task_config), such as
     models.tabular) what configure returns. Raises ModelModuleError naming the module and what it lacks, or
     the `task` field that disagrees with what the module declares."""
+    problem = not_a_model_module(name)
+    if problem:
+        raise ModelModuleError(problem)
     try:
         module = importlib.import_module(name)
     except ModuleNotFoundError as error:
@@ -92,7 +95,8 @@ def load_model_module(name: str, task_config=None, schema_path: str | None = Non
         raise ModelModuleError(f"cannot import {name!r}: {error}", not_found=True) from None
     except Exception as error:  # noqa: BLE001 - whatever the module raised while importing
         raise ModelModuleError(f"importing {name!r} failed: {type(error).__name__}: {error}") from None
-    if hasattr(module, CONFIGURE):
+    configured = hasattr(module, CONFIGURE)
+    if configured:
         if task_config is None or not schema_path:
             raise ModelModuleError(f"{name!r} is built from the schema and the config's task section, and was "
                                    "given neither")
@@ -100,8 +104,6 @@ def load_model_module(name: str, task_config=None, schema_path: str | None = Non
             module = module.configure(schema_path, task_config)
         except (TaskError, OSError) as error:
             raise ModelModuleError(f"{name!r}: {error}") from None
-    elif task_config is not None:
-        _check_agreement(module, name, task_config)
     missing = [attribute for attribute in CONSTANTS + FUNCTIONS if not _has(module, attribute)]
     not_callable = [attribute for attribute in FUNCTIONS + OPTIONAL_FUNCTIONS
                     if _has(module, attribute) and not callable(getattr(module, attribute))]
@@ -110,7 +112,65 @@ def load_model_module(name: str, task_config=None, schema_path: str | None = Non
             [f"{', '.join(not_callable)} not callable"] if not_callable else [])
         raise ModelModuleError(f"{name!r} ({getattr(module, '__file__', '?')}) {'; '.join(problems)}; "
                                f"a model module defines {', '.join(CONSTANTS + FUNCTIONS)}")
+    if task_config is not None and not configured:
+        _check_agreement(module, name, task_config)
     return typing.cast(ModelModule, module)
+
+
+def not_a_model_module(name: str) -> str:
+    """Why the module `name` is no model module, found from its source without running it (importing a module
+    runs its code: `this` prints a poem, a script of the working folder does its work): a built-in or compiled
+    module, a package or file whose top level defines neither configure nor any of FUNCTIONS. "" when it may be
+    one, or when it cannot be found (importing it then says why)."""
+    import ast
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)  # imports the packages `name` sits in, not `name` itself
+    except (ImportError, ValueError):
+        return ""
+    if spec is None:
+        return ""
+    wanted = f"a model module defines {', '.join(CONSTANTS + FUNCTIONS)}, or {CONFIGURE}(schema_path, task_config)"
+    origin = spec.origin or ""
+    if not origin.endswith(".py"):
+        what = "a module built into Python" if origin in ("built-in", "frozen") else (
+            f"a package with no Python source ({', '.join(spec.submodule_search_locations or [])})"
+            if not origin else f"a compiled module ({origin})")
+        return f"{name!r} is not a model module: {what}; {wanted}"
+    try:
+        tree = ast.parse(spec.loader.get_source(name) or "", origin)  # the source, read as the import would
+    except (ImportError, OSError, SyntaxError, ValueError, AttributeError):
+        return ""  # importing it says what is wrong
+    defined = _top_level_names(tree)
+    if "*" in defined or defined & {CONFIGURE, *FUNCTIONS}:
+        return ""
+    return (f"{name!r} ({origin}) is not a model module: it defines none of {CONFIGURE}, {', '.join(FUNCTIONS)} "
+            f"(it was not imported); {wanted}")
+
+
+def _top_level_names(tree) -> set[str]:
+    """The names a module's top level binds (definitions, assignments, imports; "*" for a star import), in
+    conditional and try blocks too."""
+    import ast
+
+    names: set[str] = set()
+    statements = list(tree.body)
+    while statements:
+        node = statements.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {name.id for target in targets for name in ast.walk(target) if isinstance(name, ast.Name)}
+        elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                statements += getattr(node, field, [])
+        elif isinstance(node, ast.ExceptHandler):
+            statements += node.body
+    return names
 
 
 def _has(module, attribute: str) -> bool:

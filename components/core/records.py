@@ -134,6 +134,7 @@ class TrainingReport:
     candidate: str = ""
     candidates: list[dict] = field(default_factory=list)
     search_note: str = ""  # why train.search tried no candidate, or stopped after the first
+    folds_note: str = ""  # why train.folds was not applied (a training split too small to deal into folds)
     skipped: bool = False  # the FP32 baseline, not trained: the candidate is its own baseline
     skip_reason: str = ""
     candidate_run: str = ""
@@ -194,6 +195,8 @@ class TrainingReport:
             line += f", best {self.best_interval} on {self.validation_examples:,} held-out training records"
         else:
             line += ", the last kept (no validation slice)"
+        if self.folds_note:
+            line += f" ({self.folds_note})"
         if len(self.averaged_intervals) > 1:
             line += f", served averaged with {_and(self.averaged_intervals[1:])}"
         elif self.averaged_intervals:

@@ -43,16 +43,24 @@ class Metric:
     name: str  # as TFMA names it in the evaluation output (and the TFLite ladder, the reports)
     label: str  # as the summary and the reports print it
     higher_is_better: bool
+    best: float | None = None  # the best value any model can score (1 for AUC and accuracy), None: unbounded
 
     def improvement(self, value: float, reference: float) -> float:
         """How much better `value` is than `reference` (negative: worse), in the metric's units."""
         return value - reference if self.higher_is_better else reference - value
 
+    def bar_problem(self, bar: float) -> str:
+        """Why no model can meet `bar` on this metric ("" when one can): beyond the metric's best value."""
+        if self.best is None or (bar <= self.best if self.higher_is_better else bar >= self.best):
+            return ""
+        return (f"{bar:g} is beyond what any model scores on {self.label}, at best {self.best:g}, so that no model "
+                f"would ever be blessed; {self.label} lies between 0 and 1 (0.85, not 85)")
 
-AUC = Metric("auc", "AUC", True)
-BINARY_ACCURACY = Metric("binary_accuracy", "accuracy", True)
+
+AUC = Metric("auc", "AUC", True, best=1.0)
+BINARY_ACCURACY = Metric("binary_accuracy", "accuracy", True, best=1.0)
 BINARY_CROSSENTROPY = Metric("binary_crossentropy", "log loss", False)
-ACCURACY = Metric("sparse_categorical_accuracy", "accuracy", True)
+ACCURACY = Metric("sparse_categorical_accuracy", "accuracy", True, best=1.0)
 CROSSENTROPY = Metric("sparse_categorical_crossentropy", "log loss", False)
 MAE = Metric("mean_absolute_error", "MAE", False)
 MSE = Metric("mean_squared_error", "MSE", False)

@@ -24,7 +24,7 @@ from components.core import artifact_files, contract
 from components.core.model_module import ModelModule, load_model_module, task_of
 from components.core.records import TrainingReport, read_model_facts, write_model_facts
 from components.core.tasks import LabelSummary
-from components.settings import TaskConfig, TrainConfig
+from components.settings import FOLDS_MIN_RECORDS, TaskConfig, TrainConfig
 from components.trainer import callbacks as training_callbacks
 from components.trainer.checkpoints import checkpointed_interval, repair_checkpoint
 from components.trainer.device import Choice, DeviceDescription, choose_strategy, config_override, describe_devices
@@ -85,6 +85,7 @@ class TrainingSetup:
     sample: dict | None = None  # the training rows the preprocessing was fitted to (None: the warm start's)
     plan_examples: dict[str, int] = dataclasses.field(default_factory=dict)  # records per split fit reads
     variant: str = ""  # the model module's candidate built ("": a module without candidates)
+    folds_note: str = ""  # why train.folds was not applied (a training split too small to deal into folds)
 
     @property
     def folds(self) -> int:
@@ -300,14 +301,15 @@ def set_up(job: TrainingJob) -> TrainingSetup:
         model_module = model_module.candidate(variant)
     keras.utils.set_random_seed(settings.seed)
     keras.config.set_dtype_policy("float32")
+    task, classes = task_of(model_module), tuple(model_module.CLASSES)
+    labels = {split: task.summarize_labels(read_labels(files, model_module, task, split), classes)
+              for split, files in (("train", job.train_files), ("eval", job.eval_files))}
+    settings, folds_note = one_model_when_few(settings, labels["train"].examples)
     warm = load_warm_start(model_module, job.base_model, settings.warm_start, settings.folds)
     preprocessing, sample = warm.preprocessing, None
     if preprocessing is None:
         sample = read_sample(job.train_files, {**model_module.INPUTS, **model_module.LABEL_INPUTS}, ADAPT_SAMPLE_SIZE)
         preprocessing = model_module.build_preprocessing(sample)
-    task, classes = task_of(model_module), tuple(model_module.CLASSES)
-    labels = {split: task.summarize_labels(read_labels(files, model_module, task, split), classes)
-              for split, files in (("train", job.train_files), ("eval", job.eval_files))}
     settings = dataclasses.replace(
         settings, steps_per_execution=supported_steps_per_execution(settings.steps_per_execution, replicas))
     multi_worker = strategy_choice.value == "multi_worker_mirrored"
@@ -319,9 +321,6 @@ def set_up(job: TrainingJob) -> TrainingSetup:
     if settings.validation_share and not 0 < held_out < labels["train"].examples:
         raise ValueError(f"train.validation_share {settings.validation_share:g} holds out {held_out} of the "
                          f"{labels['train'].examples} training records: too few to validate on, or to train on")
-    if settings.folds > 1 and labels["train"].examples < 2 * settings.folds:
-        raise ValueError(f"train.folds {settings.folds}: {labels['train'].examples} training records are too few "
-                         "to deal into folds")
     examples = {"train": labels["train"].examples - held_out, "validation": held_out, "eval": labels["eval"].examples,
                 "folds": labels["train"].examples}
     validating = held_out or (examples["folds"] if settings.folds > 1 else 0)
@@ -329,9 +328,22 @@ def set_up(job: TrainingJob) -> TrainingSetup:
                           training_plan(examples["train"], settings, replicas),
                           PreprocessedCache(memory_budget_bytes(settings.cache_max_mb), job.scratch_dir),
                           multi_worker, validation_examples=validating, sample=sample, plan_examples=examples,
-                          variant=variant or next(iter(getattr(model_module, "CANDIDATES", ())), ""))
+                          variant=variant or next(iter(getattr(model_module, "CANDIDATES", ())), ""),
+                          folds_note=folds_note)
     place_input_cache(job, setup)
     return setup
+
+
+def one_model_when_few(settings: TrainConfig, training_records: int) -> tuple[TrainConfig, str]:
+    """Input: the train settings and the training split's records. Output: the settings, with train.folds off
+    when the split is too small to deal into them (fewer than FOLDS_MIN_RECORDS, or two per fold), and a note
+    saying so ("" when the folds apply)."""
+    if settings.folds <= 1 or training_records >= max(FOLDS_MIN_RECORDS, 2 * settings.folds):
+        return settings, ""
+    note = (f"train.folds {settings.folds} not applied: the training split holds {training_records} record(s), "
+            f"fewer than {max(FOLDS_MIN_RECORDS, 2 * settings.folds)}: one model trained on all of them")
+    logging.warning(note)
+    return dataclasses.replace(settings, folds=0), note
 
 
 def place_input_cache(job: TrainingJob, setup: TrainingSetup) -> None:
@@ -486,7 +498,7 @@ def report_and_export(job: TrainingJob, setup: TrainingSetup, fitted: FitResult,
         candidate=setup.variant,
         candidates=search.to_json() if search else [], search_note=(search.note if search else search_note),
         intervals_before_budget=setup.intervals_before_budget,
-        stopped_at_budget=bool(fitted.budget and fitted.budget.stopped))
+        stopped_at_budget=bool(fitted.budget and fitted.budget.stopped), folds_note=setup.folds_note)
     logging.info("Trained %s: %.0f examples/s, input wait %.1f%%, %s, final %s", report.model,
                  report.examples_per_second, 100 * (report.input_wait_fraction or 0), report.schedule_line(),
                  report.final_metrics)

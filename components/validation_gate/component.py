@@ -2,14 +2,15 @@
 
 Consumes: `anomalies` (ExampleValidator's output, one SchemaDiff.pb per split), `statistics` (this run's
 ExampleStatistics), `schema` (the curated schema with its drift comparators), `examples` (only for its span
-and fingerprint properties), and optionally `previous_report`: the last ValidationReport that passed, whose
-copy of its span's statistics is the drift reference.
+and fingerprint properties), and optionally `previous_report`: the last ValidationReport that passed and whose
+data a blessed model was then trained on (before any model was blessed: any model; pipeline/dag/resolvers.py),
+whose copy of its span's statistics is the drift reference.
 Produces: `report` (ValidationReport) holding validation_report.json and a copy of this span's statistics
 (`statistics/Split-*/FeatureStats.pb`); custom properties `blocking`, `span`, `spans`, `input_fingerprint`.
 Fails the run (so nothing downstream, training included, runs) when any anomaly has ERROR severity (but a
 column the schema does not know: the model leaves it out, and the report lists it under `new_columns`) or
-any feature drifted past its comparator's threshold; the failed run publishes no report, so the next run still
-compares against the last accepted span.
+any feature drifted past its comparator's threshold (the error says how many records each side holds); the
+failed run publishes no report, so the next run still compares against the data the served model learned from.
 """
 from tfx import types
 from tfx.dsl.components.base import base_component, executor_spec

@@ -50,6 +50,40 @@ def describe_drift(split: str, feature: str, measured: dict, previous_span: int 
             f"{{ {field} {{ threshold: {accepting:.2f} }} }} }})")
 
 
+# A span of fewer records than this, or than this share of the reference's, is named as small beside its drift
+FEW_RECORDS, FEW_RECORDS_SHARE = 100, 0.1
+
+
+def records_of(statistics: statistics_pb2.DatasetFeatureStatisticsList) -> int:
+    """The records one split's statistics were computed over."""
+    return int(sum(dataset.num_examples for dataset in statistics.datasets))
+
+
+def describe_sizes(span: int | None, drift_report: dict) -> str:
+    """The line that says how many records drift was measured on: this span's and the reference's, per split
+    ("" when the report does not hold them); for a span of few records (FEW_RECORDS, or FEW_RECORDS_SHARE of the
+    reference's), that so few say little, and what to do."""
+    records, previous = drift_report.get("records") or {}, drift_report.get("previous_records") or {}
+    if not records:
+        return ""
+    this = f"span {span}" if span is not None else "this span"
+    against = drift_report.get("previous_span")
+    reference_span = f"span {against}'s" if against is not None else "the reference span's"
+    line = f"{this} holds {_split_counts(records)}, against {reference_span} {_split_counts(previous)}"
+    total, reference = sum(records.values()), sum(previous.values())
+    if total < FEW_RECORDS or total < FEW_RECORDS_SHARE * reference:
+        line += (f": drift over {total:,} record(s) says little. Is the span complete? Prepare it again from the whole "
+                 "table, or add its rows to the next span; accepting it trains a model on them")
+    return line
+
+
+def _split_counts(records: dict[str, int]) -> str:
+    """"1,203 records (train 802, eval 401)"."""
+    return (f"{sum(records.values()):,} record(s) ("
+            + ", ".join(f"{split} {count:,}" for split, count in records.items()) + ")")
+
+
 ACCEPT_ADVICE = ("a change that is real is accepted by raising the feature's drift_comparator threshold in the curated "
                  "schema (the config's schema_path) as shown, then running again (python -m pipeline run --config "
-                 "...); until a span is accepted, each new span is compared with the last one accepted")
+                 "...); each new span is compared with the data of the last blessed model, so a span whose model no "
+                 "gate blessed never becomes the reference")

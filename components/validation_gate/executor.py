@@ -23,7 +23,7 @@ class BlockingAnomaliesError(RuntimeError):
 
 
 class Executor(base_executor.BaseExecutor):
-    """Do(): reads each split's anomalies, measures drift against the previous accepted span, writes
+    """Do(): reads each split's anomalies, measures drift against the data the served model was trained on, writes
     validation_report.json, raises if anything blocks."""
 
     def Do(self, input_dict: dict[str, list[types.Artifact]], output_dict: dict[str, list[types.Artifact]],
@@ -91,6 +91,8 @@ def describe(report: dict) -> str:
     drifted = [drift.describe_drift(split, feature, measured, drift_report.get("previous_span"))
                for split, features in drift_report["splits"].items()
                for feature, measured in drift.drifted(features)]
+    if drifted and (sizes := drift.describe_sizes(report.get("span"), drift_report)):
+        drifted.append(f"  {sizes}")
     lines += drifted + ([f"  {drift.ACCEPT_ADVICE}"] if drifted else [])
     if report.get("new_columns"):
         lines.append(f"  not blocking: new column(s) {', '.join(report['new_columns'])}, not in the schema: the model "
@@ -100,17 +102,21 @@ def describe(report: dict) -> str:
 
 
 def _drift_against(previous: types.Artifact, statistics: types.Artifact, schema) -> dict:
-    """Drift of each split of `statistics` from the same split of the previous accepted span."""
+    """Drift of each split of `statistics` from the same split of the reference span, and the records
+    of each split on both sides (`records`, `previous_records`)."""
     result = {"previous_span": previous.get_int_custom_property(contract.SPAN_PROPERTY),
-              "previous_spans": previous.get_string_custom_property(contract.SPANS_PROPERTY), "splits": {}}
+              "previous_spans": previous.get_string_custom_property(contract.SPANS_PROPERTY), "splits": {},
+              "records": {}, "previous_records": {}}
     for split in artifact_utils.decode_split_names(statistics.split_names):
         previous_path = os.path.join(previous.uri, contract.STATISTICS_COPY_DIR, f"Split-{split}",
                                      contract.STATISTICS_FILE)
         if not tf.io.gfile.exists(previous_path):
             continue
-        result["splits"][split] = drift.measure_drift(
-            tfdv.load_stats_binary(os.path.join(statistics.uri, f"Split-{split}", contract.STATISTICS_FILE)),
-            tfdv.load_stats_binary(previous_path), schema)
+        current = tfdv.load_stats_binary(os.path.join(statistics.uri, f"Split-{split}", contract.STATISTICS_FILE))
+        reference = tfdv.load_stats_binary(previous_path)
+        result["splits"][split] = drift.measure_drift(current, reference, schema)
+        result["records"][split] = drift.records_of(current)
+        result["previous_records"][split] = drift.records_of(reference)
     return result
 
 

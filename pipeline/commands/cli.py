@@ -291,6 +291,12 @@ def run_compile(args) -> int:
     config = load_checked_config(args, data_root=args.data, serving_dir=args.serving_dir)
     if config is None:
         return 2
+    from pipeline.config import ConfigError, check_kubeflow_name
+    try:
+        check_kubeflow_name(config)
+    except ConfigError as error:
+        print(f"config error: {error}", file=sys.stderr)
+        return 2
     from pipeline.dag.kubeflow_runner import CompileError, compile_job
     try:
         compiled = compile_job(config, image=args.image, pipeline_root=args.pipeline_root, output_file=args.output,

@@ -2,7 +2,9 @@
 
 TensorFlow 2.16's XLA logs INFO and WARNING lines in Abseil's format ("I0000 00:00:1795322458.188568    8328
 service.cc:145] ...") through a private copy of Abseil that TF_CPP_MIN_LOG_LEVEL does not reach and no
-environment variable configures. `drop_native_info_lines()` routes file descriptor 2 through a child
+environment variable configures; and importing TensorFlow logs, as errors, three timestamped lines "Unable to
+register cuFFT (cuDNN, cuBLAS) factory", noise on any machine, which a TF_CPP_MIN_LOG_LEVEL of 2 or less that the
+caller exported lets through. `drop_native_info_lines()` routes file descriptor 2 through a child
 process running this file as a script, which writes every line but those; Python's own stderr, native
 errors and fatal messages reach the terminal unchanged and in order, even what a crashing process wrote
 last. Run as a script, this module imports only the standard library (the child starts isolated).
@@ -13,7 +15,12 @@ import re
 import sys
 
 NATIVE_INFO_LINE = re.compile(r"^(?:[IW]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^ \]]+:\d+\] |"
-                              r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR)")
+                              r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to "
+                              r"STDERR|"
+                              # TensorFlow's import, whatever TF_CPP_MIN_LOG_LEVEL below 3 the caller exported:
+                              # its CUDA plugins registered twice, on a machine with or without a GPU
+                              r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: E \S+\] Unable to register "
+                              r"cu(?:FFT|DNN|BLAS) factory: )")
 
 
 def copy_lines(source, target, pattern: re.Pattern) -> None:

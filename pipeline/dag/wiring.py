@@ -1,7 +1,7 @@
 """create_pipeline(config) -> tfx Pipeline: wiring only, shared by the local and Kubeflow runners.
 
 TFRecordIngest (latest span, or the last N) -> StatisticsGen -> ImportSchemaGen (curated schema) -> ExampleValidator
-  -> ValidationGate (blocking anomalies; drift from the last accepted span's statistics)
+  -> ValidationGate (blocking anomalies; drift from the statistics of the data the served model was trained on)
   -> Trainer (automatic strategy, precision, XLA)  +  Fp32BaselineTrainer (same model, float32, no XLA),
      both warm-started from the latest blessed model; the baseline reads the candidate's training report and
      trains only when the candidate's numerics differ (mixed precision or XLA), unless it is known ahead
@@ -47,7 +47,7 @@ from components.validation_gate.component import ValidationGate
 from pipeline.runs.code_fingerprint import code_fingerprint
 from components.settings import StepSettings
 from pipeline.config import PipelineConfig, prediction_target
-from pipeline.dag.resolvers import LatestBlessedModelFromOtherData, LatestFromOtherData
+from pipeline.dag.resolvers import LatestBlessedModelFromOtherData, LatestOfBlessedData
 
 TRAINER_PACKAGE = "components.trainer"
 
@@ -119,7 +119,7 @@ def create_pipeline(config: PipelineConfig, pipeline_root: str | None = None,
 
 def data_nodes(config: PipelineConfig, data_fingerprint: str) -> DataNodes:
     """TFRecordIngest -> StatisticsGen -> ImportSchemaGen -> ExampleValidator -> ValidationGate (blocking
-    anomalies; drift from the last accepted span's statistics)."""
+    anomalies; drift from the statistics of the data the served model was trained on)."""
     ingest = TFRecordIngest(input_base=config.data_root, eval_fraction=config.ingest.eval_fraction,
                             span_window=config.ingest.span_window, input_fingerprint=data_fingerprint)
     examples = ingest.outputs[contract.EXAMPLES]
@@ -185,7 +185,7 @@ def _resolver(node_id: str, data_fingerprint: str, blessed_model: bool = False, 
     model and its blessing) not made from this run's data when its fingerprint is known (local runs; see
     pipeline/dag/resolvers.py), else TFX's stock strategy (the only kind Kubeflow Pipelines v2 runs)."""
     if data_fingerprint:
-        strategy = LatestBlessedModelFromOtherData if blessed_model else LatestFromOtherData
+        strategy = LatestBlessedModelFromOtherData if blessed_model else LatestOfBlessedData
         return Resolver(strategy_class=strategy, config={contract.INPUT_FINGERPRINT: data_fingerprint},
                         **channels).with_id(node_id)
     strategy = (LatestBlessedModelStrategy if blessed_model

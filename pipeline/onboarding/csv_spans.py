@@ -1,7 +1,8 @@
 """A user's CSV file written as one span of TFRecord tf.Examples (`python -m pipeline prepare-data --csv`).
 
 Reading: pyarrow's CSV reader (installed with TFX) parses the file in blocks of BLOCK_BYTES, streaming:
-quoting, doubled quotes, delimiters and line breaks inside quoted cells, a UTF-8 byte-order mark. Every cell
+quoting, doubled quotes, delimiters and line breaks inside quoted cells, a UTF-8 byte-order mark; a gzip-compressed
+file (`.csv.gz`) and UTF-16 text (Excel's "Unicode text") are read as their UTF-8 text would be (CsvSource). Every cell
 is read as text and our rules, applied to whole blocks with pyarrow's compute functions, decide what it is
 (a wide file's blocks are joined up to JOINED_ROWS rows first: the rules' work is per column per block).
 Two passes over the file: the first decides each column's type, the second writes. Memory holds a block at a
@@ -22,8 +23,12 @@ column's own name (any text a header holds). The rules:
 - a number column may carry one unit, the same in every cell: a percent sign (`12%` is 12) or a currency
   symbol (`$1,234.50` is 1234.5; thousands separators allowed); with `decimal=","` numbers are written
   `4,5` and `1.466,14` (a European spreadsheet); `--dates` reads integer columns as Unix seconds (dates);
+- a few unreadable cells (`unknown`, `—` among numbers, `2023-02-30`, `soon` among dates of one form), at most
+  UNREADABLE_SHARE of a column's present cells, leave it a number or date column: they are written as missing
+  values, and the summary and the span's note (SPAN_NOTE_FILE `unread`) name how many, with examples;
 - else string (UTF-8 bytes). Notes name the text columns that look like numbers with a decimal comma, dates
-  of several forms, or integers that look like Unix seconds, with the option that reads them.
+  of several forms, numbers or dates but for too many unreadable cells, or integers that look like Unix
+  seconds, with the option that reads them.
 A column empty in every row is written as no feature and recorded as empty: a later span may fill it.
 Rows whose every cell is empty (a spreadsheet's trailing `,,,`) are skipped and counted; rows with a missing
 cell in a `required` column (and, once `init` chose it, the label) are left out and counted.
@@ -31,11 +36,13 @@ cell in a `required` column (and, once `init` chose it, the label) are left out 
 Later spans keep the types the first one fixed: the first span's columns and types are kept in COLUMNS_FILE
 in the data root, and a later span is written with them (a float column whose new cells are all whole numbers
 stays float), or with the types of a curated schema (`--schema`). A cell that does not fit its column's type
-is an error naming the file, line, column and cell; a later span that lacks a column of the first span
+(a fraction in an integer column) is an error naming the file, line, column and cell, and so are unreadable
+cells beyond UNREADABLE_SHARE of a column; a later span that lacks a column of the first span
 (removed or renamed) is an error naming the missing and the new columns. Re-preparing the span that fixed
 the types, when it is the only span, infers them again.
 
-Bad input raises CsvError naming the file and line or column (not UTF-8, no header, an empty or repeated
+Bad input raises CsvError naming the file and line or column (not UTF-8 or UTF-16 text, a ZIP archive such as
+an Excel workbook, a cell holding a NUL character, no header, an empty or repeated
 column name, a row with too many or too few cells, no data rows, a cell that does not fit a fixed type), and
 nothing is written: the span is written into a hidden folder beside it (`.span-N.partial`, never read as a
 span) and renamed into place only when every row was read and every file closed; on any failure (a full disk
@@ -46,13 +53,16 @@ from __future__ import annotations
 import csv
 import dataclasses
 import gzip
+import io
 import json
 import os
 import re
 import struct
+import typing
 
 import numpy as np
 
+from components.core.contract import DATE_RANGE, DATE_RANGE_TEXT
 from components.core.path_operations import file_system
 from components.core.missing_values import MISSING_TOKENS
 
@@ -70,6 +80,11 @@ EMPTY = "empty"  # the kind a summary shows for a column with no value in any ro
 UNITS = ("%", "$", "€", "£", "¥", "₹")  # a number column may carry one of these in every cell
 UNIX_SECONDS = "unix"  # the date form of an integer column declared a date (--dates): seconds since 1970-01-01 UTC
 PLAUSIBLE_SECONDS = (631_152_000, 2_208_988_800)  # 1990-01-01 to 2040-01-01: integers that may be Unix seconds
+# A column of numbers or dates may hold a few cells its type does not read (`unknown`, `—`, `2023-02-30`): at most
+# this share of its present cells, which are then written as missing values and named in a note; more, and the
+# column stays text
+UNREADABLE_SHARE = 0.02
+EXAMPLES = 3  # the unread cells a note quotes
 
 _INT = r"^[+-]?(0|[1-9][0-9]*)$"
 _CODE = r"^[+-]?0[0-9]+$"  # a leading zero: a code (zip code, account), kept as text
@@ -86,6 +101,7 @@ DATE_FORMS = {  # name -> regular expression with named parts; day-first and mon
     "dmy": r"^(?P<d>[0-9]{1,2})[/.-](?P<m>[0-9]{1,2})[/.-](?P<y>[0-9]{4})" + _TIME + "$",
     "mdy": r"^(?P<m>[0-9]{1,2})[/.-](?P<d>[0-9]{1,2})[/.-](?P<y>[0-9]{4})" + _TIME + "$",
 }
+_DATE_SHAPE = r"^[0-9]{1,4}[/.-][0-9]{1,2}[/.-][0-9]{1,4}"  # what a cell of every DATE_FORMS form starts with
 DATE_FORM_NAMES = {"iso": "ISO 8601", "ymd": "YYYY/MM/DD", "dmy": "day first (DD/MM/YYYY)",
                    "mdy": "month first (MM/DD/YYYY)", UNIX_SECONDS: "Unix seconds"}
 
@@ -142,16 +158,90 @@ class CsvSummary:
 
 # ----------------------------------------------------------------------------------------- reading blocks
 
+@dataclasses.dataclass(frozen=True)
+class CsvSource:
+    """How a CSV file's bytes hold its text: gzip-compressed or not (`.csv.gz`), and the text's encoding
+    (UTF-8, with or without a byte-order mark; UTF-16, as Excel's "Unicode text" saves it)."""
+    path: str
+    gzip: bool = False
+    encoding: str = "utf-8-sig"
+
+    @classmethod
+    def of(cls, path: str) -> "CsvSource":
+        """Input: a file. Output: how to read it. Raises CsvError naming the file when it is a ZIP archive (an
+        Excel workbook is one) or another compression than gzip."""
+        with open(path, "rb") as handle:
+            head = handle.read(4)
+        compressed = head[:2] == b"\x1f\x8b"
+        if compressed:
+            with gzip.open(path, "rb") as handle:
+                try:
+                    head = handle.read(SNIFF_BYTES)
+                except (OSError, EOFError) as error:
+                    raise CsvError(f"{path}: gzip-compressed, but cannot be decompressed ({error})") from None
+        else:
+            with open(path, "rb") as handle:
+                head = handle.read(SNIFF_BYTES)
+        for magic, what in ((b"PK\x03\x04", "a ZIP archive (an Excel .xlsx workbook is one)"),
+                            (b"BZh", "bzip2-compressed"), (b"\xfd7zXZ", "xz-compressed"),
+                            (b"\x28\xb5\x2f\xfd", "zstd-compressed")):
+            if head.startswith(magic):
+                raise CsvError(f"{path}: {what}, not CSV text; save it as CSV (UTF-8), or compress it with gzip")
+        return cls(path, compressed, _encoding_of(head))
+
+    def binary(self):
+        """The file's bytes, decompressed, as a binary file object."""
+        return gzip.open(self.path, "rb") if self.gzip else open(self.path, "rb")
+
+    def text(self):
+        """The file's text, as a text file object for Python's csv module (undecodable bytes replaced)."""
+        return io.TextIOWrapper(self.binary(), encoding=self.encoding, errors="replace", newline="")
+
+    def arrow(self):
+        """The file's bytes, decompressed, as a pyarrow input stream (read, not memory-mapped: a mapped file's
+        pages would count in the process's memory)."""
+        import pyarrow as pa
+
+        raw = pa.OSFile(self.path)
+        return pa.CompressedInputStream(raw, "gzip") if self.gzip else raw
+
+    @property
+    def described(self) -> str:
+        """"gzip-compressed UTF-16 text", "UTF-8 text"..."""
+        encoding = "UTF-8" if self.encoding.startswith("utf-8") else self.encoding.upper()
+        return ("gzip-compressed " if self.gzip else "") + f"{encoding} text"
+
+
+def _encoding_of(head: bytes) -> str:
+    """The text encoding of a file from its first bytes: UTF-16 or UTF-32 by their byte-order mark, UTF-16 without
+    one when every other byte of mostly ASCII text is zero, else UTF-8 (a byte-order mark skipped)."""
+    if head.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
+        return "utf-32"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "utf-16"
+    sample = head[:4096 - 4096 % 2]
+    if len(sample) >= 4:
+        even, odd = sample[0::2], sample[1::2]
+        if odd.count(0) > 0.9 * len(odd) and even.count(0) < 0.1 * len(even):
+            return "utf-16-le"
+        if even.count(0) > 0.9 * len(even) and odd.count(0) < 0.1 * len(odd):
+            return "utf-16-be"
+    return "utf-8-sig"
+
+
 def detect_delimiter(path: str) -> str:
     """The delimiter of a CSV file: the one of DELIMITERS csv.Sniffer finds in its first 64 KiB, else ','."""
-    with open(path, "rb") as handle:
+    source = CsvSource.of(path)
+    with source.binary() as handle:
         sample = handle.read(SNIFF_BYTES)
     try:
-        text = sample.decode("utf-8-sig")
+        text = sample.decode(source.encoding)
     except UnicodeDecodeError as error:
         if error.start < len(sample) - 4:  # not a character cut off at the end of the sample
-            raise CsvError(f"{path}: not UTF-8 text (byte {error.start}: {error.reason}); save it as UTF-8") from None
-        text = sample[:error.start].decode("utf-8-sig")
+            raise CsvError(f"{path}: not {source.described} (byte {error.start}: {error.reason}); save it as UTF-8"
+                           + (" (UTF-16 and gzip-compressed files are read too)" if source.encoding == "utf-8-sig"
+                              else "")) from None
+        text = sample[:error.start].decode(source.encoding)
     try:
         return csv.Sniffer().sniff(text, delimiters=DELIMITERS).delimiter
     except csv.Error:
@@ -162,7 +252,7 @@ def read_header(path: str, delimiter: str) -> list[str]:
     """The header's cells as written. Raises CsvError naming line 1 when the file is empty, a name is empty
     or two names cannot be told apart (the same once surrounding spaces are dropped), or the first row looks
     like data."""
-    with open(path, newline="", encoding="utf-8-sig", errors="replace") as handle:
+    with CsvSource.of(path).text() as handle:
         try:
             header = next(csv.reader(handle, delimiter=delimiter), None)
         except csv.Error as error:
@@ -201,10 +291,12 @@ def _blocks(path: str, delimiter: str, header: list[str]):
         bad_rows.append(row)
         return "error"
 
+    source = CsvSource.of(path)
     try:
         reader = pa_csv.open_csv(
-            pa.OSFile(path),  # read, not memory-mapped: a mapped file's pages would count in the process's memory
-            read_options=pa_csv.ReadOptions(block_size=BLOCK_BYTES, encoding="utf8"),
+            source.arrow(),
+            read_options=pa_csv.ReadOptions(block_size=BLOCK_BYTES, encoding=(
+                "utf8" if source.encoding == "utf-8-sig" else source.encoding)),
             parse_options=pa_csv.ParseOptions(delimiter=delimiter, newlines_in_values=True, ignore_empty_lines=True,
                                               invalid_row_handler=on_invalid_row),
             convert_options=pa_csv.ConvertOptions(column_types={name: pa.string() for name in header},
@@ -228,6 +320,9 @@ def _blocks(path: str, delimiter: str, header: list[str]):
                 waiting, waiting_rows, waiting_bytes = [], 0, 0
         if waiting:
             yield _joined(waiting, names)
+    except UnicodeDecodeError as error:  # pyarrow decodes a text other than UTF-8 with Python's codec
+        raise CsvError(f"{path}: not {source.described} (byte {error.start}: {error.reason}); save it as "
+                       "UTF-8") from None
     except pa.ArrowInvalid as error:
         if bad_rows:
             row = bad_rows[0]
@@ -235,7 +330,7 @@ def _blocks(path: str, delimiter: str, header: list[str]):
             raise CsvError(f"{path}: line {line}: {row.actual_columns} cells where the header names "
                            f"{row.expected_columns} columns") from None
         if "UTF8" in str(error) or "UTF-8" in str(error):
-            raise CsvError(f"{path}: not UTF-8 text ({_first_line(error)}); save it as UTF-8") from None
+            raise CsvError(f"{path}: not {source.described} ({_first_line(error)}); save it as UTF-8") from None
         raise CsvError(f"{path}: {_first_line(error)}") from None
 
 
@@ -261,12 +356,10 @@ def _line_of(path: str, delimiter: str, row_text: str | None = None, row_index: 
     the row whose raw text is `row_text` (as pyarrow reports a bad row: quotes, delimiters and line breaks of
     quoted cells included, so it is compared cell by cell), or the `row_index`-th data row (0-based, empty rows
     skipped)."""
-    import io
-
     wanted = None
     if row_text is not None:
         wanted = next(csv.reader(io.StringIO(row_text.rstrip("\r\n"), newline=""), delimiter=delimiter), [])
-    with open(path, newline="", encoding="utf-8-sig", errors="replace") as handle:
+    with CsvSource.of(path).text() as handle:
         reader = csv.reader(handle, delimiter=delimiter)
         next(reader, None)
         index, start = 0, reader.line_num + 1
@@ -284,11 +377,43 @@ def _line_of(path: str, delimiter: str, row_text: str | None = None, row_index: 
 # ----------------------------------------------------------------------------------------- cell rules
 
 @dataclasses.dataclass
+class Unreadable:
+    """Present cells of a column that its type does not read: how many, how many it does read, a few of them."""
+    cells: int = 0
+    readable: int = 0
+    examples: list = dataclasses.field(default_factory=list)  # up to EXAMPLES distinct cells, in file order
+    over: bool = False  # more than the file could ever hold few of: later blocks are not counted
+    partial: bool = False  # ...and some were not: `cells` is a lower bound
+    first_row: int = -1  # the data row (0-based, empty rows skipped) of the first, when the writing pass counts
+
+    def add(self, cells, unread: np.ndarray) -> None:
+        """Input: a block's present cells and which of them are not read."""
+        count = int(unread.sum())
+        self.cells += count
+        self.readable += len(unread) - count
+        if count and len(self.examples) < EXAMPLES:
+            for position in np.flatnonzero(unread)[:8 * EXAMPLES]:
+                cell = cells[int(position)].as_py()
+                if cell not in self.examples and len(self.examples) < EXAMPLES:
+                    self.examples.append(cell)
+
+    def few(self, present: int) -> bool:
+        """At most UNREADABLE_SHARE of `present` cells, so that the column keeps its type."""
+        return self.cells <= UNREADABLE_SHARE * present
+
+    def described(self) -> str:
+        """"at least 40 of its cells ('n.a.', 'soon', ...)": how many, and the examples."""
+        more = ", ..." if self.cells > len(self.examples) else ""
+        examples = ", ".join(repr(cell) for cell in self.examples) + more
+        return f"{'at least ' if self.partial else ''}{self.cells:,} of its cells ({examples})"
+
+
+@dataclasses.dataclass
 class ColumnState:
     """What the first pass has seen of one column."""
-    kind: str = "int"  # int -> float -> string, widened as cells require
+    kind: str = "int"  # int -> float -> string, widened as the readable cells require
     present: int = 0
-    date_forms: tuple[str, ...] = tuple(DATE_FORMS)  # the date forms every present cell so far fits
+    date_forms: tuple[str, ...] = tuple(DATE_FORMS)  # the date forms every readable date so far fits
     code_example: str = ""  # a cell with a leading zero, which made the column text
     unit: str = ""  # the unit (UNITS) the column's numbers carry, "" for none
     comma_numbers: bool = True  # every present cell a number only a decimal comma reads, or an integer
@@ -296,6 +421,10 @@ class ColumnState:
     dated: bool = True  # every present cell a date of some DATE_FORMS form (not necessarily one form)
     forms_seen: set = dataclasses.field(default_factory=set)  # the DATE_FORMS forms some cell has
     int_range: tuple[int, int] | None = None  # least and greatest value of an integer column
+    # present cells no number reads (nor a code: a leading zero makes the column text), and cells that are a date
+    # of none of date_forms: a column is read as numbers (dates) with them missing while they are few
+    unreadable: Unreadable = dataclasses.field(default_factory=Unreadable)
+    undated: Unreadable = dataclasses.field(default_factory=Unreadable)
 
 
 def _missing_mask(cells, tokens: tuple[str, ...]):
@@ -408,66 +537,112 @@ def _days_in_month(year: np.ndarray, month: np.ndarray) -> np.ndarray:
     return lengths[month] + ((month == 2) & leap)
 
 
-def _note_block(state: ColumnState, cells, delimiter: str, date_format: str | None, decimal: str = ".") -> None:
-    """Widens a column's kind and narrows its date forms and unit by one block of its present cells."""
+def _note_block(state: ColumnState, cells, delimiter: str, date_format: str | None, decimal: str = ".",
+                limit: float = float("inf")) -> None:
+    """Widens a column's kind and narrows its date forms and unit by one block of its present cells. Cells no
+    number (date) reads are counted, not widened on; `limit`: the most such cells the column may have and still
+    be read as numbers (dates), UNREADABLE_SHARE of the file's lines: past it, they are no longer counted."""
     import pyarrow.compute as pc
 
     if not len(cells):
         return
     state.present += len(cells)
-    if date_format is not None:
-        state.date_forms = (date_format,) if parse_dates(cells, date_format)[1].all() else ()
-    else:
-        fits = {form: parse_dates(cells, form)[1] for form in state.date_forms}
-        state.date_forms = tuple(form for form in state.date_forms if fits[form].all())
-        if state.dated:  # which forms the cells have at all (a match of the form's shape is enough here)
-            fits.update({form: pc.match_substring_regex(cells, DATE_FORMS[form]).to_numpy(zero_copy_only=False)
-                         for form in DATE_FORMS if form not in fits})
-            state.forms_seen |= {form for form, valid in fits.items() if valid.any()}
-            state.dated = bool(np.logical_or.reduce(list(fits.values())).all())
-    if state.kind != "string":
-        _note_numbers(state, cells, delimiter, decimal)
-    if state.kind == "string" and decimal == "." and state.comma_numbers:  # text: numbers with a decimal comma?
-        comma = pc.match_substring_regex(cells, _COMMA_NUMBER)
+    _note_dates(state, cells, date_format)
+    state.undated.over |= state.undated.cells > limit
+    unread = False
+    state.unreadable.partial |= state.unreadable.over
+    if state.kind != "string" and not state.unreadable.over:
+        unread = _note_numbers(state, cells, delimiter, decimal)
+        state.unreadable.over |= state.unreadable.cells > limit
+    if decimal == "." and state.comma_numbers and (state.kind != "int" or unread or state.unreadable.over):
+        comma = pc.match_substring_regex(cells, _COMMA_NUMBER)  # text: numbers with a decimal comma?
         state.comma_numbers = pc.all(pc.or_(comma, pc.match_substring_regex(cells, _INT))).as_py()
         state.comma_seen |= pc.any(comma).as_py()
 
 
-def _note_numbers(state: ColumnState, cells, delimiter: str, decimal: str) -> None:
-    """Widens a column that is a number so far (int, then float, else string) by one block of present cells;
-    notes its unit and an integer column's range. A column that turns to text was all integers before (or
-    decimal numbers, which no decimal comma reads): what infer_types' decimal-comma note starts from."""
+def _note_dates(state: ColumnState, cells, date_format: str | None) -> None:
+    """Narrows a column's date forms to those every readable date of the block fits (a cell no form reads is
+    counted in `undated`), and notes which forms the cells have at all."""
     import pyarrow.compute as pc
 
-    was = state.kind
+    counting = bool(state.date_forms) and not state.undated.over
+    state.undated.partial |= state.undated.over
+    if date_format is not None:
+        if counting:
+            state.date_forms = (date_format,)
+            state.undated.add(cells, ~parse_dates(cells, date_format)[1])
+        return
+    if not counting and not state.dated:
+        return
+    if not pc.any(pc.match_substring_regex(cells, _DATE_SHAPE)).as_py():  # a block without a date
+        state.dated = False
+        if counting:
+            state.undated.add(cells, np.ones(len(cells), bool))
+        return
+    fits = {form: parse_dates(cells, form)[1] for form in state.date_forms} if counting else {}
+    if fits:
+        readable = np.logical_or.reduce(list(fits.values()))
+        state.date_forms = tuple(form for form in state.date_forms if fits[form][readable].all())
+        state.undated.add(cells, ~readable)
+    if state.dated:  # which forms the cells have at all (a match of the form's shape is enough here)
+        fits.update({form: pc.match_substring_regex(cells, DATE_FORMS[form]).to_numpy(zero_copy_only=False)
+                     for form in DATE_FORMS if form not in fits})
+        state.forms_seen |= {form for form, valid in fits.items() if valid.any()}
+        state.dated = bool(np.logical_or.reduce(list(fits.values())).all())
+
+
+def _note_numbers(state: ColumnState, cells, delimiter: str, decimal: str) -> bool:
+    """Widens a column that is a number so far (int, then float, else string) by one block of present cells,
+    counting the cells no number reads (`unreadable`) apart; notes its unit and an integer column's range. A
+    cell with a leading zero (a code), two units or an integer beyond int64 make the column text. Output: whether
+    the block held a cell no number reads."""
+    import pyarrow.compute as pc
+
     unit = _unit_of(cells)
     if unit is None or (unit and state.unit and unit != state.unit):
-        state.kind, state.comma_numbers = "string", was == "int"
-        return
+        state.kind = "string"
+        return False
     state.unit = state.unit or unit
     plain, is_int, is_number = _number_text(cells, delimiter, decimal, state.unit)
-    if not pc.all(is_number).as_py():
+    unread = not pc.all(is_number).as_py()
+    if unread:
         codes = pc.filter(cells, pc.match_substring_regex(cells, _CODE))
-        state.code_example = state.code_example or (codes[0].as_py() if len(codes) else "")
-        state.kind, state.comma_numbers = "string", was == "int"
-    elif state.kind == "int" and not pc.all(is_int).as_py():
+        if len(codes):
+            state.code_example = state.code_example or codes[0].as_py()
+            state.kind = "string"
+            return True
+        state.unreadable.add(cells, ~is_number.to_numpy(zero_copy_only=False))
+        if not pc.any(is_number).as_py():
+            return True
+        plain, is_int = pc.filter(plain, is_number), pc.filter(is_int, is_number)
+    else:
+        state.unreadable.readable += len(cells)
+    if state.kind == "int" and not pc.all(is_int).as_py():
         state.kind = "float"
     elif state.kind == "int":
         try:
             values = pc.cast(plain, "int64")
         except Exception:  # noqa: BLE001 - pyarrow's overflow error: an id too long for int64
             state.kind = "string"  # as a float it would lose digits
-            return
+            return unread
         extremes = pc.min_max(values)
         least, greatest = extremes["min"].as_py(), extremes["max"].as_py()
         low, high = state.int_range or (least, greatest)
         state.int_range = (min(low, least), max(high, greatest))
+    return unread
+
+
+def _dates_read(state: ColumnState) -> bool:
+    """Whether the column's present cells are dates of its date forms, but for at most UNREADABLE_SHARE of them."""
+    return bool(state.present and state.undated.readable and not state.undated.over
+                and state.undated.few(state.present))
 
 
 def _decide(state: ColumnState) -> tuple[str, str]:
-    """(kind, date form) of a column from what the first pass saw; dates win over text. Day-first and
+    """(kind, date form) of a column from what the first pass saw; dates win over text. A column whose cells no
+    number (date) reads are more than UNREADABLE_SHARE of its present cells is text. Day-first and
     month-first both fitting means no cell told which: the column stays text (see infer_types' notes)."""
-    forms = state.date_forms if state.present else ()
+    forms = state.date_forms if _dates_read(state) else ()
     if UNIX_SECONDS in forms:
         return "date", UNIX_SECONDS
     for form in ("iso", "ymd"):
@@ -475,7 +650,19 @@ def _decide(state: ColumnState) -> tuple[str, str]:
             return "date", form
     if len(forms) == 1:
         return "date", forms[0]
-    return ("string" if not state.present and state.kind == "int" else state.kind), ""
+    if not state.present or (state.kind in ("int", "float") and (state.unreadable.over
+                                                                 or not state.unreadable.few(state.present))):
+        return "string", ""
+    return state.kind, ""
+
+
+def _line_bound(path: str) -> int:
+    """At least as many as the file's data rows: the line breaks in its (decompressed) bytes, plus one."""
+    lines = 1
+    with CsvSource.of(path).binary() as handle:
+        while chunk := handle.read(1 << 24):
+            lines += chunk.count(b"\n")
+    return lines
 
 
 # ----------------------------------------------------------------------------------------- the two passes
@@ -521,16 +708,20 @@ def infer_types(path: str, delimiter: str, header: list[str], missing_tokens: tu
 
     columns = [name.strip() for name in header]
     states = {column: ColumnState() for column in columns}
+    rows, limit = 0, UNREADABLE_SHARE * _line_bound(path)
     for block in _blocks(path, delimiter, header):
         for column in columns:
+            _refuse_nul(path, delimiter, column, block[column], rows)
             cells = pc.utf8_trim_whitespace(block[column])
             present = pc.filter(cells, pc.invert(_missing_mask(cells, missing_tokens)))
-            _note_block(states[column], present, delimiter, date_formats.get(column), decimal)
+            _note_block(states[column], present, delimiter, date_formats.get(column), decimal, limit)
+        rows += len(block[columns[0]])
     decided = {column: _decide(state) for column, state in states.items()}
     text = {column: state for column, state in states.items() if decided[column][0] == "string" and state.present}
-    notes = [f"column {column!r} looks like dates, but no cell says whether the day or the month comes first; it "
+    notes = _unread_notes(text)
+    notes += [f"column {column!r} looks like dates, but no cell says whether the day or the month comes first; it "
              f"was kept as text (give --date-format '{column}=%d/%m/%Y' or '{column}=%m/%d/%Y' to read it as dates)"
-             for column, state in text.items() if {"dmy", "mdy"} <= set(state.date_forms)]
+             for column, state in text.items() if {"dmy", "mdy"} <= set(state.date_forms) and _dates_read(state)]
     notes += [f"column {column!r} holds dates of several forms "
               f"({', '.join(DATE_FORM_NAMES[form] for form in DATE_FORMS if form in state.forms_seen)}); it was "
               "kept as text: write every date of the column in one form (2024-01-05, say) to read them as dates"
@@ -556,43 +747,90 @@ def infer_types(path: str, delimiter: str, header: list[str], missing_tokens: tu
                         and states[c].unit}, empty, decimal), notes
 
 
-def _typed(column: str, kind: str, form: str, cells, missing, delimiter: str, decimal: str = ".", unit: str = ""):
-    """One block of a column as a pyarrow list array for the tf.Example encoder: one value per present cell
-    in the column's type (numbers read with the decimal mark and unit given). Output: (values list array, the
-    row of the first cell that does not fit or -1)."""
+def _unread_notes(text: dict[str, ColumnState]) -> list[str]:
+    """Notes on the text columns whose cells are mostly numbers or dates, but more than UNREADABLE_SHARE of them
+    are not (and none has a leading zero): which cells, and how to have the column read."""
+    notes = []
+    share = f"{UNREADABLE_SHARE:.0%}"
+    for column, state in text.items():
+        if len(state.date_forms) == 1 and state.undated.cells and state.undated.readable > state.undated.cells:
+            what, unread = "dates", state.undated
+        elif state.kind != "string" and state.unreadable.readable > state.unreadable.cells:
+            what, unread = "numbers", state.unreadable
+        else:
+            continue
+        notes.append(f"column {column!r} was kept as text: {unread.described()} are not {what}, more than the "
+                     f"{share} of a column that prepare-data reads as missing; correct them, or give --na with those "
+                     f"that mean a missing value, to read the column as {what}")
+    return notes
+
+
+def _refuse_nul(path: str, delimiter: str, column: str, cells, rows_before: int) -> None:
+    """CsvError naming the line and column of the block's first cell that holds a NUL character (no text holds
+    one: the file is binary, or text in an encoding that was not recognized)."""
+    import pyarrow.compute as pc
+
+    held = pc.match_substring(cells, "\x00")
+    if not pc.any(held).as_py():
+        return
+    row = int(np.flatnonzero(held.to_numpy(zero_copy_only=False))[0])
+    line = _line_of(path, delimiter, row_index=rows_before + row)
+    raise CsvError(f"{path}: line {line}: column {column!r} holds a NUL character (byte 0) in "
+                   f"{cells[row].as_py()!r}, which no text holds: a binary file, or text in an encoding other than "
+                   "UTF-8 or UTF-16? Remove it, or save the file as UTF-8 text")
+
+
+class Typed(typing.NamedTuple):
+    """One block of a column in its type: `values` (a pyarrow list array, one value per row: a placeholder where
+    the cell is missing or unread), `bad` (the row of the first cell that does not fit, or -1), `wanted` (what that
+    cell should have been, when not simply the column's type) and `unread` (the present cells no number or date
+    reads, written as missing values while they are few: UNREADABLE_SHARE)."""
+    values: object
+    bad: int
+    wanted: str
+    unread: np.ndarray
+
+
+def _typed(column: str, kind: str, form: str, cells, missing, delimiter: str, decimal: str = ".",
+           unit: str = "") -> Typed:
+    """One block of a column as the tf.Example encoder takes it (Typed), numbers read with the decimal mark and
+    unit given. A number that an integer column cannot hold (7.5), or a date outside DATE_RANGE, does not fit; a
+    cell that is no number (no date of the column's form) at all is unread."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    present = pc.invert(missing)
+    present = ~missing.to_numpy(zero_copy_only=False)
     filled = pc.if_else(missing, _PLACEHOLDER[kind], cells)
+    fits, unread, wanted = np.ones(len(cells), bool), np.zeros(len(cells), bool), ""
     if kind == "string":
         values = pc.cast(filled, pa.binary())
-        bad = -1
     elif kind == "date":
         seconds, valid = parse_dates(filled, form)
-        valid |= ~present.to_numpy(zero_copy_only=False)
-        values, bad = pa.array(seconds, pa.int64()), int(np.argmin(valid)) if not valid.all() else -1
+        unread = present & ~valid
+        fits = ~(valid & present & ((seconds < DATE_RANGE[0]) | (seconds > DATE_RANGE[1])))
+        values = pa.array(np.where(fits & ~unread, seconds, 0), pa.int64())
+        wanted = (f"a date the model reads ({DATE_RANGE_TEXT})"
+                  + (" (Unix seconds, not milliseconds)" if form == UNIX_SECONDS else ""))
     else:
         plain, is_int, is_number = _number_text(filled, delimiter, decimal, unit)
+        number = is_number.to_numpy(zero_copy_only=False)
+        unread = present & ~number
         if kind == "float":
-            fits = is_number.to_numpy(zero_copy_only=False)
-            numbers = pc.cast(pc.if_else(is_number, plain, "0"), pa.float64())
-            values = pc.cast(numbers, pa.float32())
-        else:  # int: an integer, or a number with no fraction (3.0); anything else does not fit
+            values = pc.cast(pc.cast(pc.if_else(is_number, plain, "0"), pa.float64()), pa.float32())
+        else:  # int: an integer, or a number with no fraction (3.0); any other number does not fit
             as_float = pc.cast(pc.if_else(is_number, plain, "0"), pa.float64()).to_numpy(zero_copy_only=False)
-            fits = is_number.to_numpy(zero_copy_only=False) & (np.floor(as_float) == as_float)
+            fits = ~present | ~number | (np.floor(as_float) == as_float)
             whole = pc.if_else(is_int, plain, "0")
             try:
                 values = pc.cast(whole, pa.int64()).to_numpy(zero_copy_only=False)
             except Exception:  # noqa: BLE001 - beyond int64
-                fits = np.zeros(len(cells), bool)
+                fits, unread = ~present, np.zeros(len(cells), bool)
                 values = np.zeros(len(cells), np.int64)
             values = pa.array(np.where(is_int.to_numpy(zero_copy_only=False), values,
                                        as_float.astype(np.int64, copy=False)), pa.int64())
-        fits |= ~present.to_numpy(zero_copy_only=False)
-        bad = int(np.argmin(fits)) if not fits.all() else -1
+    bad = int(np.argmin(fits)) if not fits.all() else -1
     offsets = pa.array(np.arange(len(cells) + 1, dtype=np.int32))
-    return pa.ListArray.from_arrays(offsets, values), bad
+    return Typed(pa.ListArray.from_arrays(offsets, values), bad, wanted if bad >= 0 else "", unread)
 
 
 _PLACEHOLDER = {"int": "0", "float": "0", "string": "", "date": "1970-01-01"}
@@ -751,11 +989,26 @@ def write_csv_span(path: str, data_root: str, span: int = 1, delimiter: str | No
                      "is run again or the schema lists them")
     why = (f"no value for the label {label!r}" if label and required == (label,) else
            f"a missing value in a required column ({', '.join(map(repr, required))})")
-    span_dir, rows, skipped, empty, missing_counts = _write_span(path, delimiter, header, data_root, span, types,
-                                                                 missing_tokens, required, fixed_by, why)
+    span_dir, rows, skipped, empty, missing_counts, unread = _write_span(
+        path, delimiter, header, data_root, span, types, missing_tokens, required, fixed_by, why)
     _record_types(data_root, span, types, fixing, columns, label, missing_tokens)
     return CsvSummary(span_dir, rows, skipped, empty, delimiter, types.types, missing_counts, types.date_forms,
-                      fixed_by, notes, types.units, types.empty, tuple(required), label, decimal)
+                      fixed_by, notes + unread_notes(unread), types.units, types.empty, tuple(required), label,
+                      decimal)
+
+
+def unread_notes(unread: dict[str, dict], span: str = "") -> list[str]:
+    """Input: a span's cells no number or date read, column -> {cells, examples, expected} (the span note's
+    `unread`), and the span's name to say. Output: a note per column: how many, a few of them, and what to do."""
+    notes = []
+    for column, held in unread.items():
+        count, examples = held["cells"], ", ".join(repr(cell) for cell in held["examples"])
+        more = ", ..." if count > len(held["examples"]) else ""
+        cells, verb = ("1 cell", "is") if count == 1 else (f"{count:,} cells", "are")
+        notes.append(f"column {column!r}: {cells}{f' of {span}' if span else ''} ({examples}{more}) {verb} not "
+                     f"{held['expected']}: written as missing values (up to {UNREADABLE_SHARE:.0%} of a column's cells "
+                     "may be); correct them and prepare the span again, or give --na with those that mean missing")
+    return notes
 
 
 def _span_names(data_root: str) -> list[str]:
@@ -862,13 +1115,13 @@ def column_types(path: str, delimiter: str, header: list[str], data_root: str, s
 
 def _write_span(path: str, delimiter: str, header: list[str], data_root: str, span: int, types: ColumnTypes,
                 missing_tokens: tuple[str, ...], required: tuple[str, ...], fixed_by: str, why: str = ""
-                ) -> tuple[str, int, int, int, dict[str, int]]:
+                ) -> tuple[str, int, int, int, dict[str, int], dict[str, dict]]:
     """The second pass: every block written into a hidden folder beside the span (`.span-N.partial`), with the
     span's note (SPAN_NOTE_FILE: the CSV, the rows written, left out and why), which replaces the span folder
     only when every row was read and every file closed; on any error (a full disk included) the hidden
     folder, and the data root when this call created it, are removed and an existing span is untouched.
     Output: (span folder, rows written, rows left out for a required cell, empty rows skipped, missing cells
-    per column)."""
+    per column, the cells no number or date read per column: {cells, examples, expected})."""
     columns = [name.strip() for name in header]
     span_dir = os.path.join(data_root, f"span-{span}")
     staging = os.path.join(data_root, f".span-{span}.partial")  # hidden, and no span-N name: never read
@@ -876,6 +1129,7 @@ def _write_span(path: str, delimiter: str, header: list[str], data_root: str, sp
     created_root = not files.exists(data_root)
     writers: list[_ShardWriter] = []
     missing_counts = dict.fromkeys(columns, 0)
+    unread: dict[str, Unreadable] = {}
     rows = skipped = empty = data_rows = 0
     try:
         _remove_quietly(files, staging)  # what a killed write left
@@ -885,7 +1139,7 @@ def _write_span(path: str, delimiter: str, header: list[str], data_root: str, sp
         for block in _blocks(path, delimiter, header):
             rows_written, skipped_here, empty_here = _write_block(
                 path, delimiter, block, columns, types, missing_tokens, set(required), writers, rows,
-                missing_counts, data_rows, fixed_by)
+                missing_counts, data_rows, fixed_by, unread)
             data_rows += len(block[columns[0]])
             rows += rows_written
             skipped += skipped_here
@@ -893,6 +1147,7 @@ def _write_span(path: str, delimiter: str, header: list[str], data_root: str, sp
         if not rows:
             raise CsvError(f"{path}: no data rows" + (" (only a header)" if not data_rows else
                                                       f" ({data_rows:,} row(s), every one empty or left out)"))
+        unread_cells = _check_unread(path, delimiter, types, unread, fixed_by)
         while writers:
             writer = writers.pop(0)
             writer.close()
@@ -900,7 +1155,8 @@ def _write_span(path: str, delimiter: str, header: list[str], data_root: str, sp
                 files.remove(writer.path)
         left_out = [{"rows": skipped, "why": why}] if skipped else []
         _write_json(files, os.path.join(staging, SPAN_NOTE_FILE), {
-            "csv": os.path.abspath(path), "rows": rows, "left_out": left_out, "empty_rows": empty})
+            "csv": os.path.abspath(path), "rows": rows, "left_out": left_out, "empty_rows": empty,
+            **({"unread": unread_cells} if unread_cells else {})})
         _publish(files, staging, span_dir)
     except BaseException:
         for writer in writers:
@@ -912,7 +1168,7 @@ def _write_span(path: str, delimiter: str, header: list[str], data_root: str, sp
         if created_root:
             _remove_quietly(files, data_root)
         raise
-    return span_dir, rows, skipped, empty, missing_counts
+    return span_dir, rows, skipped, empty, missing_counts, unread_cells
 
 
 def _publish(files, staging: str, span_dir: str) -> None:
@@ -968,8 +1224,10 @@ def read_span_note(span_dir: str) -> dict:
 
 
 def _write_block(path, delimiter, block, columns, types: ColumnTypes, missing_tokens, required, writers,
-                 rows_before: int, missing_counts: dict, data_rows_before: int, fixed_by: str) -> tuple[int, int, int]:
-    """Writes one block's rows. Output: (rows written, rows left out for a missing required cell, empty rows
+                 rows_before: int, missing_counts: dict, data_rows_before: int, fixed_by: str,
+                 unread: dict[str, Unreadable]) -> tuple[int, int, int]:
+    """Writes one block's rows; a cell no number (date) reads is written as a missing value and counted in
+    `unread` (column -> Unreadable). Output: (rows written, rows left out for a missing required cell, empty rows
     skipped). Raises CsvError naming the line and column of a cell that does not fit its column's type."""
     import pyarrow.compute as pc
 
@@ -977,30 +1235,65 @@ def _write_block(path, delimiter, block, columns, types: ColumnTypes, missing_to
     empty = np.all([pc.equal(cells[c], "").to_numpy(zero_copy_only=False) for c in columns], axis=0)
     missing = {c: _missing_mask(cells[c], missing_tokens) for c in columns}
     absent = np.stack([missing[c].to_numpy(zero_copy_only=False) for c in columns], axis=1)
+    typed = {column: _typed(column, types.types[column], types.date_forms.get(column, ""), cells[column],
+                            missing[column], delimiter, types.decimal, types.units.get(column, ""))
+             for column in columns}
+    for position, column in enumerate(columns):
+        present = np.flatnonzero(~absent[:, position])
+        counted = unread.setdefault(column, Unreadable())
+        if typed[column].unread.any() and counted.first_row < 0:
+            counted.first_row = data_rows_before + int(np.flatnonzero(typed[column].unread)[0])
+        counted.add(cells[column].take(_indices(present)), typed[column].unread[present])
+        absent[:, position] |= typed[column].unread
     required_absent = absent[:, [columns.index(c) for c in required]].any(axis=1) if required else np.zeros(
         len(empty), bool)
-    lists = {}
     for column in columns:
-        kind = types.types[column]
-        lists[column], bad = _typed(column, kind, types.date_forms.get(column, ""), cells[column], missing[column],
-                                    delimiter, types.decimal, types.units.get(column, ""))
+        bad = typed[column].bad
         if bad >= 0 and not empty[bad] and not required_absent[bad]:
             cell = cells[column][bad].as_py()
             line = _line_of(path, delimiter, row_index=data_rows_before + bad)
-            form = types.date_forms.get(column, "")
-            expected = _KIND_TEXT[kind] + (f" of the form {DATE_FORM_NAMES.get(form, form)}" if form else "")
-            origin = f" (its type was fixed by {fixed_by})" if fixed_by else ""
-            raise CsvError(f"{path}: line {line}: column {column!r} holds {cell!r}, which is not {expected}"
-                           f"{origin}; correct the cell, or leave it empty for a missing value")
+            raise CsvError(f"{path}: line {line}: column {column!r} holds {cell!r}, which is not "
+                           f"{typed[column].wanted or _expected(types, column)}{_origin(fixed_by)}; correct the cell, "
+                           "or leave it empty for a missing value")
     keep = ~empty & ~required_absent
     kept_rows = np.flatnonzero(keep)
     for column, position in zip(columns, range(len(columns))):
         missing_counts[column] += int(absent[kept_rows, position].sum())
-    records = _serialize({c: lists[c].take(_indices(kept_rows)) for c in columns},
+    records = _serialize({c: typed[c].values.take(_indices(kept_rows)) for c in columns},
                          ~absent[kept_rows]) if len(kept_rows) else []
     for offset, record in enumerate(records):
         writers[(rows_before + offset) % SHARDS].write(record)
     return len(records), int((~empty & required_absent).sum()), int(empty.sum())
+
+
+def _expected(types: ColumnTypes, column: str) -> str:
+    """What a cell of the column is: "an integer", "a date of the form ISO 8601"..."""
+    form = types.date_forms.get(column, "")
+    return _KIND_TEXT[types.types[column]] + (f" of the form {DATE_FORM_NAMES.get(form, form)}" if form else "")
+
+
+def _origin(fixed_by: str) -> str:
+    return f" (its type was fixed by {fixed_by})" if fixed_by else ""
+
+
+def _check_unread(path: str, delimiter: str, types: ColumnTypes, unread: dict[str, Unreadable],
+                  fixed_by: str) -> dict[str, dict]:
+    """Input: what the writing pass did not read, per column. Output: column -> {cells, examples, expected} of
+    the columns that held such cells (written as missing values). Raises CsvError naming the first such cell's
+    line when a column holds more than UNREADABLE_SHARE of them."""
+    held = {}
+    for column, counted in unread.items():
+        if not counted.cells:
+            continue
+        present = counted.cells + counted.readable
+        if not counted.few(present):
+            line = _line_of(path, delimiter, row_index=counted.first_row)
+            raise CsvError(f"{path}: line {line}: column {column!r} holds {counted.examples[0]!r}, which is not "
+                           f"{_expected(types, column)}{_origin(fixed_by)}; {counted.cells:,} of its {present:,} "
+                           f"cells are not, more than the {UNREADABLE_SHARE:.0%} read as missing: correct them, or "
+                           "leave them empty for missing values")
+        held[column] = {"cells": counted.cells, "examples": counted.examples, "expected": _expected(types, column)}
+    return held
 
 
 def _indices(rows: np.ndarray):

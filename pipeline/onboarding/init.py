@@ -24,7 +24,8 @@ import os
 
 import numpy as np
 
-from components.settings import IngestConfig
+from components.core.contract import DATE_RANGE, DATE_RANGE_TEXT
+from components.settings import FOLDS_MIN_RECORDS, PIPELINE_NAME, IngestConfig
 from pipeline.onboarding.csv_spans import PLAUSIBLE_SECONDS
 from components.core.tasks import LabelNumbers, TaskError, task_for_label, task_named
 
@@ -47,7 +48,6 @@ TARGET_STEPS = 3000
 MIN_EPOCHS, MAX_EPOCHS = 20, 200
 FOLDS = 8
 AVERAGE_INTERVALS = 5
-FOLDS_MIN_RECORDS = 40  # a training split smaller than this trains one model its whole plan, no validation
 LEARNING_RATE = 0.002  # AdamW's weight decay is the task's (Task.weight_decay)
 # The eval split the gates score: a third of a table's records up to 30,000 of them, EVAL_RECORDS beyond (at
 # least a tenth): enough to resolve the gates' tolerances, and the rest trains.
@@ -103,6 +103,7 @@ class Column:
     distinct_values: DistinctCounter = dataclasses.field(default_factory=DistinctCounter)
     is_date: bool = False  # int64 seconds since the epoch (prepare-data wrote a date column)
     int_range: tuple[int, int] | None = None  # an integer column's least and greatest value
+    whole: bool = True  # every value a whole number (a float column of ids written 1.0, 2.0, ... by pandas)
 
     @property
     def looks_like_seconds(self) -> bool:
@@ -406,6 +407,8 @@ def _note_batch(reading: SpanReading, decoder, batch: list[bytes], path: str, fi
             first = first.to_numpy(zero_copy_only=False)
             if kind == "string":
                 first = np.array([value.decode("utf-8", "replace") for value in first], dtype=object)
+            elif kind == "float":
+                column.whole &= bool(np.all(np.isfinite(first) & (np.floor(first) == first)))
             elif kind == "int":
                 low, high = int(first.min()), int(first.max())
                 column.int_range = (min(low, column.int_range[0]), max(high, column.int_range[1])) \
@@ -487,7 +490,7 @@ def check_unlabelled(label: str, records: int, unlabelled: int, prepared: bool, 
 
 def exclusions(columns: dict[str, Column], label: str, records: int, asked: list[str]) -> dict[str, str]:
     """Feature -> why the model leaves it out: asked for, constant, too rare, a distinct value per record (an
-    id; not a date), or several values per record."""
+    id: integers, strings or whole numbers written as floats; not a date), or several values per record."""
     unknown = sorted(set(asked) - set(columns))
     if unknown:
         raise InitError(f"--exclude: no such column(s): {', '.join(unknown)} (columns: {', '.join(sorted(columns))})")
@@ -503,10 +506,11 @@ def exclusions(columns: dict[str, Column], label: str, records: int, asked: list
             excluded[name] = f"present in {column.present:,} of {records:,} records: too rare to learn from"
         elif column.distinct <= 1:
             excluded[name] = "the same value wherever present"
-        elif (column.kind != "float" and not column.is_date and records >= UNIQUE_ID_MIN_ROWS
+        elif ((column.kind != "float" or column.whole) and not column.is_date and records >= UNIQUE_ID_MIN_ROWS
               and column.present == records and column.distinct >= ID_SHARE * records):
             excluded[name] = "a different value in every record: an id, not a feature" + (
-                f"; {_seconds_advice(column)}" if column.looks_like_seconds else "")
+                f"; {_seconds_advice(column)}" if column.looks_like_seconds else "") + (
+                " (whole numbers written as floats)" if column.kind == "float" else "")
     return excluded
 
 
@@ -610,20 +614,36 @@ def label_numbers(statistics, label: str) -> LabelNumbers | None:
     return LabelNumbers(numbers.min, numbers.median, numbers.mean, numbers.std_dev)
 
 
+def name_from(folder_name: str) -> str:
+    """A project name (components.settings.PIPELINE_NAME) from a folder's name: accents dropped, every run of other
+    signs (a space, a '.') made one '-', at most 63 characters; "project" when nothing is left ("my data" ->
+    "my-data", "Données 2024.v2" -> "Donnees-2024-v2")."""
+    import re
+    import unicodedata
+
+    ascii_name = unicodedata.normalize("NFKD", folder_name).encode("ascii", "ignore").decode()
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", ascii_name).strip("-_")[:63].rstrip("-_")
+    return name or "project"
+
+
 def plan_project(folder: str, data_root: str, label: str, task: str | None = None, name: str | None = None,
                  exclude: list[str] = (), refuse_unlabelled: bool = False, dates: list[str] = ()) -> Project:
     """Reads the data and decides everything; writes nothing (Project.write does). Records without a value for
     the label are counted and left out of every decision (write() leaves them out of the spans), unless
     `refuse_unlabelled`. `dates`: integer columns of Unix seconds the model reads as dates. InitError naming
     what is wrong."""
-    from pipeline.onboarding.csv_spans import read_record
+    from pipeline.onboarding.csv_spans import read_record, read_span_note, unread_notes
 
     if os.path.isfile(data_root):
         raise InitError(f"--data {data_root}: a file; --data is the folder prepare-data wrote (prepare-data --csv "
                         f"{data_root} --data data/NAME, then init --data data/NAME)")
-    name = name or os.path.basename(os.path.abspath(data_root).rstrip("/")) or "project"
-    if not name.replace("-", "").replace("_", "").isalnum() or not name.isascii():
-        raise InitError(f"--name {name!r}: letters, digits, '-' and '_' only (it names files and the pipeline)")
+    if "://" not in data_root and not os.path.isdir(data_root):  # said before TensorFlow loads to read the data
+        raise InitError(f"{data_root}: input directory does not exist")
+    folder_name = os.path.basename(os.path.abspath(data_root).rstrip("/"))
+    if name is not None and not PIPELINE_NAME.holds(name):
+        raise InitError(f"--name {name!r}: {PIPELINE_NAME.message} (it names the config, the schema folder and the "
+                        "pipeline)")
+    derived, name = name is None, name or name_from(folder_name)
     reading = read_columns(data_root, label)
     columns, records = reading.columns, reading.records
     label_column = check_label(columns, label, records, reading.unlabelled, reading.names)
@@ -633,6 +653,11 @@ def plan_project(folder: str, data_root: str, label: str, task: str | None = Non
         if column not in columns or columns[column].kind != "int" or column == label:
             raise InitError(f"--dates {column}: not an integer column of the data (a date is int64 seconds since "
                             "1970-01-01 UTC)")
+        low, high = columns[column].int_range or DATE_RANGE
+        if low < DATE_RANGE[0] or high > DATE_RANGE[1]:
+            raise InitError(f"--dates {column}: values from {low:,} to {high:,}, outside the dates the model reads "
+                            f"({DATE_RANGE_TEXT}: {DATE_RANGE[0]:,} to {DATE_RANGE[1]:,} seconds since 1970-01-01); "
+                            "Unix seconds are wanted (milliseconds divided by 1,000)")
         columns[column].is_date = True
     task, classes, task_reason = choose_task(label_column, task)
     excluded = exclusions(columns, label, records, list(exclude))
@@ -645,6 +670,12 @@ def plan_project(folder: str, data_root: str, label: str, task: str | None = Non
         raise InitError(f"no column is left for the model to learn from ({reasons})")
     empty = [column for column in (record or {}).get("types", {}) if column not in reading.names and column != label]
     notes = [f"int column {c!r}: {_seconds_advice(column)}" for c, column in kept.items() if column.looks_like_seconds]
+    if derived and name != folder_name:
+        notes.append(f"named {name!r} after the data folder {folder_name!r} (a name holds letters, digits, '-' and "
+                     "'_' only); --name gives another")
+    if reading.span_dir:  # the cells of columns of numbers or dates that prepare-data wrote as missing
+        notes += unread_notes(read_span_note(reading.span_dir).get("unread", {}),
+                              os.path.basename(reading.span_dir.rstrip("/")))
     earlier = (record or {}).get("label")
     if earlier and earlier != label:
         notes.append(f"the spans were written without the rows that had no value for {earlier!r} (the label init "

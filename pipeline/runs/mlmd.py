@@ -21,9 +21,11 @@ def open_store(config: PipelineConfig):
 
 
 def node_ids(store, execution) -> list[str]:
-    """The pipeline node ids (e.g. "Trainer") an execution belongs to."""
+    """The pipeline node ids (e.g. "Trainer") an execution belongs to: what follows the last '.' of each node
+    context's name, "<pipeline name>.<node id>" (a node id holds no '.'; a pipeline name of an older config may)."""
     node_type = store.get_context_type("node").id
-    return [c.name.split(".", 1)[-1] for c in store.get_contexts_by_execution(execution.id) if c.type_id == node_type]
+    return [c.name.rsplit(".", 1)[-1] for c in store.get_contexts_by_execution(execution.id)
+            if c.type_id == node_type]
 
 
 def recorded_run_ids(config: PipelineConfig) -> frozenset[str]:

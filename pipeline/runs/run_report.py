@@ -420,8 +420,12 @@ def _ladder_figure(variants: dict):
 
 
 def _pyplot():
+    """pyplot drawing off screen (Agg), every text as written: a column's name or value between two '$' (a
+    category `$0_$10`) is no math, which would not parse or would show something else."""
     import matplotlib
     matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False
+    matplotlib.rcParams["text.usetex"] = False
     import matplotlib.pyplot as plt
     return plt
 

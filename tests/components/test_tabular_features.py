@@ -33,26 +33,63 @@ EDGES = [_seconds(*moment) for moment in [
     (2024, 2, 29), (2024, 3, 1), (2024, 12, 31), (2023, 2, 28, 23), (2023, 3, 1), (2023, 12, 31, 23, 59, 59),
     (1999, 12, 31, 23, 59, 59), (2000, 1, 1), (1970, 1, 1), (1969, 12, 31, 23, 59, 59), (1969, 1, 1),
     (1936, 2, 29, 7), (1936, 3, 1), (1932, 1, 1), (1945, 5, 8, 23), (2064, 2, 29), (2067, 12, 31, 23, 59, 59),
-    (2068, 1, 1), (2038, 1, 19, 3, 14, 8)]] + [CALENDAR_RANGE[0], CALENDAR_RANGE[1], -1, 0, 86_399, -86_400]
+    (2068, 1, 1), (2038, 1, 19, 3, 14, 8),
+    # beyond int32 seconds from 2000 (1931-12-13 to 2068-01-19): birth dates, long contracts, history
+    (1931, 12, 13, 20, 45, 51), (1931, 12, 13, 20, 45, 52), (2068, 1, 19, 3, 14, 7), (2068, 1, 19, 3, 14, 8),
+    (1905, 6, 30), (1920, 1, 1), (1924, 12, 31, 23), (1925, 1, 1), (1926, 3, 4), (1900, 2, 28), (1900, 3, 1),
+    (2080, 7, 1), (2099, 12, 31, 23, 59, 59), (2100, 2, 28), (2100, 3, 1), (2400, 2, 29), (1600, 2, 29),
+    (1582, 10, 4), (1582, 10, 15), (1066, 10, 14, 9), (1, 1, 1), (1, 1, 1, 0, 0, 1), (1, 12, 31, 23), (4, 2, 29),
+    (100, 3, 1), (400, 2, 29), (9999, 12, 31, 23, 59, 59), (9999, 1, 1), (9996, 2, 29), (5000, 6, 15, 12)]]
+EDGES += [CALENDAR_RANGE[0], CALENDAR_RANGE[1], -1, 0, 86_399, -86_400]
 
 
-def test_calendar_parts_are_pythons_utc_calendar():
+def test_calendar_parts_are_pythons_utc_calendar_from_year_1_to_9999():
     rng = np.random.default_rng(7)
-    seconds = np.concatenate([rng.integers(_seconds(1935, 1, 1), _seconds(2065, 1, 1), 400), EDGES]).astype(np.int64)
+    seconds = np.concatenate([rng.integers(_seconds(1935, 1, 1), _seconds(2065, 1, 1), 400),
+                              rng.integers(*CALENDAR_RANGE, 2000, endpoint=True), EDGES]).astype(np.int64)
     parts = {name: tensor.numpy() for name, tensor in calendar_parts(tf.constant(seconds)).items()}
     assert all(parts[name].dtype == np.int32 for name in PARTS)
     got = np.stack([parts[name] for name in PARTS], axis=1).tolist()
     expected = [list(_python_calendar(int(value))) for value in seconds]
     assert got == expected
+    assert CALENDAR_RANGE == (_seconds(1, 1, 1), _seconds(9999, 12, 31, 23, 59, 59))
 
 
 def test_instants_outside_the_range_count_as_its_ends():
-    seconds = tf.constant([_seconds(1900, 3, 1), _seconds(1931, 1, 1), MISSING_INT, _seconds(2100, 3, 1),
-                           2 ** 62], tf.int64)
+    seconds = tf.constant([CALENDAR_RANGE[0] - 1, -(2 ** 62), MISSING_INT, CALENDAR_RANGE[1] + 1, 2 ** 62,
+                           2 ** 63 - 1], tf.int64)
     parts = calendar_parts(seconds)
     got = np.stack([parts[name].numpy() for name in PARTS], axis=1).tolist()
     low, high = list(_python_calendar(CALENDAR_RANGE[0])), list(_python_calendar(CALENDAR_RANGE[1]))
-    assert got == [low, low, low, high, high]
+    assert got == [low, low, low, high, high, high]
+    # A sample the model is fitted to holds none: fitting names the column rather than read them as the ends.
+    with pytest.raises(ValueError, match=r"born\.calendar: 1 date\(s\) outside 0001-01-01 to 9999-12-31 UTC"):
+        CalendarFeatures.fitted(np.array([0, MISSING_INT, 1_700_000_000_000], np.int64), name="born.calendar")
+
+
+class _Calendar(tf.Module):
+    """calendar_parts as a SavedModel's serving signature: int64 seconds [batch] -> each part [batch]."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int64, name="seconds")])
+    def parts(self, seconds):
+        return {name: tensor for name, tensor in calendar_parts(seconds).items() if name in PARTS}
+
+
+def test_the_device_model_computes_the_same_calendar_from_year_1_to_9999_with_builtins_only(tmp_path):
+    module = _Calendar()
+    tf.saved_model.save(module, str(tmp_path / "calendar"), signatures={contract.SERVING_SIGNATURE: module.parts})
+    flatbuffer = tflite.convert(str(tmp_path / "calendar"), "float32")  # TFLITE_BUILTINS only, or it raises
+    assert tflite.non_builtin_ops(flatbuffer) == []
+    assert {"GREATER_EQUAL", "SELECT_V2", "FLOOR_DIV", "FLOOR_MOD"} <= set(tflite.operators(flatbuffer))
+    rng = np.random.default_rng(11)
+    seconds = np.concatenate([rng.integers(*CALENDAR_RANGE, 3000, endpoint=True), EDGES]).astype(np.int64)
+    expected = [list(_python_calendar(int(value))) for value in seconds]
+    runner = tf.lite.Interpreter(model_content=flatbuffer).get_signature_runner(contract.SERVING_SIGNATURE)
+    device = runner(seconds=seconds)
+    assert np.stack([device[name] for name in PARTS], axis=1).tolist() == expected
+    served = tf.saved_model.load(str(tmp_path / "calendar")).signatures[contract.SERVING_SIGNATURE]
+    server = served(seconds=tf.constant(seconds))
+    assert np.stack([server[name].numpy() for name in PARTS], axis=1).tolist() == expected
 
 
 def test_calendar_features_are_cycles_a_standardized_year_and_trend_and_zero_when_missing(tmp_path):
@@ -75,6 +112,21 @@ def test_calendar_features_are_cycles_a_standardized_year_and_trend_and_zero_whe
     keras.Model(inputs, layer(inputs)).save(tmp_path / "calendar.keras")
     loaded = keras.saving.load_model(tmp_path / "calendar.keras")
     np.testing.assert_array_equal(loaded(tf.constant(sample)).numpy(), features)
+
+
+def test_birth_dates_and_long_contracts_keep_their_own_year_and_trend():
+    dates = [(1905, 6, 30), (1920, 1, 1), (1924, 12, 31), (1926, 3, 4), (1960, 5, 1), (2068, 6, 1), (2080, 7, 1),
+             (2099, 12, 31)]
+    seconds = np.array([_seconds(*date) for date in dates], np.int64)
+    # A layer as earlier code saved it (the same config keys): it loads, and reads every date as its own.
+    layer = CalendarFeatures.from_config({"name": "born.calendar", "trainable": True, "dtype": "float32",
+                                          "year": [1990, 0.25, 0.05], "trend": [-3650, 0.5, 0.04]})
+    columns = dict(zip(CalendarFeatures.FEATURES, layer(tf.constant(seconds)).numpy().T))
+    years = np.array([date[0] for date in dates], np.float64)
+    np.testing.assert_allclose(columns["year"], (years - 1990 - 0.25) * 0.05, atol=1e-6)
+    days = (seconds - 946_684_800) // 86_400
+    np.testing.assert_allclose(columns["trend"], ((days + 3650) / 365.25 - 0.5) * 0.04, atol=1e-5)
+    assert len(set(columns["year"].tolist())) == len(dates) and len(set(columns["trend"].tolist())) == len(dates)
 
 
 def _schema(path, features: dict[str, str]) -> str:
@@ -128,7 +180,8 @@ def device_model(tmp_path_factory):
     saved = tflite.write_device_savedmodel(preprocessing, model, model_module.INPUTS, tasks.PROBABILITIES,
                                            str(root / "device"))
     rows = _sample(model_module, 60, seed=1)
-    rows["sold_at"][:4] = [MISSING_INT, _seconds(2000, 2, 29, 13), CALENDAR_RANGE[0], CALENDAR_RANGE[1]]
+    rows["sold_at"][:8] = [MISSING_INT, _seconds(2000, 2, 29, 13), CALENDAR_RANGE[0], CALENDAR_RANGE[1],
+                           _seconds(1905, 6, 30), _seconds(1920, 1, 1), _seconds(2080, 7, 1), _seconds(2099, 12, 31)]
     rows["fare"][:6] = [np.inf, -np.inf, np.nan, 1e6, -1e6, 0]
     del rows["label"]
     return model_module, preprocessing, model, saved, sample, rows

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from components.core import contract
+from components.core.records import TrainingReport
 from components.trainer.checkpoints import BACKUP_METADATA, BACKUP_WEIGHTS, checkpointed_interval, repair_checkpoint
 from components.trainer.distribution import is_chief, worker_task
 from components.trainer.plan import (VALIDATION_COST, WarmupSchedule, cosine_steps, learning_rate_schedule,
@@ -247,3 +248,26 @@ def test_a_model_whose_output_or_labels_do_not_fit_its_task_stops_before_trainin
     with pytest.raises(TaskError, match=message):
         _train_here(files, tmp_path / "out", model=name, epochs=1, input_probe_steps=0)
     assert not (tmp_path / "out" / "serving").exists()
+
+
+def test_a_training_split_too_small_for_its_folds_trains_one_model_and_says_so(files, tmp_path):
+    from components.settings import FOLDS_MIN_RECORDS
+    from components.trainer.train import one_model_when_few
+    from tests.pipeline.span_files import write_records
+
+    eight = _settings(folds=8)
+    assert one_model_when_few(eight, FOLDS_MIN_RECORDS) == (eight, "")
+    assert one_model_when_few(_settings(folds=30), 60) == (_settings(folds=30), "")
+    fewer, note = one_model_when_few(eight, FOLDS_MIN_RECORDS - 1)
+    assert fewer.folds == 0 and note == ("train.folds 8 not applied: the training split holds 39 record(s), fewer "
+                                         "than 40: one model trained on all of them")
+    # A span of a few rows: the Trainer trains one model on them, as init would have configured it.
+    records = list(tf.data.TFRecordDataset(files["train_files"], compression_type="GZIP").take(40).as_numpy_iterator())
+    few = {"train_files": [write_records(tmp_path / "few" / "train.tfrecord", records[:3])],
+           "eval_files": [write_records(tmp_path / "few" / "eval.tfrecord", records[3:40])]}
+    report = _train_here(few, tmp_path / "out", folds=8, epochs=1, input_probe_steps=0, xla="off")
+    assert report["folds"] == 1 and report["train_examples"] == 3 and report["folds_note"].startswith(
+        "train.folds 8 not applied: the training split holds 3 record(s)")
+    schedule = TrainingReport.from_json(report).schedule_line()
+    assert schedule.endswith("the last kept (no validation slice) (train.folds 8 not applied: the training split "
+                             "holds 3 record(s), fewer than 40: one model trained on all of them)"), schedule

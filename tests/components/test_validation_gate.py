@@ -118,3 +118,69 @@ def test_a_column_the_schema_does_not_know_is_listed_and_does_not_block(tmp_path
     assert report["blocking"] is True and report["new_columns"] == ["tip_share"]
     message = gate.describe(report)
     assert "train: payment_type:" in message and "not blocking: new column(s) tip_share, not in the schema" in message
+
+
+def _artifact(cls, uri, splits=(), **properties):
+    from tfx.types import artifact_utils
+
+    artifact = cls()
+    artifact.uri = str(uri)
+    tf.io.gfile.makedirs(artifact.uri)
+    if splits:
+        artifact.split_names = artifact_utils.encode_split_names(list(splits))
+    for key, value in properties.items():
+        artifact.set_int_custom_property(key, value) if isinstance(value, int) else \
+            artifact.set_string_custom_property(key, value)
+    return artifact
+
+
+def _write_statistics(statistics, path: str) -> None:
+    """As StatisticsGen writes a split's statistics: one DatasetFeatureStatisticsList, binary."""
+    from tfx.utils import io_utils
+
+    io_utils.write_bytes_file(path, statistics.SerializeToString())
+
+
+def _split_files(root, per_split: dict, name: str, write) -> None:
+    for split, value in per_split.items():
+        tf.io.gfile.makedirs(os.path.join(str(root), f"Split-{split}"))
+        write(value, os.path.join(str(root), f"Split-{split}", name))
+
+
+def test_drift_of_a_span_of_a_few_rows_says_how_many_on_both_sides(tmp_path):
+    """The real gate executor on a 3-row span against a 2,000-row one: the error names both spans' records."""
+    import pytest
+    from tfx.types import standard_artifacts
+    from tfx.utils import io_utils
+
+    from components.core import contract
+    from components.core.artifacts import ValidationReport
+
+    rows = [row_to_example(row) for row in _rows(2003)]
+    for example in rows[2000:]:
+        example.features.feature["fare"].float_list.value[:] = [500.0]  # three rows, far from the reference
+    splits = {"train": (rows[:1500], rows[2000:2002]), "eval": (rows[1500:2000], rows[2002:])}
+    reference = {split: _statistics(tmp_path, old, f"old-{split}") for split, (old, _) in splits.items()}
+    current = {split: _statistics(tmp_path, new, f"new-{split}") for split, (_, new) in splits.items()}
+    previous = _artifact(ValidationReport, tmp_path / "previous", span=1, spans="1")
+    _split_files(tmp_path / "previous" / contract.STATISTICS_COPY_DIR, reference, contract.STATISTICS_FILE,
+                 _write_statistics)
+    statistics = _artifact(standard_artifacts.ExampleStatistics, tmp_path / "statistics", splits)
+    _split_files(tmp_path / "statistics", current, contract.STATISTICS_FILE, _write_statistics)
+    anomalies = _artifact(standard_artifacts.ExampleAnomalies, tmp_path / "anomalies", splits)
+    _split_files(tmp_path / "anomalies", {split: _validate(tmp_path, new) for split, (_, new) in splits.items()},
+                 contract.ANOMALIES_FILE,
+                 lambda value, path: io_utils.write_bytes_file(path, value.SerializeToString()))
+    schema = _artifact(standard_artifacts.Schema, tmp_path / "schema")
+    tf.io.gfile.copy(SCHEMA, str(tmp_path / "schema" / "schema.pbtxt"))
+    examples = _artifact(standard_artifacts.Examples, tmp_path / "examples", splits, spans="2", input_fingerprint="f")
+    examples.span = 2
+    report = _artifact(ValidationReport, tmp_path / "report")
+    inputs = {contract.ANOMALIES: [anomalies], contract.STATISTICS: [statistics], contract.EXAMPLES: [examples],
+              contract.SCHEMA: [schema], contract.PREVIOUS_VALIDATION_REPORT: [previous]}
+    with pytest.raises(gate.BlockingAnomaliesError) as raised:
+        gate.Executor().Do(inputs, {contract.VALIDATION_REPORT: [report]}, {})
+    message = str(raised.value)
+    assert "train: fare: drift Jensen-Shannon divergence" in message, message
+    assert ("span 2 holds 3 record(s) (train 2, eval 1), against span 1's 2,000 record(s) (train 1,500, eval 500): "
+            "drift over 3 record(s) says little. Is the span complete?") in message, message

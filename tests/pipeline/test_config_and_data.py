@@ -92,7 +92,13 @@ def _write(name: str, text: str) -> str:
 
 @pytest.mark.parametrize("overrides, message", [
     ({"train": {"batch_size": 0}}, "train.batch_size: must be positive, got 0"),  # a rule from before, same words
-    ({"pipeline_name": " "}, "pipeline_name: must not be empty, got ' '"),
+    ({"pipeline_name": " "}, "pipeline_name: must be 1 to 63 letters, digits, '-' or '_', the first a letter or "
+                             "digit (no '.', space or other sign: it names the run's MLMD contexts, each step's after "
+                             "a '.', and the compiled pipeline), got ' '"),
+    ({"pipeline_name": "shop.v2"}, "pipeline_name: must be 1 to 63 letters, digits, '-' or '_'"),
+    ({"pipeline_name": "my data"}, "pipeline_name: must be 1 to 63 letters, digits, '-' or '_'"),
+    ({"pipeline_name": "x" * 64}, "pipeline_name: must be 1 to 63 letters, digits, '-' or '_'"),
+    ({"pipeline_name": "-shop"}, "pipeline_name: must be 1 to 63 letters, digits, '-' or '_'"),
     ({"output_dir": ""}, "output_dir: must not be empty, got ''"),
     ({"train": {"model": ""}}, "train.model: must not be empty, got ''"),
     ({"train": {"seed": -1}}, "train.seed: must be between 0 and 2**32 - 1, got -1"),
@@ -111,6 +117,8 @@ def test_a_value_failing_its_fields_check_is_rejected_naming_the_dotted_key(over
 
 
 def test_free_and_edge_values_that_are_valid_load():
+    for name in ("x" * 63, "Shop_2-b", "7"):
+        assert load_config(check_references=False, pipeline_name=name).pipeline_name == name
     config = load_config(check_references=False, evaluate={"slice_feature": ""},
                          beam_pipeline_args=["--runner", "DirectRunner", "--direct_num_workers=2"],
                          train={"seed": 2**32 - 1, "profile_from_step": 1})
@@ -192,16 +200,68 @@ def test_model_module_must_import_and_hold_the_model_contract(tmp_path, monkeypa
     assert message.startswith(f"train.model: '{half}' ({tmp_path / half}.py) lacks LABEL_INPUTS, make_label, "
                               "build_preprocessing; build_model not callable"), message
     assert message.endswith("; a model module defines " + ", ".join(CONSTANTS + FUNCTIONS)), message
-    broken = _module(tmp_path, "hardening_broken_model", "raise RuntimeError('no GPU driver')\n")
+    broken = _module(tmp_path, "hardening_broken_model", "def build_model(preprocessing):\n    pass\n\n\n"
+                                                         "raise RuntimeError('no GPU driver')\n")
     with pytest.raises(ConfigError, match=rf"^train\.model: importing '{broken}' failed: RuntimeError: no GPU driver"):
         load_config(train={"model": broken})
-    needs_missing = _module(tmp_path, "hardening_needs_missing", "import a_package_nobody_installed\n")
+    needs_missing = _module(tmp_path, "hardening_needs_missing", "import a_package_nobody_installed\n"
+                                                                 "from models.taxi import build_model\n")
     with pytest.raises(ConfigError) as raised:  # found, but one of its own imports is not: no path advice
         load_config(train={"model": needs_missing})
     assert str(raised.value) == (f"train.model: importing '{needs_missing}' failed: ModuleNotFoundError: "
                                  "No module named 'a_package_nobody_installed'")
     assert load_config(train={"model": "tests.components.unjittable_model"}).train.model  # a full contract, elsewhere
     assert load_config(train={"model": broken}, check_references=False)  # `status` needs no model
+
+
+def test_a_module_that_is_no_model_module_is_refused_without_running_it(tmp_path, monkeypatch, capfd):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    script = _module(tmp_path, "hardening_cleanup_script", "import os\nopen('ran.txt', 'w').write('ran')\n")
+    for name, what in (("os", r"'os' is not a model module: a module built into Python"),
+                       ("this", r"'this' \(.*this\.py\) is not a model module: it defines none of configure, "
+                                r"make_label, build_preprocessing, build_model \(it was not imported\)"),
+                       ("sys", r"'sys' is not a model module: a module built into Python"),
+                       ("models", r"'models' \(.*__init__\.py\) is not a model module"),
+                       (script, rf"'{script}' \(.*\) is not a model module: it defines none of configure")):
+        with pytest.raises(ConfigError, match=rf"^train\.model: {what}.*a model module defines TASK, CLASSES"):
+            load_config(train={"model": name})
+    assert not (tmp_path / "ran.txt").exists() and "Zen of Python" not in capfd.readouterr().out
+    # A module with part of the contract: what it lacks, before what the task section says of it.
+    partial = _module(tmp_path, "hardening_partial_model", "def build_model(preprocessing):\n    pass\n")
+    with pytest.raises(ConfigError, match=rf"^train\.model: '{partial}' \(.*\) lacks TASK, CLASSES, INPUTS"):
+        load_config(train={"model": partial}, task={"type": "binary"})
+
+
+def test_a_bar_no_model_can_meet_is_refused_at_load(tmp_path):
+    for model, bar in (("models.taxi", 2.5), ("models.penguins", 85.0)):  # AUC, accuracy: at most 1
+        with pytest.raises(ConfigError, match=rf"^evaluate\.absolute_bar: {bar:g} is beyond what any model scores on "
+                                              r"(AUC|accuracy), at best 1, so that no model would ever be blessed"):
+            load_config(train={"model": model}, evaluate={"absolute_bar": bar})
+    assert load_config(train={"model": "models.taxi"}, evaluate={"absolute_bar": 1.0}).evaluate.absolute_bar == 1.0
+    assert load_config(train={"model": "models.taxi_fare"}, evaluate={"absolute_bar": 25.0})  # MAE: no best value
+
+
+def test_a_schema_driven_model_with_no_feature_or_no_label_in_the_schema_names_the_users_schema(tmp_path, capsys):
+    from pipeline.commands.cli import main as cli_main
+
+    schema = tmp_path / "mine.pbtxt"
+    schema.write_text('feature { name: "a" type: FLOAT }\nfeature { name: "b" type: BYTES }\n'
+                      'feature { name: "y" type: INT }\n')
+    task = {"type": "binary", "label": "y", "classes": ["0", "1"]}
+    with pytest.raises(ConfigError, match=rf"^train\.model: 'models\.tabular': the model has no feature to read: "
+                                          rf"the schema {re.escape(str(schema))} holds the label 'y' and 'a', 'b', "
+                                          r"every one in task\.exclude$"):
+        load_config(schema_path=str(schema), train={"model": "models.tabular"}, task={**task, "exclude": ["a", "b"]})
+    with pytest.raises(ConfigError, match=rf"task\.label: 'label' is not a feature of the schema "
+                                          rf"{re.escape(str(schema))}$"):
+        load_config(schema_path=str(schema), train={"model": "models.tabular"}, task={**task, "label": "label"})
+    (tmp_path / "c.yaml").write_text(f"pipeline_name: p\ndata_root: {tmp_path}\nschema_path: mine.pbtxt\n"
+                                     "task: {type: binary, label: y, classes: ['0', '1'], exclude: [a, b]}\n")
+    capsys.readouterr()
+    code = cli_main(["run", "--config", str(tmp_path / "c.yaml"), "--output", str(tmp_path / "out")])
+    assert code == 2 and "config error: train.model: 'models.tabular': the model has no feature to read" in \
+        capsys.readouterr().err and not (tmp_path / "out").exists()
 
 
 def test_schema_path_must_be_a_tfmd_schema_text_proto(tmp_path):

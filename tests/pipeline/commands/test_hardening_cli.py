@@ -13,7 +13,7 @@ import pytest
 from pipeline.runs import run_report
 from pipeline.commands.cli import main as cli_main
 from pipeline.config import PROJECT_ROOT, load_config
-from tests.config_text import required_keys
+from tests.config_text import required_keys, taxi_config_text
 from pipeline.runs.run_facts import NOT_STARTED_PREFIX
 from pipeline.runs.run_guard import LOCK_FILE, RunLockedError, exclusive_run
 
@@ -32,6 +32,9 @@ def _run(capsys, tmp_path, *extra, data=None):
     ("pipeline_name: p\ndata_root: d\nschema_path: /nowhere/schema.pbtxt\n",
      r"schema_path: /nowhere/schema\.pbtxt: cannot be read"),
     ("data_root: d\nschema_path: s.pbtxt\n", r"bad\.yaml: pipeline_name is required"),
+    # a name the run's MLMD contexts, TFX or the compile cannot take: refused at load, not at run time
+    ("pipeline_name: shop.v2\ndata_root: d\nschema_path: s.pbtxt\n", r"pipeline_name: must be 1 to 63 letters"),
+    (f"pipeline_name: {'x' * 64}\ndata_root: d\nschema_path: s.pbtxt\n", r"pipeline_name: must be 1 to 63 letters"),
 ])
 def test_bad_config_exits_2_naming_the_file_line_or_key(capsys, tmp_path, text, expected):
     (tmp_path / "bad.yaml").write_text(text)
@@ -59,6 +62,18 @@ def test_a_beam_flag_carrying_a_credential_exits_2_naming_it_and_is_never_writte
                      stderr, re.MULTILINE), stderr
     assert flag.split("=")[1] not in stderr  # the value itself is never echoed
     assert not (tmp_path / "job.json").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_name_kubeflow_cannot_take_exits_2_before_the_compile_and_a_local_run_takes_it(capsys, tmp_path):
+    (tmp_path / "c.yaml").write_text(taxi_config_text("pipeline_name: My_shop\n"))
+    capsys.readouterr()
+    code = cli_main(["compile", "--config", str(tmp_path / "c.yaml"), "--data", "gs://b/data", "--image", "i",
+                     "--pipeline-root", "gs://b/root", "--output", str(tmp_path / "job.json")])
+    assert code == 2 and ("config error: pipeline_name: 'My_shop': Kubeflow Pipelines names a pipeline with lowercase "
+                          "letters, digits and '-' only; give one such as 'my-shop' to compile"
+                          ) in capsys.readouterr().err
+    assert not (tmp_path / "job.json").exists()
+    assert load_config(str(tmp_path / "c.yaml"), check_references=False).pipeline_name == "My_shop"
 
 
 def test_an_object_store_output_directory_exits_2_and_creates_no_local_folder(capsys, tmp_path, monkeypatch):
@@ -231,11 +246,18 @@ def test_the_line_filter_drops_only_native_info_and_warning_lines():
     lines = [b"I0000 00:00:1795322458.188568    8328 service.cc:145] XLA service 0x5 initialized\n",
              b"W0000 00:00:1795322458.2    8328 gpu_timer.cc:114] Skipping the delay kernel\n",
              b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n",
+             b"2026-11-28 17:14:17.400006: E external/local_xla/xla/stream_executor/cuda/cuda_fft.cc:479] Unable to "
+             b"register cuFFT factory: Attempting to register factory for plugin cuFFT when one has already been "
+             b"registered\n",
+             b"2026-11-28 17:14:17.441082: E external/local_xla/xla/stream_executor/cuda/cuda_dnn.cc:10575] Unable to "
+             b"register cuDNN factory: Attempting to register factory for plugin cuDNN when one has already been "
+             b"registered\n",
              b"E0000 00:00:1795322458.188568    8328 fake.cc:12] a native error\n",
+             b"2026-11-28 17:14:18.1: E tensorflow/core/fake.cc:7] Unable to open the file the user named\n",
              b"I think this line is the user's own\n", b"python: a message\n"]
     target = io.BytesIO()
     stderr_filter.copy_lines(io.BytesIO(b"".join(lines)), target, stderr_filter.NATIVE_INFO_LINE)
-    assert target.getvalue() == b"".join(lines[3:])
+    assert target.getvalue() == b"".join(lines[5:])
 
 
 def test_a_quiet_command_line_drops_native_info_lines_but_not_errors_even_on_a_crash():

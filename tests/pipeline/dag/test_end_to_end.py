@@ -337,10 +337,12 @@ def test_unchanged_rerun_is_served_from_the_cache_and_publishes_nothing(first_ru
     assert len(table) == 4 and "cached" in table[-1] and os.path.basename(first_run.summary.facts.pushed_to) in table[1]
 
 
-def test_shifted_span_is_stopped_by_the_drift_gate_before_training(drift_blocked):
+def test_shifted_span_is_stopped_by_the_drift_gate_before_training(second_span, drift_blocked):
     message = drift_blocked.facts["error"]
+    reference = 2 if second_span.summary.facts.blessed else 1  # the data the served model learned from
     for feature in ("fare", "trip_miles", "payment_type"):
-        assert f"train: {feature}: drift" in message and "vs span 2" in message, message
+        assert f"train: {feature}: drift" in message and f"vs span {reference}" in message, message
+    assert f"span 3 holds 3,000 record(s) (train " in message and f"against span {reference}'s " in message, message
     assert "company: drift" not in message  # left as it was: not reported
     assert drift_blocked.facts["models_added"] == 0
     assert drift_blocked.facts["push_dir_unchanged"]

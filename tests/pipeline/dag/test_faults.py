@@ -84,7 +84,7 @@ def test_config_faults_exit_2_naming_the_key(unchanged_production, capsys, tmp_p
     ("train: {epochs: 3\nevaluate: 1\n", r"bad\.yaml: line 2, column 9: not valid YAML"),  # malformed YAML
     ("train: {model: models.taxi_typo}\n", r"train\.model: cannot import 'models\.taxi_typo'"),
     ("train: {model: pipeline.onboarding.example_data}\n",
-     r"train\.model: 'pipeline\.onboarding\.example_data' \(.*\) lacks TASK, CLASSES, INPUTS, LABEL_INPUTS"),
+     r"train\.model: 'pipeline\.onboarding\.example_data' \(.*\) is not a model module: it defines none of "),
     ("schema_path: /nonexistent/schema.pbtxt\n", r"schema_path: /nonexistent/schema\.pbtxt: cannot be read"),
 ], ids=["malformed_yaml", "model_not_importable", "model_without_contract", "schema_missing"])
 def test_malformed_config_and_unusable_references_exit_2_naming_them(unchanged_production, capsys, tmp_path, text,

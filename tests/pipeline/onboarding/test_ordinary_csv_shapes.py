@@ -1,7 +1,8 @@
 """Ordinary CSV shapes a new user brings, each through the commands a user types: column names that are
-Python keywords or internal words, a header repeated mid-file (two exports joined), rows without a label, and
-paths given where a folder is wanted. Each ends as a user expects: trained and pushed, or an exit 2 whose
-message names the line, column or path and says how to go on, with nothing written."""
+Python keywords or internal words, a header repeated mid-file (two exports joined), rows without a label,
+paths given where a folder is wanted, and files as they come: gzip-compressed, UTF-16, a workbook, a NUL. Each
+ends as a user expects: trained and pushed, or an exit 2 whose message names the line, column or path and says
+how to go on, with nothing written."""
 import contextlib
 import io
 import os
@@ -120,3 +121,47 @@ def test_the_missing_tokens_prepare_data_was_given_reach_the_model_through_init(
     assert _cli("prepare-data", "--csv", "t.csv", "--data", "data/d")[0] == 0
     assert _cli("init", "--data", "data/d", "--label", "label", "--name", "d")[0] == 0
     assert "missing_tokens" not in (tmp_path / "d.yaml").read_text()  # the default tokens: the default setting
+
+
+def _span_bytes(span_dir) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(span_dir.glob("data-*.tfrecord.gz"))}
+
+
+TABLE = "city\tprice\twhen\tlabel\n" + "".join(f"{['Köln', 'Zürich', 'Łódź', 'São Paulo'][i % 4]}\t{i * 1.5}\t"
+                                                f"2024-01-{1 + i % 28:02d}\t{'ab'[i % 2]}\n" for i in range(60))
+
+
+@pytest.mark.parametrize("name, encode", [
+    ("t.csv.gz", lambda text: __import__("gzip").compress(text.encode("utf-8"))),
+    ("t.txt", lambda text: text.encode("utf-16")),  # Excel's "Unicode text": UTF-16 with a byte-order mark, tabs
+    ("t_le.txt", lambda text: text.encode("utf-16-le")),  # without a byte-order mark
+    ("t.txt.gz", lambda text: __import__("gzip").compress(text.encode("utf-16"))),
+], ids=["gzip", "utf16", "utf16_without_bom", "gzip_utf16"])
+def test_a_gzip_or_utf16_file_is_read_as_its_utf8_text_is(tmp_path, name, encode):
+    (tmp_path / "t.csv").write_text(TABLE, encoding="utf-8")
+    assert _cli("prepare-data", "--csv", str(tmp_path / "t.csv"), "--data", str(tmp_path / "plain"))[0] == 0
+    (tmp_path / name).write_bytes(encode(TABLE))
+    code, out, err = _cli("prepare-data", "--csv", str(tmp_path / name), "--data", str(tmp_path / "other"))
+    assert code == 0, err
+    assert "wrote 60 tf.Examples" in out and "delimiter '\\t'" in out, out
+    assert _span_bytes(tmp_path / "other" / "span-1") == _span_bytes(tmp_path / "plain" / "span-1")
+    bad = TABLE.replace("Łódź\t3.0\t", "Łódź\t3.0\t\t", 1)  # one cell too many on line 4
+    (tmp_path / name).write_bytes(encode(bad))
+    code, _, err = _cli("prepare-data", "--csv", str(tmp_path / name), "--data", str(tmp_path / "bad"))
+    assert code == 2 and f"{name}: line 4: 5 cells where the header names 4 columns" in err, err
+
+
+def test_a_workbook_a_nul_character_or_another_encoding_exits_2_naming_what_the_file_is(tmp_path):
+    (tmp_path / "t.xlsx").write_bytes(b"PK\x03\x04" + bytes(200))
+    code, _, err = _cli("prepare-data", "--csv", str(tmp_path / "t.xlsx"), "--data", str(tmp_path / "x"))
+    assert code == 2 and ("t.xlsx: a ZIP archive (an Excel .xlsx workbook is one), not CSV text; save it as CSV "
+                          "(UTF-8)") in err, err
+    (tmp_path / "nul.csv").write_bytes(b"name,label\nab,1\ncd,0\nx\x00y,1\n")
+    code, _, err = _cli("prepare-data", "--csv", str(tmp_path / "nul.csv"), "--data", str(tmp_path / "nul"))
+    assert code == 2 and ("nul.csv: line 4: column 'name' holds a NUL character (byte 0) in 'x\\x00y', which no "
+                          "text holds") in err, err
+    assert not (tmp_path / "nul").exists()
+    (tmp_path / "latin.csv").write_bytes("name,label\nKöln,1\n".encode("latin-1"))
+    code, _, err = _cli("prepare-data", "--csv", str(tmp_path / "latin.csv"), "--data", str(tmp_path / "latin"))
+    assert code == 2 and "latin.csv: not UTF-8 text" in err, err
+    assert "UTF-16 and gzip-compressed files are read too" in err, err

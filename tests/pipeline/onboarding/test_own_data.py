@@ -182,6 +182,24 @@ def test_init_leaves_out_ids_and_constants_and_says_why(tmp_path, capsys, monkey
     assert (tmp_path / "data.yaml").exists()  # named after the data folder
 
 
+def test_init_leaves_out_an_id_written_as_floats_and_names_a_project_after_a_folder_of_any_name(tmp_path, capsys,
+                                                                                                  monkeypatch):
+    rows = ["id,size,price"] + [f"{i}.0,{i % 7},{10 + (i * 7) % 13 * 0.5}" for i in range(1, 61)]
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    data = tmp_path / "my data.v2"
+    assert cli_main(["prepare-data", "--csv", str(tmp_path / "t.csv"), "--data", str(data)]) == 0
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _cli(capsys, "init", "--data", "my data.v2", "--label", "price")
+    assert code == 0, err
+    assert ("left out: id (a different value in every record: an id, not a feature (whole numbers written as "
+            "floats))") in out and "int features: size" in out, out
+    assert ("note: named 'my-data-v2' after the data folder 'my data.v2' (a name holds letters, digits, '-' and "
+            "'_' only); --name gives another") in out, out
+    assert "pipeline_name: \"my-data-v2\"" in (tmp_path / "my-data-v2.yaml").read_text()
+    code, _, err = _cli(capsys, "init", "--data", "my data.v2", "--label", "price", "--name", "shop.v2")
+    assert code == 2 and "init error: --name 'shop.v2': must be 1 to 63 letters, digits, '-' or '_'" in err, err
+
+
 def test_init_takes_exclude_as_a_list_or_repeated(penguin_records, tmp_path, capsys, monkeypatch):
     """--exclude a,b --exclude c leaves out all three (a repeated flag does not replace the one before it)."""
     import yaml

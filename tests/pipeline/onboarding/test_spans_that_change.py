@@ -11,7 +11,9 @@ import random
 import re
 
 import pytest
+import tensorflow as tf
 
+from components.tfrecord_ingest.tfrecord_files import split_of
 from pipeline.commands.cli import main as cli_main
 from tests.pipeline.span_files import read_span
 
@@ -239,3 +241,50 @@ def test_runs_over_spans_that_lack_labels_and_add_or_fill_columns_train_and_say_
     assert ("  new columns, left out of the model: added, later (not in the schema: run init again, or add them to "
             "the schema, to use them)") in out, out
     assert "  left out of span-2: 50 row(s) with no value for the label 'y'" in out
+
+
+@pytest.mark.e2e
+def test_a_span_of_three_rows_is_named_trains_one_model_if_accepted_and_never_becomes_the_drift_reference(
+        tmp_path, monkeypatch):
+    """Span 2 holds three rows: the drift that stops it says so. Accepted (its thresholds raised), it trains one
+    model, no folds, which no gate blesses. Span 3, healthy, is compared with span 1, whose model is served,
+    not with the three rows, and is pushed."""
+    monkeypatch.chdir(tmp_path)
+    _table(tmp_path / "one.csv", ["x", "kind", "later", "y"], _rows(400, 0, later=lambda rng: rng.randint(0, 9)))
+    assert _cli("prepare-data", "--csv", "one.csv", "--data", "data")[0] == 0
+    assert _cli("init", "--data", "data", "--label", "y")[0] == 0
+    config = (tmp_path / "data.yaml").read_text()
+    (tmp_path / "data.yaml").write_text(config.replace("epochs: ", "epochs: 3  # was ", 1) + "export:\n"
+                                        "  tflite_variants: [float32]\n")
+    code, out, err = _cli("run", "--config", "data.yaml")
+    assert code == 0 and "blessed: yes" in out, err[-3000:] + out[-3000:]
+
+    for far in range(1, 50):  # three far-off rows the hash split deals into both splits (an empty one stops ingestion)
+        _table(tmp_path / "two.csv", ["x", "kind", "later", "y"], [(4.5 + far, "p", 9, "yes"), (5.0, "q", 8, "no"),
+                                                                   (-4.0, "r", 9, "yes")])
+        assert _cli("prepare-data", "--csv", "two.csv", "--data", "data", "--span", 2)[0] == 0
+        records = tf.data.TFRecordDataset(sorted(map(str, (tmp_path / "data" / "span-2").glob("*.gz"))),
+                                          compression_type="GZIP").as_numpy_iterator()
+        if len({split_of(record, 1 / 3) for record in records}) == 2:
+            break
+    code, out, err = _cli("run", "--config", "data.yaml")
+    assert code == 1 and re.search(r"span 2 holds 3 record\(s\) \(train \d, eval \d\), against span 1's 400 "
+                                   r"record\(s\) \(train \d+, eval \d+\): drift over 3 record\(s\) says "
+                                   r"little", err), err
+    schema = tmp_path / "schemas" / "data" / "schema.pbtxt"
+    curated = schema.read_text()
+    schema.write_text(re.sub(r"threshold: [0-9.]+", "threshold: 1.5", curated))  # every drift accepted
+    code, out, err = _cli("run", "--config", "data.yaml")
+    assert code == 0 and "blessed: no" in out, err[-3000:] + out[-3000:]
+    assert re.search(r"train\.folds 8 not applied: the training split holds \d record\(s\), fewer than 40: one model "
+                     r"trained on all of them", out), out
+
+    schema.write_text(curated)
+    _table(tmp_path / "three.csv", ["x", "kind", "later", "y"], _rows(400, 1, later=lambda rng: rng.randint(0, 9)))
+    assert _cli("prepare-data", "--csv", "three.csv", "--data", "data", "--span", 3)[0] == 0
+    code, out, err = _cli("run", "--config", "data.yaml")
+    assert code == 0 and "blessed: yes" in out, err[-3000:] + out[-3000:]
+    [report] = [json.loads(path.read_text()) for path in
+                tmp_path.glob("output/data/pipeline/ValidationGate/report/*/validation_report.json")
+                if json.loads(path.read_text())["span"] == 3]
+    assert report["drift"]["previous_span"] == 1

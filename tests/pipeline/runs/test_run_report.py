@@ -320,3 +320,28 @@ def test_a_wide_tables_histograms_draw_the_flagged_features_first_and_the_captio
     page = render_html(facts)
     assert f"{FIGURE_FEATURES} of {len(names)} features, those with anomalies or drift first" in page
     assert all(f"<td>{name}</td>" in page for name in names)  # the statistics table still lists every feature
+
+
+def test_dollar_signs_and_underscores_in_values_and_names_are_drawn_as_written():
+    """matplotlib reads text between two '$' as math: a category `$0_$10` or a column `cost ($)` is plain text here."""
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+    from pipeline.runs.run_report import _histogram_figure, _top_values_figure
+    dataset = statistics_pb2.DatasetFeatureStatistics(num_examples=10)
+    band = dataset.features.add()
+    band.path.step.append("price_band ($)")
+    band.string_stats.common_stats.num_non_missing = 10
+    for value, frequency in (("$0_$10", 6), ("$10_$100", 3), ("over $100", 1)):
+        band.string_stats.top_values.add(value=value, frequency=frequency)
+    cost = dataset.features.add()
+    cost.path.step.append("cost $_a$")
+    histogram = cost.num_stats.histograms.add(type=statistics_pb2.Histogram.STANDARD)
+    histogram.buckets.add(low_value=0.0, high_value=1.0, sample_count=10)
+    facts = _blessed_run(statistics={"train": dataset})
+    page = render_html(facts)  # drew every figure
+    assert page.count("<img") >= 2 and "$0_$10" in page
+    figure = _top_values_figure(facts.statistics, ["price_band ($)"])
+    figure.canvas.draw()
+    labels = [label.get_text() for label in figure.axes[0].get_yticklabels()]
+    assert labels[:3] == ["$0_$10", "$10_$100", "over $100"]
+    assert all(not label.get_parse_math() for label in figure.axes[0].get_yticklabels())
+    assert _histogram_figure(facts.statistics, ["cost $_a$"]).axes[0].get_title() == "cost $_a$"
