@@ -111,6 +111,7 @@ class TrainingReport:
     # read, the input cache placed), building (the model built, compiled and probed for the device, the warm
     # start), fitting, choosing (validation passes that choose the intervals averaged) and exporting
     phase_seconds: dict[str, float] = field(default_factory=dict)
+    interval_seconds: list[float] = field(default_factory=list)  # each interval fit ran, its validation included
     final_metrics: dict[str, float] = field(default_factory=dict)  # at the interval whose weights were kept
     history: dict[str, list[float]] = field(default_factory=dict)
     model_description: str = ""  # what the model module says it is (its DESCRIPTION)

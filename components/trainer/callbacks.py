@@ -18,13 +18,16 @@ class ThroughputMeter(keras.callbacks.Callback):
     """Times each checkpoint interval from its first to its last executed batch (validation excluded).
 
     After fit: `steps` run in this process, `examples_per_second` and `step_seconds` (medians over
-    intervals, the first one skipped when there are several because it may include tracing).
+    intervals, the first one skipped when there are several because it may include tracing), and
+    `interval_seconds`, each interval's whole seconds (its validation and the callbacks before this one
+    included).
     """
 
     def __init__(self, global_batch: int):
         super().__init__()
         self.global_batch = global_batch
         self.steps = 0
+        self.interval_seconds: list[float] = []
         self._rates: list[float] = []
         self._step_seconds: list[float] = []
 
@@ -37,6 +40,7 @@ class ThroughputMeter(keras.callbacks.Callback):
         self._end = time.perf_counter()
 
     def on_epoch_end(self, epoch, logs=None):
+        self.interval_seconds.append(round(time.perf_counter() - self._start, 3))
         if not self._batches:
             return
         self.steps += self._batches
