@@ -470,6 +470,40 @@ class CalendarFeatures(keras.layers.Layer):
         return {**super().get_config(), "year": list(self.year), "trend": list(self.trend)}
 
 
+@keras.saving.register_keras_serializable(package="models.layers")
+class CalendarCode(keras.layers.Layer):
+    """One part of a date's calendar as a code for an embedding: int64 seconds since 1970-01-01 UTC [batch]
+    (MISSING_INT: missing) -> int64 [batch], 0 for a missing date, else 1 + the part's value (PARTS: month 1-12
+    as 1-12... ; weekday, hour and the hour of the week, hour x 7 + weekday, each from 0). Where the cycles of
+    CalendarFeatures are smooth, a code lets the model give each hour or weekday an effect of its own, as trees
+    cut them. TFLite builtin ops only (calendar_parts, CAST, SELECT_V2)."""
+
+    PARTS = {"month": 13, "weekday": 8, "hour": 25, "hour_of_week": 169}  # part -> vocabulary size
+
+    def __init__(self, part: str, **kwargs):
+        super().__init__(**kwargs)
+        if part not in self.PARTS:
+            raise ValueError(f"{self.name}: no calendar part {part!r} (one of {', '.join(self.PARTS)})")
+        self.part = part
+
+    def call(self, seconds):
+        seconds = tf.cast(seconds, tf.int64)
+        parts = calendar_parts(seconds)
+        value = {"month": parts["month"] - 1, "weekday": parts["weekday"], "hour": parts["hour"],
+                 "hour_of_week": parts["hour"] * 7 + parts["weekday"]}[self.part]
+        code = tf.cast(value + 1, tf.int64)
+        return tf.where(tf.equal(seconds, tf.constant(MISSING_INT, tf.int64)), tf.constant(0, tf.int64), code)
+
+    def compute_output_spec(self, seconds):
+        return keras.KerasTensor(seconds.shape, dtype="int64")
+
+    def vocabulary_size(self) -> int:
+        return self.PARTS[self.part]
+
+    def get_config(self):
+        return {**super().get_config(), "part": self.part}
+
+
 def embed(index, vocabulary_size: int, width: int, name: str):
     """An embedding of `width` per index, flattened to (batch, width)."""
     embedding = keras.layers.Embedding(vocabulary_size, width, name=f"{name}_embedding")(index)

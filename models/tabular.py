@@ -64,7 +64,7 @@ from components.core.feature_names import derived_name, internal_names
 from components.core.missing_values import spellings
 from components.core.tasks import ClassificationTask, Task, TaskError, task_named
 from models.packed import PackedDense, PackedEmbedding
-from models.layers import (MISSING_INT, CalendarFeatures, PiecewiseLinear, PiecewiseLinearColumns, RobustScale,
+from models.layers import (MISSING_INT, CalendarCode, CalendarFeatures, PiecewiseLinear, PiecewiseLinearColumns, RobustScale,
                            RobustScaleColumns, Vocabulary, keras_dtype)
 
 CATEGORICAL_MAX = 50  # an integer with at most this many distinct values in the sample is a category
@@ -86,6 +86,7 @@ FINE_BINS, FINE_ROWS_PER_BIN = 48, 20  # the finer encoding, the second candidat
 TAIL_BINS_TASKS = (ClassificationTask,)  # tasks whose smooth numbers get bins finer in their tails (not regressions)
 DATE_NOTE = "int64 seconds since 1970-01-01 UTC (a date alone: its midnight UTC)"
 DROPOUT = 0.1
+DATE_CODES = False  # a date's month, weekday, hour and hour of the week also as codes (CalendarCode), each embedded
 MEMBERS = 8  # the packed network's members, at least: bagged over k folds, k copies of ceil(MEMBERS / k) each
 _LAYER = "tabular.{}"  # the name of a layer derived from no column: a '.' keeps it apart from every column's
 
@@ -250,6 +251,8 @@ class SchemaModel:
             values, column = np.asarray(sample[name]), internal[name]
             if name in self.dates:
                 output(CalendarFeatures.fitted(values, name=derived_name(column, "calendar")), inputs[name])
+                for part in date_codes(values) if DATE_CODES else ():
+                    output(CalendarCode(part, name=derived_name(column, part)), inputs[name])
             elif name in categories:
                 missing = self.missing_spellings if spec.dtype == tf.string else ()
                 output(Vocabulary.adapted(values, MAX_VOCABULARY, name=derived_name(column, "lookup"),
@@ -306,8 +309,8 @@ class SchemaModel:
             layer = preprocessing.get_layer(name)
             # (a Discretization comes from a model served by older code: it builds, so that the warm start
             # can tell its weights do not fit and train from scratch)
-            if isinstance(layer, (Vocabulary, keras.layers.Discretization)):
-                size = layer.vocabulary_size() if isinstance(layer, Vocabulary) else layer.num_bins + 1
+            if isinstance(layer, (Vocabulary, CalendarCode, keras.layers.Discretization)):
+                size = layer.num_bins + 1 if isinstance(layer, keras.layers.Discretization) else layer.vocabulary_size()
                 by_width.setdefault(min(8, 1 + math.ceil(math.log2(size))), []).append((tensor, size))
             elif len(tensor.shape) == 1:
                 shared.append(keras.layers.Reshape((1,), name=derived_name(name, "column"))(tensor))
@@ -376,6 +379,15 @@ def reads_as_code(values: np.ndarray, profile: np.ndarray) -> bool:
     norm = np.sqrt((left ** 2).sum() * (right ** 2).sum())
     neighbours = (left * right).sum() / norm if norm > 0 else 0.0
     return bool(reliability >= CODE_RELIABILITY and neighbours <= CODE_NEIGHBOUR_RATIO * reliability)
+
+
+def date_codes(seconds: np.ndarray) -> tuple[str, ...]:
+    """The calendar parts a date column's training values get as codes (CalendarCode): its month and weekday,
+    and where the times of day differ, its hour and hour of the week."""
+    present = np.asarray(seconds, np.int64)
+    present = present[present != MISSING_INT]
+    timed = present.size and len(np.unique(present % 86_400)) > 1
+    return ("month", "weekday", "hour", "hour_of_week") if timed else ("month", "weekday")
 
 
 def members_for(copies: int) -> int:

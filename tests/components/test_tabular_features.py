@@ -13,7 +13,7 @@ from components.model_export import tflite
 from components.settings import TaskConfig
 from components.core.tasks import TaskError
 from models import tabular
-from models.layers import CALENDAR_RANGE, MISSING_INT, CalendarFeatures, calendar_parts
+from models.layers import CALENDAR_RANGE, MISSING_INT, CalendarCode, CalendarFeatures, calendar_parts
 
 UTC = datetime.timezone.utc
 PARTS = ("year", "month", "day", "weekday", "day_of_year", "hour")
@@ -286,3 +286,35 @@ def test_columns_of_any_name_build_train_and_survive_saving(tmp_path):
     # The model built again on the loaded preprocessing (a warm start) has the trained model's weights' shapes.
     rebuilt = model_module.build_model(loaded_preprocessing)
     assert [w.shape for w in rebuilt.get_weights()] == [w.shape for w in model.get_weights()]
+
+
+def test_calendar_codes_give_each_month_weekday_hour_and_hour_of_the_week_an_index_of_its_own():
+    seconds = np.array([_seconds(2024, 1, 1, 0), _seconds(2024, 12, 29, 23), _seconds(1905, 6, 15, 13),
+                        MISSING_INT], np.int64)
+    python = [datetime.datetime.fromtimestamp(int(value), datetime.timezone.utc) for value in seconds[:3]]
+    expected = {"month": [d.month for d in python], "weekday": [d.weekday() + 1 for d in python],
+                "hour": [d.hour + 1 for d in python], "hour_of_week": [d.hour * 7 + d.weekday() + 1 for d in python]}
+    for part, codes in expected.items():
+        layer = CalendarCode(part, name=f"sold.{part}")
+        got = layer(tf.constant(seconds)).numpy().tolist()
+        assert got == [*codes, 0] and max(got) < layer.vocabulary_size()  # 0: a missing date
+    # a date-time gets all four, a date (every time midnight) its month and weekday only
+    assert tabular.date_codes(seconds) == ("month", "weekday", "hour", "hour_of_week")
+    assert tabular.date_codes(np.append(seconds[:3] - seconds[:3] % 86_400, MISSING_INT)) == ("month", "weekday")
+
+
+def test_calendar_codes_convert_with_builtins_only(tmp_path):
+    class Codes(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([1], tf.int64, name="seconds")])
+        def serve(self, seconds):
+            return {part: CalendarCode(part)(seconds) for part in CalendarCode.PARTS}
+
+    module = Codes()
+    tf.saved_model.save(module, str(tmp_path / "codes"), signatures={"serving_default": module.serve})
+    flatbuffer = tflite.convert(str(tmp_path / "codes"), "float32")
+    assert tflite.non_builtin_ops(flatbuffer) == []
+    runner = tf.lite.Interpreter(model_content=flatbuffer).get_signature_runner("serving_default")
+    value = np.array([_seconds(1905, 6, 15, 13)], np.int64)
+    got = runner(seconds=value)
+    assert {part: int(got[part][0]) for part in CalendarCode.PARTS} == {
+        part: int(CalendarCode(part)(tf.constant(value)).numpy()[0]) for part in CalendarCode.PARTS}
