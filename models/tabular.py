@@ -86,6 +86,10 @@ FINE_BINS, FINE_ROWS_PER_BIN = 48, 20  # the finer encoding, the second candidat
 TAIL_BINS_TASKS = (ClassificationTask,)  # tasks whose smooth numbers get bins finer in their tails (not regressions)
 DATE_NOTE = "int64 seconds since 1970-01-01 UTC (a date alone: its midnight UTC)"
 DROPOUT = 0.1
+# A category of more than STATISTICS_MIN_VALUES values, and an integer read as a code, also reads as the label's
+# mean over the training records of its value, smoothed toward the overall mean by STATISTICS_PRIOR records
+# (CodeStatistics): what trees and CatBoost's target statistics find in a category of many values
+TARGET_STATISTICS, STATISTICS_MIN_VALUES, STATISTICS_PRIOR = False, 8, 10.0
 DATE_CODES = False  # a date's month, weekday, hour and hour of the week also as codes (CalendarCode), each embedded
 MEMBERS = 8  # the packed network's members, at least: bagged over k folds, k copies of ceil(MEMBERS / k) each
 _LAYER = "tabular.{}"  # the name of a layer derived from no column: a '.' keeps it apart from every column's
@@ -240,7 +244,9 @@ class SchemaModel:
             spec.dtype == tf.string or (spec.dtype == tf.int64 and len(np.unique(sample[name])) <= CATEGORICAL_MAX))}
         numbers = [name for name in specs if name not in self.dates and name not in categories]
         integers = [name for name in numbers if specs[name].dtype == tf.int64]
-        profile = self.task.label_profile(self._training_labels) if integers and self.LABEL_KEY in sample else None
+        labelled = self.LABEL_KEY in sample and len(self._training_labels) == rows
+        profile = self.task.label_profile(self._training_labels) if labelled and (
+            integers or TARGET_STATISTICS) else None
         before = self._description()
         self._codes = tuple(name for name in integers  # in the columns' order, as the description names them
                             if profile is not None and reads_as_code(np.asarray(sample[name]), profile))
@@ -255,8 +261,13 @@ class SchemaModel:
                     output(CalendarCode(part, name=derived_name(column, part)), inputs[name])
             elif name in categories:
                 missing = self.missing_spellings if spec.dtype == tf.string else ()
-                output(Vocabulary.adapted(values, MAX_VOCABULARY, name=derived_name(column, "lookup"),
-                                          missing_spellings=missing), inputs[name])
+                lookup = Vocabulary.adapted(values, MAX_VOCABULARY, name=derived_name(column, "lookup"),
+                                            missing_spellings=missing)
+                output(lookup, inputs[name])
+                if TARGET_STATISTICS and profile is not None and lookup.vocabulary_size() > STATISTICS_MIN_VALUES:
+                    output(CodeStatistics.fitted(lookup(tf.constant(values)).numpy(), profile,
+                                                 lookup.vocabulary_size(), name=derived_name(column, "statistics")),
+                           outputs[lookup.name])
             elif not together:
                 present = values[_present(values)].astype(np.float64)
                 fill = float(np.median(present)) if present.size else 0.0
@@ -268,7 +279,11 @@ class SchemaModel:
                     output(PiecewiseLinear(scale.edges, name=derived_name(column, "piecewise")), outputs[scale.name])
             if name in self._codes:
                 seen = values[_present(values)]
-                output(Vocabulary.adapted(seen, MAX_VOCABULARY, name=derived_name(column, "code")), inputs[name])
+                code = Vocabulary.adapted(seen, MAX_VOCABULARY, name=derived_name(column, "code"))
+                output(code, inputs[name])
+                if TARGET_STATISTICS and profile is not None:
+                    output(CodeStatistics.fitted(code(tf.constant(values)).numpy(), profile, code.vocabulary_size(),
+                                                 name=derived_name(column, "statistics")), outputs[code.name])
         if together:
             self._encode_numbers_together(numbers, sample, inputs, bins, tails, output)
         with warnings.catch_warnings():  # Keras asks for dict keys equal to the inputs' names: here they are not
@@ -421,6 +436,41 @@ def _missing(x) -> tf.Tensor:
     if not x.dtype.is_floating:
         return tf.equal(x, tf.constant(MISSING_INT, x.dtype))
     return tf.logical_or(tf.not_equal(x, x), tf.greater(tf.abs(x), tf.constant(x.dtype.max, x.dtype)))
+
+
+@keras.saving.register_keras_serializable(package="models.tabular")
+class CodeStatistics(keras.layers.Layer):
+    """A Vocabulary's int64 index [batch] -> float32 [batch, D]: row `index` of a table fitted on the training
+    sample, the label's mean profile (Task.label_profile: a class's share, or a regression label's mean rank)
+    over the records of each index, smoothed toward the overall mean (GATHER: a builtin TFLite op)."""
+
+    def __init__(self, table, **kwargs):
+        kwargs["dtype"] = "float32"
+        super().__init__(**kwargs)
+        self.table = [[float(value) for value in row] for row in table]
+
+    @classmethod
+    def fitted(cls, indices: np.ndarray, profile: np.ndarray, size: int, name: str) -> "CodeStatistics":
+        """Input: the sample's indices, its label profile [N, D] (a binary task's second column alone) and the
+        vocabulary size. Output: the layer, each index's (sum + STATISTICS_PRIOR x overall mean) / (count +
+        STATISTICS_PRIOR)."""
+        profile = np.asarray(profile, np.float64)
+        profile = profile[:, 1:] if profile.shape[1] == 2 else profile
+        indices = np.asarray(indices, np.int64).reshape(-1)
+        counts = np.bincount(indices, minlength=size)[:, None]
+        sums = np.stack([np.bincount(indices, weights=profile[:, j], minlength=size)
+                         for j in range(profile.shape[1])], 1)
+        table = (sums + STATISTICS_PRIOR * profile.mean(0)) / (counts + STATISTICS_PRIOR)
+        return cls(table.astype(np.float32).tolist(), name=name)
+
+    def call(self, index):
+        return tf.gather(tf.constant(self.table, tf.float32), tf.cast(index, tf.int32))
+
+    def compute_output_spec(self, index):
+        return keras.KerasTensor((*index.shape, len(self.table[0])), dtype="float32")
+
+    def get_config(self):
+        return {**super().get_config(), "table": self.table}
 
 
 @keras.saving.register_keras_serializable(package="models.tabular")
