@@ -435,7 +435,10 @@ TABLE_FACTS = ("source", "label", "rows", "task", "columns", "metric", "trivial"
 
 def record_table(name: str, result: dict, code: str) -> None:
     """Appends a table's figures (bench_table's result) as one record per model: the measurement is the table's
-    name for the schema-driven model, "NAME, MODEL" for another."""
+    name for the schema-driven model, "NAME, MODEL" for another; its figures hold "half" (the table's set,
+    TUNING or CHECK, by bench/quality_tables.py's rule), the model, the table's facts (TABLE_FACTS, among them
+    "yardsticks": LightGBM's, CatBoost's and the linear model's figures and the boosters' seconds), the runs and
+    the failures."""
     for model, figures in result["models"].items():
         records.append("tabular_quality", name if model == SCHEMA else f"{name}, {model}", {
             "half": half_of(name), "model": model, **{key: result.get(key) for key in TABLE_FACTS},
