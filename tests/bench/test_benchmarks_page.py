@@ -43,8 +43,7 @@ def test_the_page_is_what_the_committed_records_give(bench):
 def test_each_picture_on_the_page_is_drawn_from_the_records(bench):
     records, render_page = bench
     text, pictures = render_page.render(records.read(records.RESULTS_DIR))
-    assert {"benchmarks-scale.png", "benchmarks-quality-check.png", "benchmarks-quality-tuning.png"} <= {
-        picture.name for picture in pictures}
+    assert {"benchmarks-scale.png", "benchmarks-quality-tuning.png"} <= {picture.name for picture in pictures}
     on_disk = {name for name in os.listdir(render_page.IMAGES) if name.startswith(render_page.PICTURE_PREFIX)}
     assert on_disk == {picture.name for picture in pictures}, "stale or missing pictures: run `make bench-page`"
     for picture in pictures:
@@ -99,14 +98,18 @@ def test_the_quality_table_shows_a_column_only_where_a_record_has_its_figure(ben
     assert "CatBoost" not in header and "Trainer s" not in header and "LightGBM" in header
     assert "| telecom_churn | AUC | 0.9100 (0.9000–0.9200) | 0, 1 | 0.9300 | 0.8000 | -0.0200 | **missed** |" in text
     assert re.search(r"\| spam_words \| AUC \| 0\.9500 \| 0 \| – \| – \| – \| – \|", text)
-    assert "Within goal: **0 of 1** (1 without a LightGBM figure); missed: telecom_churn." in text
+    assert "Within goal of LightGBM: **0 of 1** (1 without a LightGBM figure); missed: telecom_churn." in text
+    assert "the better of" not in text  # no table has a CatBoost figure
 
     extended = [_quality("telecom_churn", [0.90, 0.92], yardsticks={"lightgbm": 0.93, "catboost": 0.94},
                          run_extra={"trainer_seconds": 30.0, "steps": {"Trainer": 12.0}}, unknown={"a": 1})]
     text, _ = render_page.render({"tabular_quality": extended}, "<!-- bench: quality -->\n")
     header = next(line for line in text.splitlines() if line.startswith("| table |"))
     assert "| CatBoost |" in header and "| Trainer s |" in header and "linear" not in header
-    assert "| 0.9300 | 0.9400 | -0.0200 | **missed** | 30.0 |" in text
+    assert "| goal vs better |" in header
+    assert "| 0.9300 | 0.9400 | -0.0200 | **missed** | -0.0300 | **missed** | 30.0 |" in text
+    assert ("Within goal of the better of LightGBM and CatBoost: **0 of 1**; missed: telecom_churn. Mean beside "
+            "LightGBM: AUC -0.0200. Mean beside CatBoost: AUC -0.0300.") in text
 
 
 def test_targets_follow_the_newest_records(bench):
@@ -183,14 +186,23 @@ def test_the_scale_and_quality_benches_records_land_where_the_page_looks(bench, 
     series = scale.series_name("taxi", "configs/taxi_fare.yaml")
     records.append("scale", f"{series}, 100x", {"series": series, **scale.run_figures(100, 1_500_200, run)})
     result = {"source": "s", "label": "y", "rows": 900, "task": "binary", "columns": 3, "metric": "auc",
-              "trivial": 0.5, "failures": [], "yardsticks": {"lightgbm": 0.80, "linear": 0.70},
+              "trivial": 0.5, "failures": [], "yardsticks": {"lightgbm": 0.80, "catboost": 0.815, "linear": 0.70},
               "models": {quality.SCHEMA: quality.summarize_runs([
                   {"seed": seed, "metric": "auc", "value": value, "trivial": 0.5, "trainer_seconds": 10.0,
                    "fit_seconds": 5.0, "savedmodel": value, "full_int8": value, "dynamic_int8": value,
                    "wall_seconds": 20.0, "error": None} for seed, value in ((0, 0.81), (1, 0.83))])}}
-    quality.record_table("spam_words", result, PROJECT_ROOT)
-    text, _ = render_page.render(records.read(str(tmp_path)))
+    quality.record_table("crash_deaths", result, PROJECT_ROOT)  # a table of the check set
+    quality.record_table("spam_words", result, PROJECT_ROOT)  # of the tuning set
+    found = records.read(str(tmp_path))
+    assert [record["figures"]["half"] for record in found["tabular_quality"]] == ["check", "tuning"]
+    text, _ = render_page.render(found)
     assert "| whole run at 100x (taxi fare, 1,500,200 rows) under 300 s | 172.0 s |" in text
     assert "| Trainer input wait under 5% (taxi fare, the worst run at each size) | 100x 22.9% |" in text
-    check = text.split("### The check half")[1]
-    assert "| spam_words | AUC | 0.8200 (0.8100–0.8300) | 0, 1 | 0.8000 | 0.7000 | +0.0200 | met | 10.0 | 5.0 |" in check
+    check, tuning = text.split("### The check set")[1].split("### The tuning set")
+    assert ("| crash_deaths | AUC | 0.8200 (0.8100–0.8300) | 0, 1 | 0.8000 | 0.8150 | 0.7000 | +0.0200 | met "
+            "| +0.0050 | met | 10.0 | 5.0 |") in check
+    assert "| spam_words |" in tuning and "| spam_words |" not in check
+    # the check set's targets count every table of the set: one scored is 1 of 24
+    assert ("| check set: at least 85% of its tables within goal of the better of LightGBM and CatBoost | 1 of 24 (4%) "
+            "|") in text
+    assert "| check set: on average at least as good as CatBoost | AUC +0.0050 |" in text

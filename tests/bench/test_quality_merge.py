@@ -48,7 +48,7 @@ def test_merged_runs_are_summarized_as_one_call_of_all_of_them(bench):
     assert figures["trainer_seconds"]["max"] == 30.0
     assert merged["yardsticks"]["lightgbm"] == 0.79  # the later call measured none: the earlier one's stay
     assert merged["failures"] == ["seed 3 failed"]  # seed 1's failure went with the run the later call replaced
-    assert bench.goal_lines({"credit": merged})[0].startswith("within goal: 1 of 1 tables")
+    assert bench.goal_lines({"credit": merged})[0].startswith("within goal of LightGBM: 1 of 1 tables")
 
 
 def test_a_table_whose_yardsticks_were_never_measured_keeps_the_reason(bench):

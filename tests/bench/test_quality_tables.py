@@ -1,12 +1,20 @@
-"""The quality benchmark's split: each table's half follows the rule its module states (the SHA-256 of the
-name), the benchmarks page lists the halves the rule gives, and each half holds every kind of task."""
-import hashlib
+"""The quality benchmark's sets: the check set is the fixed name list its module states (at least 20 tables, none
+of the tuning set's, each with a writer and every kind of task), every other table is in the tuning set, and the
+benchmarks page lists the sets the rule gives."""
 import importlib.util
+import inspect
 import os
 import re
 import sys
 
 from pipeline.config import PROJECT_ROOT
+
+# The 30 tables earlier rounds tuned and checked on: the tuning set, whatever is added later.
+EARLIER_TABLES = {
+    "taxi_tips", "credit", "telecom_churn", "watson_churn", "mortgage_denial", "spam_words", "caravan", "more_kids",
+    "email_spam", "vote_2016", "breast_cancer", "penguins", "hpc", "chile_vote", "ketchup_brand", "olive_region",
+    "chemistry_score", "rodent_species", "seattle_weather", "digits", "taxi_fare", "diamonds", "ames_houses", "wage",
+    "computer_prices", "cps_wages", "movie_ratings", "gss_income", "hotel_rates", "boston"}
 
 
 def _quality_tables():
@@ -21,33 +29,58 @@ def _quality_tables():
 def _listed_on_benchmarks_page(half: str) -> list[str]:
     with open(os.path.join(PROJECT_ROOT, "docs", "benchmarks.md")) as handle:
         page = handle.read()
-    match = re.search(rf"\*\*{half.capitalize()} half \((\d+)\)\*\*: (.*?)\.\n", page, re.DOTALL)
-    assert match, f"docs/benchmarks.md lists no {half} half"
+    match = re.search(rf"\*\*{half.capitalize()} set \((\d+)\)\*\*: (.*?)\.\n", page, re.DOTALL)
+    assert match, f"docs/benchmarks.md lists no {half} set"
     names = [name.strip() for name in match.group(2).replace("\n", " ").split(",")]
     assert int(match.group(1)) == len(names)
     return names
 
 
-def test_each_table_is_in_the_half_the_hash_of_its_name_gives():
+def test_the_check_set_is_its_name_list_and_every_other_table_tunes():
     tables = _quality_tables()
-    for name in tables.TABLES:
-        even = hashlib.sha256(name.encode()).digest()[0] % 2 == 0
-        assert tables.half_of(name) == (tables.TUNING if even else tables.CHECK), name
-    assert tables.half_of("a table added later") in (tables.TUNING, tables.CHECK)
-    assert set(tables.tables_in(tables.TUNING)) | set(tables.tables_in(tables.CHECK)) == set(tables.TABLES)
+    assert len(tables.CHECK_SET) == len(set(tables.CHECK_SET)) >= 20
+    assert tables.tables_in(tables.CHECK) == list(tables.CHECK_SET)  # TABLES keeps the list's order
+    assert set(tables.tables_in(tables.TUNING)) == set(tables.TABLES) - set(tables.CHECK_SET) >= EARLIER_TABLES
     assert not set(tables.tables_in(tables.TUNING)) & set(tables.tables_in(tables.CHECK))
+    for name in tables.TABLES:
+        assert tables.half_of(name) == (tables.CHECK if name in tables.CHECK_SET else tables.TUNING), name
+    assert tables.half_of("a table added later") == tables.TUNING  # the check set's list is fixed
 
 
-def test_the_benchmarks_page_lists_the_halves_the_rule_gives():
+def test_the_check_set_shares_no_source_with_the_tuning_set():
+    tables = _quality_tables()
+    assert not set(tables.CHECK_SET) & EARLIER_TABLES
+
+    def origin(table):  # where the rows come from: the package's item, or the writer of a table of its own
+        return table.csv_argument or table.example or table.write_csv.__name__
+
+    tuning = {origin(tables.TABLES[name]) for name in tables.tables_in(tables.TUNING)}
+    check = [origin(tables.TABLES[name]) for name in tables.CHECK_SET]
+    assert len(set(check)) == len(check) and not set(check) & tuning
+
+
+def test_every_check_table_has_a_writer_a_label_and_a_task():
+    tables = _quality_tables()
+    assert set(tables.CHECK_TABLES) == set(tables.CHECK_SET)
+    for name in tables.CHECK_SET:
+        table = tables.TABLES[name]
+        assert callable(table.write_csv) and not table.example and not table.config, name  # a CSV a user brings
+        assert len(inspect.signature(table.write_csv).parameters) == 2, name  # (path, argument)
+        assert table.label and table.task in ("binary", "multiclass", "regression") and table.source, name
+        excluded = table.init[table.init.index("--exclude") + 1].split(",") if "--exclude" in table.init else []
+        assert table.label not in excluded, name
+    kinds = [tables.TABLES[name].task for name in tables.CHECK_SET]
+    assert {kind: kinds.count(kind) for kind in set(kinds)} == {"binary": 8, "multiclass": 8, "regression": 8}
+
+
+def test_the_benchmarks_page_lists_the_sets_the_rule_gives():
     tables = _quality_tables()
     for half in (tables.TUNING, tables.CHECK):
         assert _listed_on_benchmarks_page(half) == tables.tables_in(half), half
 
 
-def test_there_are_at_least_24_tables_and_each_half_has_every_kind_of_task():
+def test_the_tuning_set_has_every_kind_of_task():
     tables = _quality_tables()
-    assert len(tables.TABLES) >= 24
     inferred = {"taxi_fare": "regression"}  # init infers its task from the label
-    for half in (tables.TUNING, tables.CHECK):
-        kinds = {tables.TABLES[name].task or inferred.get(name) for name in tables.tables_in(half)}
-        assert kinds == {"binary", "multiclass", "regression"}, (half, kinds)
+    kinds = {tables.TABLES[name].task or inferred.get(name) for name in tables.tables_in(tables.TUNING)}
+    assert kinds == {"binary", "multiclass", "regression"}
