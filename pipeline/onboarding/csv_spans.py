@@ -75,7 +75,6 @@ BLOCK_BYTES = 1 << 20  # pyarrow reads the CSV in blocks of this many bytes (and
 JOINED_ROWS, JOINED_BYTES = 4096, 16 << 20
 COLUMNS_FILE = ".csv_columns.json"  # in the data root: the types the first span fixed (hidden: never read as data)
 SPAN_NOTE_FILE = ".span.json"  # in a span folder: how it was prepared (its source, the rows left out and why)
-KINDS = ("int", "float", "string", "date")
 EMPTY = "empty"  # the kind a summary shows for a column with no value in any row (written as no feature)
 UNITS = ("%", "$", "€", "£", "¥", "₹")  # a number column may carry one of these in every cell
 UNIX_SECONDS = "unix"  # the date form of an integer column declared a date (--dates): seconds since 1970-01-01 UTC
@@ -900,17 +899,6 @@ def read_record(data_root: str) -> dict | None:
         return None
     with files.open(record) as handle:
         return json.loads(handle.read())
-
-
-def fixed_types(data_root: str, schema_path: str | None) -> tuple[ColumnTypes | None, str]:
-    """The types a new span must be written with: a curated schema's (`schema_path`), else the first
-    span's (COLUMNS_FILE in the data root), else None (infer them). Output: (types, where they came from)."""
-    if schema_path:
-        return _schema_types(schema_path), f"the schema {schema_path}"
-    value = read_record(data_root)
-    if value is not None:
-        return ColumnTypes.from_json(value), f"span-{value.get('span', 1)} ({os.path.join(data_root, COLUMNS_FILE)})"
-    return None, ""
 
 
 def _schema_types(schema_path: str) -> ColumnTypes:
