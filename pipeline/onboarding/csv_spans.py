@@ -1,12 +1,9 @@
 """A user's CSV file written as one span of TFRecord tf.Examples (`python -m pipeline prepare-data --csv`).
 
-Reading: pyarrow's CSV reader (installed with TFX) parses the file in blocks of BLOCK_BYTES, streaming:
-quoting, doubled quotes, delimiters and line breaks inside quoted cells, a UTF-8 byte-order mark; a gzip-compressed
-file (`.csv.gz`) and UTF-16 text (Excel's "Unicode text") are read as their UTF-8 text would be (CsvSource). Every cell
-is read as text and our rules, applied to whole blocks with pyarrow's compute functions, decide what it is
-(a wide file's blocks are joined up to JOINED_ROWS rows first: the rules' work is per column per block).
-Two passes over the file: the first decides each column's type, the second writes. Memory holds a block at a
-time and per-column counters, whatever the number of rows.
+Reading: csv_reading gives the file's rows in blocks of text cells, and the rules (cell_values), applied to
+whole blocks with pyarrow's compute functions, decide what each cell is. Two passes over the file: the first
+decides each column's type, the second writes. Memory holds a block at a time and per-column counters, whatever
+the number of rows.
 
 Record contract, as for the bundled taxi data: one tf.Example per row, one feature per column under the
 column's own name (any text a header holds). The rules:
@@ -50,34 +47,26 @@ included) that folder is removed and an existing span stays as it was.
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
 import gzip
-import io
 import json
 import os
 import re
 import struct
-import typing
 
 import numpy as np
 
-from components.core.contract import DATE_RANGE, DATE_RANGE_TEXT
 from components.core.path_operations import file_system
 from components.core.missing_values import MISSING_TOKENS
+from pipeline.onboarding.cell_values import (DATE_FORM_NAMES, DATE_FORMS, INT_PATTERN, UNIX_SECONDS, missing_mask,
+                                             number_text, parse_dates, typed_block, unit_of)
+from pipeline.onboarding.csv_reading import (CsvError, blocks, detect_delimiter, line_bound, line_of, read_header,
+                                             refuse_nul)
 
-DELIMITERS = ",;\t|"
 SHARDS = 4
-SNIFF_BYTES = 64 * 1024
-BLOCK_BYTES = 1 << 20  # pyarrow reads the CSV in blocks of this many bytes (and reads ahead about 35 of them)
-# A wide file's blocks hold few rows, and the rules' work is per column per block: consecutive blocks are
-# joined until they hold JOINED_ROWS rows, or JOINED_BYTES of text, whichever comes first
-JOINED_ROWS, JOINED_BYTES = 4096, 16 << 20
 COLUMNS_FILE = ".csv_columns.json"  # in the data root: the types the first span fixed (hidden: never read as data)
 SPAN_NOTE_FILE = ".span.json"  # in a span folder: how it was prepared (its source, the rows left out and why)
 EMPTY = "empty"  # the kind a summary shows for a column with no value in any row (written as no feature)
-UNITS = ("%", "$", "€", "£", "¥", "₹")  # a number column may carry one of these in every cell
-UNIX_SECONDS = "unix"  # the date form of an integer column declared a date (--dates): seconds since 1970-01-01 UTC
 PLAUSIBLE_SECONDS = (631_152_000, 2_208_988_800)  # 1990-01-01 to 2040-01-01: integers that may be Unix seconds
 # A column of numbers or dates may hold a few cells its type does not read (`unknown`, `—`, `2023-02-30`): at most
 # this share of its present cells, which are then written as missing values and named in a note; more, and the
@@ -85,28 +74,9 @@ PLAUSIBLE_SECONDS = (631_152_000, 2_208_988_800)  # 1990-01-01 to 2040-01-01: in
 UNREADABLE_SHARE = 0.02
 EXAMPLES = 3  # the unread cells a note quotes
 
-_INT = r"^[+-]?(0|[1-9][0-9]*)$"
 _CODE = r"^[+-]?0[0-9]+$"  # a leading zero: a code (zip code, account), kept as text
-_FLOAT = r"^[+-]?((0|[1-9][0-9]*)(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$"
-_THOUSANDS = r"^[+-]?[1-9][0-9]{0,2}(,[0-9]{3})+(\.[0-9]+)?$"
-_FLOAT_COMMA = r"^[+-]?((0|[1-9][0-9]*)(,[0-9]*)?|,[0-9]+)([eE][+-]?[0-9]+)?$"  # decimal comma: 4,5
-_THOUSANDS_DOT = r"^[+-]?[1-9][0-9]{0,2}(\.[0-9]{3})+(,[0-9]+)?$"  # decimal comma, dots between thousands: 1.466,14
 _COMMA_NUMBER = r"^[+-]?([0-9]+,[0-9]+|[1-9][0-9]{0,2}(\.[0-9]{3})+(,[0-9]+)?)$"  # only a decimal comma reads it
-_TIME = r"(?:[T ](?P<H>[0-9]{1,2}):(?P<M>[0-9]{2})(?::(?P<S>[0-9]{2})(?:[.,][0-9]+)?)?)?"
-DATE_FORMS = {  # name -> regular expression with named parts; day-first and month-first share one shape
-    "iso": r"^(?P<y>[0-9]{4})-(?P<m>[0-9]{1,2})-(?P<d>[0-9]{1,2})" + _TIME
-           + r"\s*(?P<z>Z|[+-][0-9]{2}(?::?[0-9]{2})?)?$",
-    "ymd": r"^(?P<y>[0-9]{4})/(?P<m>[0-9]{1,2})/(?P<d>[0-9]{1,2})" + _TIME + "$",
-    "dmy": r"^(?P<d>[0-9]{1,2})[/.-](?P<m>[0-9]{1,2})[/.-](?P<y>[0-9]{4})" + _TIME + "$",
-    "mdy": r"^(?P<m>[0-9]{1,2})[/.-](?P<d>[0-9]{1,2})[/.-](?P<y>[0-9]{4})" + _TIME + "$",
-}
 _DATE_SHAPE = r"^[0-9]{1,4}[/.-][0-9]{1,2}[/.-][0-9]{1,4}"  # what a cell of every DATE_FORMS form starts with
-DATE_FORM_NAMES = {"iso": "ISO 8601", "ymd": "YYYY/MM/DD", "dmy": "day first (DD/MM/YYYY)",
-                   "mdy": "month first (MM/DD/YYYY)", UNIX_SECONDS: "Unix seconds"}
-
-
-class CsvError(ValueError):
-    """The CSV cannot be read as a table; the message names the file and line, or the column."""
 
 
 @dataclasses.dataclass
@@ -153,224 +123,6 @@ class CsvSummary:
             lines.append(f"  {column:<{width}}  {kind:<6}  {self.missing[column]:,} missing{detail}")
         lines += [f"note: {note}" for note in self.notes]
         return "\n".join(lines)
-
-
-# ----------------------------------------------------------------------------------------- reading blocks
-
-@dataclasses.dataclass(frozen=True)
-class CsvSource:
-    """How a CSV file's bytes hold its text: gzip-compressed or not (`.csv.gz`), and the text's encoding
-    (UTF-8, with or without a byte-order mark; UTF-16, as Excel's "Unicode text" saves it)."""
-    path: str
-    gzip: bool = False
-    encoding: str = "utf-8-sig"
-
-    @classmethod
-    def of(cls, path: str) -> "CsvSource":
-        """Input: a file. Output: how to read it. Raises CsvError naming the file when it is a ZIP archive (an
-        Excel workbook is one) or another compression than gzip."""
-        with open(path, "rb") as handle:
-            head = handle.read(4)
-        compressed = head[:2] == b"\x1f\x8b"
-        if compressed:
-            with gzip.open(path, "rb") as handle:
-                try:
-                    head = handle.read(SNIFF_BYTES)
-                except (OSError, EOFError) as error:
-                    raise CsvError(f"{path}: gzip-compressed, but cannot be decompressed ({error})") from None
-        else:
-            with open(path, "rb") as handle:
-                head = handle.read(SNIFF_BYTES)
-        for magic, what in ((b"PK\x03\x04", "a ZIP archive (an Excel .xlsx workbook is one)"),
-                            (b"BZh", "bzip2-compressed"), (b"\xfd7zXZ", "xz-compressed"),
-                            (b"\x28\xb5\x2f\xfd", "zstd-compressed")):
-            if head.startswith(magic):
-                raise CsvError(f"{path}: {what}, not CSV text; save it as CSV (UTF-8), or compress it with gzip")
-        return cls(path, compressed, _encoding_of(head))
-
-    def binary(self):
-        """The file's bytes, decompressed, as a binary file object."""
-        return gzip.open(self.path, "rb") if self.gzip else open(self.path, "rb")
-
-    def text(self):
-        """The file's text, as a text file object for Python's csv module (undecodable bytes replaced)."""
-        return io.TextIOWrapper(self.binary(), encoding=self.encoding, errors="replace", newline="")
-
-    def arrow(self):
-        """The file's bytes, decompressed, as a pyarrow input stream (read, not memory-mapped: a mapped file's
-        pages would count in the process's memory)."""
-        import pyarrow as pa
-
-        raw = pa.OSFile(self.path)
-        return pa.CompressedInputStream(raw, "gzip") if self.gzip else raw
-
-    @property
-    def described(self) -> str:
-        """"gzip-compressed UTF-16 text", "UTF-8 text"..."""
-        encoding = "UTF-8" if self.encoding.startswith("utf-8") else self.encoding.upper()
-        return ("gzip-compressed " if self.gzip else "") + f"{encoding} text"
-
-
-def _encoding_of(head: bytes) -> str:
-    """The text encoding of a file from its first bytes: UTF-16 or UTF-32 by their byte-order mark, UTF-16 without
-    one when every other byte of mostly ASCII text is zero, else UTF-8 (a byte-order mark skipped)."""
-    if head.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
-        return "utf-32"
-    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return "utf-16"
-    sample = head[:4096 - 4096 % 2]
-    if len(sample) >= 4:
-        even, odd = sample[0::2], sample[1::2]
-        if odd.count(0) > 0.9 * len(odd) and even.count(0) < 0.1 * len(even):
-            return "utf-16-le"
-        if even.count(0) > 0.9 * len(even) and odd.count(0) < 0.1 * len(odd):
-            return "utf-16-be"
-    return "utf-8-sig"
-
-
-def detect_delimiter(path: str) -> str:
-    """The delimiter of a CSV file: the one of DELIMITERS csv.Sniffer finds in its first 64 KiB, else ','."""
-    source = CsvSource.of(path)
-    with source.binary() as handle:
-        sample = handle.read(SNIFF_BYTES)
-    try:
-        text = sample.decode(source.encoding)
-    except UnicodeDecodeError as error:
-        if error.start < len(sample) - 4:  # not a character cut off at the end of the sample
-            raise CsvError(f"{path}: not {source.described} (byte {error.start}: {error.reason}); save it as UTF-8"
-                           + (" (UTF-16 and gzip-compressed files are read too)" if source.encoding == "utf-8-sig"
-                              else "")) from None
-        text = sample[:error.start].decode(source.encoding)
-    try:
-        return csv.Sniffer().sniff(text, delimiters=DELIMITERS).delimiter
-    except csv.Error:
-        return ","
-
-
-def read_header(path: str, delimiter: str) -> list[str]:
-    """The header's cells as written. Raises CsvError naming line 1 when the file is empty, a name is empty
-    or two names cannot be told apart (the same once surrounding spaces are dropped), or the first row looks
-    like data."""
-    with CsvSource.of(path).text() as handle:
-        try:
-            header = next(csv.reader(handle, delimiter=delimiter), None)
-        except csv.Error as error:
-            raise CsvError(f"{path}: line 1: {error}") from None
-    if not header or header == [""]:
-        raise CsvError(f"{path}: the file is empty (a header row and data rows expected)")
-    names = [name.strip() for name in header]
-    if "" in names:
-        raise CsvError(f"{path}: line 1: the header has an empty column name (column {names.index('') + 1}); "
-                       "the first row must name every column")
-    numbers = [name for name in names if re.match(_FLOAT, name)]
-    if len(numbers) > len(names) / 2:
-        raise CsvError(f"{path}: line 1: the first row looks like data ({', '.join(names[:4])}...), not a header; "
-                       "add a header row naming the columns")
-    seen: dict[str, int] = {}
-    for position, name in enumerate(names):
-        if name in seen:
-            first = seen[name]
-            raise CsvError(f"{path}: line 1: the header repeats the column name(s) {name} (columns {first + 1} "
-                           f"{header[first]!r} and {position + 1} {header[position]!r} cannot be told apart)")
-        seen[name] = position
-    return header
-
-
-def _blocks(path: str, delimiter: str, header: list[str]):
-    """The data rows in blocks: {column (the stripped header name): pyarrow array of its text cells}, in file
-    order, pyarrow's blocks joined up to JOINED_ROWS rows or JOINED_BYTES. Raises CsvError naming the line of a
-    row whose cell count differs from the header's, or of a row that repeats the header (two exports joined
-    into one file)."""
-    import pyarrow as pa
-    import pyarrow.csv as pa_csv
-
-    bad_rows = []
-
-    def on_invalid_row(row):
-        bad_rows.append(row)
-        return "error"
-
-    source = CsvSource.of(path)
-    try:
-        reader = pa_csv.open_csv(
-            source.arrow(),
-            read_options=pa_csv.ReadOptions(block_size=BLOCK_BYTES, encoding=(
-                "utf8" if source.encoding == "utf-8-sig" else source.encoding)),
-            parse_options=pa_csv.ParseOptions(delimiter=delimiter, newlines_in_values=True, ignore_empty_lines=True,
-                                              invalid_row_handler=on_invalid_row),
-            convert_options=pa_csv.ConvertOptions(column_types={name: pa.string() for name in header},
-                                                  strings_can_be_null=False, quoted_strings_can_be_null=False,
-                                                  null_values=[], check_utf8=True))
-        names = [name.strip() for name in header]
-        rows, waiting, waiting_rows, waiting_bytes = 0, [], 0, 0
-        for batch in reader:
-            block = {name: batch.column(i) for i, name in enumerate(names)}
-            repeated = _header_row(block)
-            if repeated is not None:
-                line = _line_of(path, delimiter, row_index=rows + repeated)
-                raise CsvError(f"{path}: line {line} repeats the header row: two files joined into one? Prepare "
-                               f"each as a span of its own (prepare-data --csv FILE --span N), or delete the "
-                               f"repeated header lines")
-            rows += batch.num_rows
-            waiting.append(block)
-            waiting_rows, waiting_bytes = waiting_rows + batch.num_rows, waiting_bytes + batch.nbytes
-            if waiting_rows >= JOINED_ROWS or waiting_bytes >= JOINED_BYTES:
-                yield _joined(waiting, names)
-                waiting, waiting_rows, waiting_bytes = [], 0, 0
-        if waiting:
-            yield _joined(waiting, names)
-    except UnicodeDecodeError as error:  # pyarrow decodes a text other than UTF-8 with Python's codec
-        raise CsvError(f"{path}: not {source.described} (byte {error.start}: {error.reason}); save it as "
-                       "UTF-8") from None
-    except pa.ArrowInvalid as error:
-        if bad_rows:
-            row = bad_rows[0]
-            line = _line_of(path, delimiter, row.text)
-            raise CsvError(f"{path}: line {line}: {row.actual_columns} cells where the header names "
-                           f"{row.expected_columns} columns") from None
-        if "UTF8" in str(error) or "UTF-8" in str(error):
-            raise CsvError(f"{path}: not {source.described} ({_first_line(error)}); save it as UTF-8") from None
-        raise CsvError(f"{path}: {_first_line(error)}") from None
-
-
-def _header_row(block: dict) -> int | None:
-    """The index of the block's first row whose every cell is its column's name (trimmed), or None."""
-    import pyarrow.compute as pc
-
-    same = None
-    for name, cells in block.items():
-        matches = pc.equal(pc.utf8_trim_whitespace(cells), name)
-        same = matches if same is None else pc.and_(same, matches)
-    if same is None or not pc.any(same).as_py():
-        return None
-    return int(np.flatnonzero(same.to_numpy(zero_copy_only=False))[0])
-
-
-def _first_line(error: Exception) -> str:
-    return str(error).strip().splitlines()[0][:200]
-
-
-def _line_of(path: str, delimiter: str, row_text: str | None = None, row_index: int | None = None) -> int | str:
-    """The line a data row starts on, found again with Python's csv reader (only when reporting an error):
-    the row whose raw text is `row_text` (as pyarrow reports a bad row: quotes, delimiters and line breaks of
-    quoted cells included, so it is compared cell by cell), or the `row_index`-th data row (0-based, empty rows
-    skipped)."""
-    wanted = None
-    if row_text is not None:
-        wanted = next(csv.reader(io.StringIO(row_text.rstrip("\r\n"), newline=""), delimiter=delimiter), [])
-    with CsvSource.of(path).text() as handle:
-        reader = csv.reader(handle, delimiter=delimiter)
-        next(reader, None)
-        index, start = 0, reader.line_num + 1
-        for cells in reader:
-            if cells:
-                if wanted is not None and (cells == wanted or delimiter.join(cells) == row_text.rstrip("\r\n")):
-                    return start
-                if row_index is not None and index == row_index:
-                    return start
-                index += 1
-            start = reader.line_num + 1
-    return "?"
 
 
 # ----------------------------------------------------------------------------------------- cell rules
@@ -426,116 +178,6 @@ class ColumnState:
     undated: Unreadable = dataclasses.field(default_factory=Unreadable)
 
 
-def _missing_mask(cells, tokens: tuple[str, ...]):
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    mask = pc.equal(cells, "")
-    if tokens:
-        mask = pc.or_(mask, pc.is_in(pc.utf8_lower(cells), value_set=pa.array(tokens)))
-    return mask
-
-
-def _number_text(cells, delimiter: str, decimal: str = ".", unit: str = ""):
-    """Input: present text cells, the file's delimiter, the decimal mark ("." or ","), and the unit the
-    column's numbers carry ("" or one of UNITS; optional in each cell). Output: (each cell as plain number
-    text: unit and thousands separators dropped, "." as the decimal mark; is an integer; is a number).
-    Thousands separators count in a comma-delimited file or beside a currency symbol (`"1,234.5"`,
-    `$1,234.50`), and always with a decimal comma (`1.466,14`)."""
-    import pyarrow.compute as pc
-
-    if unit:
-        symbol = re.escape(unit)
-        cells = pc.replace_substring_regex(cells, rf"^([+-]?)\s*{symbol}?\s*(.*?)\s*{symbol}?$", r"\1\2")
-    if decimal == ",":
-        thousands = pc.match_substring_regex(cells, _THOUSANDS_DOT)
-        is_number = pc.or_(pc.match_substring_regex(cells, _FLOAT_COMMA), thousands)
-        is_int = pc.or_(pc.match_substring_regex(cells, _INT), pc.and_(thousands, pc.invert(
-            pc.match_substring(cells, ","))))
-        plain = pc.replace_substring(pc.replace_substring(cells, ".", ""), ",", ".")
-        return plain, is_int, is_number
-    is_int = pc.match_substring_regex(cells, _INT)
-    is_number = pc.match_substring_regex(cells, _FLOAT)
-    if delimiter == "," or unit not in ("", "%"):
-        thousands = pc.match_substring_regex(cells, _THOUSANDS)
-        is_number = pc.or_(is_number, thousands)
-        is_int = pc.or_(is_int, pc.and_(thousands, pc.invert(pc.match_substring(cells, "."))))
-        return pc.replace_substring(cells, ",", ""), is_int, is_number
-    return cells, is_int, is_number
-
-
-def _unit_of(cells) -> str | None:
-    """The one unit of UNITS the cells hold ("" for none), or None when they hold several."""
-    import pyarrow.compute as pc
-
-    if not pc.any(pc.match_substring_regex(cells, "[" + "".join(map(re.escape, UNITS)) + "]")).as_py():
-        return ""
-    found = [unit for unit in UNITS if pc.any(pc.match_substring(cells, unit)).as_py()]
-    return None if len(found) > 1 else found[0]
-
-
-def parse_dates(cells, form: str) -> tuple[np.ndarray, np.ndarray]:
-    """Input: text cells (a pyarrow string array) and a date form (a DATE_FORMS name, UNIX_SECONDS, or a
-    strptime format). Output: (int64 seconds since 1970-01-01 UTC, True where the cell is a valid date of that
-    form)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if form == UNIX_SECONDS:
-        valid = pc.match_substring_regex(cells, _INT).to_numpy(zero_copy_only=False)
-        try:
-            seconds = pc.cast(pc.if_else(pc.match_substring_regex(cells, _INT), cells, "0"), pa.int64())
-        except Exception:  # noqa: BLE001 - beyond int64: not a time
-            return np.zeros(len(cells), np.int64), np.zeros(len(cells), bool)
-        return seconds.to_numpy(zero_copy_only=False).astype(np.int64), valid
-    if form not in DATE_FORMS:
-        parsed = pc.strptime(cells, format=form, unit="s", error_is_null=True)
-        valid = pc.is_valid(parsed).to_numpy(zero_copy_only=False)
-        seconds = pc.cast(parsed, pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
-        return seconds.astype(np.int64), valid
-    parts = pc.extract_regex(cells, DATE_FORMS[form])
-    matched = pc.is_valid(parts).to_numpy(zero_copy_only=False)
-    if not matched.any():  # no cell of this shape (a number column's cells): nothing to read
-        return np.zeros(len(cells), np.int64), matched
-
-    def number(field: str) -> np.ndarray:
-        if field not in [parts.type.field(i).name for i in range(parts.type.num_fields)]:
-            return np.zeros(len(cells), np.int64)
-        text = pc.fill_null(parts.field(field), "")
-        text = pc.if_else(pc.equal(text, ""), "0", text)
-        return pc.cast(text, pa.int64()).to_numpy(zero_copy_only=False)
-
-    year, month, day = number("y"), number("m"), number("d")
-    hour, minute, second = number("H"), number("M"), number("S")
-    valid = matched & (month >= 1) & (month <= 12) & (day >= 1) & (hour < 24) & (minute < 60) & (second < 61)
-    valid &= day <= _days_in_month(year, np.clip(month, 1, 12))
-    offset = np.zeros(len(cells), np.int64)
-    if form == "iso":
-        zone = pc.fill_null(parts.field("z"), "").to_numpy(zero_copy_only=False)
-        for position in np.flatnonzero([bool(z) and z != "Z" for z in zone]):
-            text = zone[position].replace(":", "")
-            sign = -1 if text[0] == "-" else 1
-            offset[position] = sign * (int(text[1:3]) * 3600 + (int(text[3:5]) * 60 if len(text) > 3 else 0))
-    seconds = days_from_civil(year, np.clip(month, 1, 12), day) * 86400 + hour * 3600 + minute * 60 + second - offset
-    return np.where(valid, seconds, 0).astype(np.int64), valid
-
-
-def days_from_civil(year: np.ndarray, month: np.ndarray, day: np.ndarray) -> np.ndarray:
-    """Days since 1970-01-01 of proleptic Gregorian dates (H. Hinnant's days_from_civil), vectorized."""
-    year = np.asarray(year, np.int64) - (np.asarray(month) <= 2)
-    era = np.floor_divide(year, 400)
-    year_of_era = year - era * 400
-    day_of_year = (153 * np.where(month > 2, month - 3, month + 9) + 2) // 5 + np.asarray(day, np.int64) - 1
-    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
-    return era * 146097 + day_of_era - 719468
-
-
-def _days_in_month(year: np.ndarray, month: np.ndarray) -> np.ndarray:
-    leap = ((year % 4 == 0) & (year % 100 != 0)) | (year % 400 == 0)
-    lengths = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
-    return lengths[month] + ((month == 2) & leap)
-
-
 def _note_block(state: ColumnState, cells, delimiter: str, date_format: str | None, decimal: str = ".",
                 limit: float = float("inf")) -> None:
     """Widens a column's kind and narrows its date forms and unit by one block of its present cells. Cells no
@@ -555,7 +197,7 @@ def _note_block(state: ColumnState, cells, delimiter: str, date_format: str | No
         state.unreadable.over |= state.unreadable.cells > limit
     if decimal == "." and state.comma_numbers and (state.kind != "int" or unread or state.unreadable.over):
         comma = pc.match_substring_regex(cells, _COMMA_NUMBER)  # text: numbers with a decimal comma?
-        state.comma_numbers = pc.all(pc.or_(comma, pc.match_substring_regex(cells, _INT))).as_py()
+        state.comma_numbers = pc.all(pc.or_(comma, pc.match_substring_regex(cells, INT_PATTERN))).as_py()
         state.comma_seen |= pc.any(comma).as_py()
 
 
@@ -597,12 +239,12 @@ def _note_numbers(state: ColumnState, cells, delimiter: str, decimal: str) -> bo
     the block held a cell no number reads."""
     import pyarrow.compute as pc
 
-    unit = _unit_of(cells)
+    unit = unit_of(cells)
     if unit is None or (unit and state.unit and unit != state.unit):
         state.kind = "string"
         return False
     state.unit = state.unit or unit
-    plain, is_int, is_number = _number_text(cells, delimiter, decimal, state.unit)
+    plain, is_int, is_number = number_text(cells, delimiter, decimal, state.unit)
     unread = not pc.all(is_number).as_py()
     if unread:
         codes = pc.filter(cells, pc.match_substring_regex(cells, _CODE))
@@ -655,15 +297,6 @@ def _decide(state: ColumnState) -> tuple[str, str]:
     return state.kind, ""
 
 
-def _line_bound(path: str) -> int:
-    """At least as many as the file's data rows: the line breaks in its (decompressed) bytes, plus one."""
-    lines = 1
-    with CsvSource.of(path).binary() as handle:
-        while chunk := handle.read(1 << 24):
-            lines += chunk.count(b"\n")
-    return lines
-
-
 # ----------------------------------------------------------------------------------------- the two passes
 
 @dataclasses.dataclass
@@ -686,15 +319,6 @@ class ColumnTypes:
                    list(value.get("empty", [])), value.get("decimal", "."))
 
 
-def _joined(blocks: list[dict], names: list[str]) -> dict:
-    """Consecutive blocks as one: each column's cells in file order."""
-    import pyarrow as pa
-
-    if len(blocks) == 1:
-        return blocks[0]
-    return {name: pa.concat_arrays([block[name] for block in blocks]) for name in names}
-
-
 def infer_types(path: str, delimiter: str, header: list[str], missing_tokens: tuple[str, ...],
                 date_formats: dict[str, str], decimal: str = ".") -> tuple[ColumnTypes, list[str]]:
     """The first pass. Output: each column's type, date form and unit, and notes on the text columns that
@@ -707,12 +331,12 @@ def infer_types(path: str, delimiter: str, header: list[str], missing_tokens: tu
 
     columns = [name.strip() for name in header]
     states = {column: ColumnState() for column in columns}
-    rows, limit = 0, UNREADABLE_SHARE * _line_bound(path)
-    for block in _blocks(path, delimiter, header):
+    rows, limit = 0, UNREADABLE_SHARE * line_bound(path)
+    for block in blocks(path, delimiter, header):
         for column in columns:
-            _refuse_nul(path, delimiter, column, block[column], rows)
+            refuse_nul(path, delimiter, column, block[column], rows)
             cells = pc.utf8_trim_whitespace(block[column])
-            present = pc.filter(cells, pc.invert(_missing_mask(cells, missing_tokens)))
+            present = pc.filter(cells, pc.invert(missing_mask(cells, missing_tokens)))
             _note_block(states[column], present, delimiter, date_formats.get(column), decimal, limit)
         rows += len(block[columns[0]])
     decided = {column: _decide(state) for column, state in states.items()}
@@ -764,75 +388,6 @@ def _unread_notes(text: dict[str, ColumnState]) -> list[str]:
     return notes
 
 
-def _refuse_nul(path: str, delimiter: str, column: str, cells, rows_before: int) -> None:
-    """CsvError naming the line and column of the block's first cell that holds a NUL character (no text holds
-    one: the file is binary, or text in an encoding that was not recognized)."""
-    import pyarrow.compute as pc
-
-    held = pc.match_substring(cells, "\x00")
-    if not pc.any(held).as_py():
-        return
-    row = int(np.flatnonzero(held.to_numpy(zero_copy_only=False))[0])
-    line = _line_of(path, delimiter, row_index=rows_before + row)
-    raise CsvError(f"{path}: line {line}: column {column!r} holds a NUL character (byte 0) in "
-                   f"{cells[row].as_py()!r}, which no text holds: a binary file, or text in an encoding other than "
-                   "UTF-8 or UTF-16? Remove it, or save the file as UTF-8 text")
-
-
-class Typed(typing.NamedTuple):
-    """One block of a column in its type: `values` (a pyarrow list array, one value per row: a placeholder where
-    the cell is missing or unread), `bad` (the row of the first cell that does not fit, or -1), `wanted` (what that
-    cell should have been, when not simply the column's type) and `unread` (the present cells no number or date
-    reads, written as missing values while they are few: UNREADABLE_SHARE)."""
-    values: object
-    bad: int
-    wanted: str
-    unread: np.ndarray
-
-
-def _typed(column: str, kind: str, form: str, cells, missing, delimiter: str, decimal: str = ".",
-           unit: str = "") -> Typed:
-    """One block of a column as the tf.Example encoder takes it (Typed), numbers read with the decimal mark and
-    unit given. A number that an integer column cannot hold (7.5), or a date outside DATE_RANGE, does not fit; a
-    cell that is no number (no date of the column's form) at all is unread."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    present = ~missing.to_numpy(zero_copy_only=False)
-    filled = pc.if_else(missing, _PLACEHOLDER[kind], cells)
-    fits, unread, wanted = np.ones(len(cells), bool), np.zeros(len(cells), bool), ""
-    if kind == "string":
-        values = pc.cast(filled, pa.binary())
-    elif kind == "date":
-        seconds, valid = parse_dates(filled, form)
-        unread = present & ~valid
-        fits = ~(valid & present & ((seconds < DATE_RANGE[0]) | (seconds > DATE_RANGE[1])))
-        values = pa.array(np.where(fits & ~unread, seconds, 0), pa.int64())
-        wanted = (f"a date the model reads ({DATE_RANGE_TEXT})"
-                  + (" (Unix seconds, not milliseconds)" if form == UNIX_SECONDS else ""))
-    else:
-        plain, is_int, is_number = _number_text(filled, delimiter, decimal, unit)
-        number = is_number.to_numpy(zero_copy_only=False)
-        unread = present & ~number
-        if kind == "float":
-            values = pc.cast(pc.cast(pc.if_else(is_number, plain, "0"), pa.float64()), pa.float32())
-        else:  # int: an integer, or a number with no fraction (3.0); any other number does not fit
-            as_float = pc.cast(pc.if_else(is_number, plain, "0"), pa.float64()).to_numpy(zero_copy_only=False)
-            fits = ~present | ~number | (np.floor(as_float) == as_float)
-            whole = pc.if_else(is_int, plain, "0")
-            try:
-                values = pc.cast(whole, pa.int64()).to_numpy(zero_copy_only=False)
-            except Exception:  # noqa: BLE001 - beyond int64
-                fits, unread = ~present, np.zeros(len(cells), bool)
-                values = np.zeros(len(cells), np.int64)
-            values = pa.array(np.where(is_int.to_numpy(zero_copy_only=False), values,
-                                       as_float.astype(np.int64, copy=False)), pa.int64())
-    bad = int(np.argmin(fits)) if not fits.all() else -1
-    offsets = pa.array(np.arange(len(cells) + 1, dtype=np.int32))
-    return Typed(pa.ListArray.from_arrays(offsets, values), bad, wanted if bad >= 0 else "", unread)
-
-
-_PLACEHOLDER = {"int": "0", "float": "0", "string": "", "date": "1970-01-01"}
 _KIND_TEXT = {"int": "an integer", "float": "a number", "date": "a date", "string": "text"}
 
 
@@ -1124,7 +679,7 @@ def _write_span(path: str, delimiter: str, header: list[str], data_root: str, sp
         files.makedirs(staging)
         writers = [_ShardWriter(os.path.join(staging, f"data-{i:05d}-of-{SHARDS:05d}.tfrecord.gz"))
                    for i in range(SHARDS)]
-        for block in _blocks(path, delimiter, header):
+        for block in blocks(path, delimiter, header):
             rows_written, skipped_here, empty_here = _write_block(
                 path, delimiter, block, columns, types, missing_tokens, set(required), writers, rows,
                 missing_counts, data_rows, fixed_by, unread)
@@ -1221,9 +776,9 @@ def _write_block(path, delimiter, block, columns, types: ColumnTypes, missing_to
 
     cells = {column: pc.utf8_trim_whitespace(block[column]) for column in columns}
     empty = np.all([pc.equal(cells[c], "").to_numpy(zero_copy_only=False) for c in columns], axis=0)
-    missing = {c: _missing_mask(cells[c], missing_tokens) for c in columns}
+    missing = {c: missing_mask(cells[c], missing_tokens) for c in columns}
     absent = np.stack([missing[c].to_numpy(zero_copy_only=False) for c in columns], axis=1)
-    typed = {column: _typed(column, types.types[column], types.date_forms.get(column, ""), cells[column],
+    typed = {column: typed_block(column, types.types[column], types.date_forms.get(column, ""), cells[column],
                             missing[column], delimiter, types.decimal, types.units.get(column, ""))
              for column in columns}
     for position, column in enumerate(columns):
@@ -1239,7 +794,7 @@ def _write_block(path, delimiter, block, columns, types: ColumnTypes, missing_to
         bad = typed[column].bad
         if bad >= 0 and not empty[bad] and not required_absent[bad]:
             cell = cells[column][bad].as_py()
-            line = _line_of(path, delimiter, row_index=data_rows_before + bad)
+            line = line_of(path, delimiter, row_index=data_rows_before + bad)
             raise CsvError(f"{path}: line {line}: column {column!r} holds {cell!r}, which is not "
                            f"{typed[column].wanted or _expected(types, column)}{_origin(fixed_by)}; correct the cell, "
                            "or leave it empty for a missing value")
@@ -1275,7 +830,7 @@ def _check_unread(path: str, delimiter: str, types: ColumnTypes, unread: dict[st
             continue
         present = counted.cells + counted.readable
         if not counted.few(present):
-            line = _line_of(path, delimiter, row_index=counted.first_row)
+            line = line_of(path, delimiter, row_index=counted.first_row)
             raise CsvError(f"{path}: line {line}: column {column!r} holds {counted.examples[0]!r}, which is not "
                            f"{_expected(types, column)}{_origin(fixed_by)}; {counted.cells:,} of its {present:,} "
                            f"cells are not, more than the {UNREADABLE_SHARE:.0%} read as missing: correct them, or "
