@@ -26,7 +26,7 @@ import numpy as np
 
 from components.core.contract import DATE_RANGE, DATE_RANGE_TEXT
 from components.settings import FOLDS_MIN_RECORDS, PIPELINE_NAME, IngestConfig
-from pipeline.onboarding.csv_spans import PLAUSIBLE_SECONDS
+from pipeline.onboarding.type_inference import PLAUSIBLE_SECONDS
 from components.core.tasks import LabelNumbers, TaskError, task_for_label, task_named
 
 MOSTLY_MISSING = 0.5  # a label missing in more than this share of rows cannot be trained on
