@@ -28,11 +28,9 @@ included) that folder is removed and an existing span stays as it was.
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import json
 import os
 import re
-import struct
 
 import numpy as np
 
@@ -40,11 +38,12 @@ from components.core.path_operations import file_system
 from components.core.missing_values import MISSING_TOKENS
 from pipeline.onboarding.cell_values import DATE_FORM_NAMES, UNIX_SECONDS, missing_mask, typed_block
 from pipeline.onboarding.csv_reading import CsvError, blocks, detect_delimiter, line_of, read_header
+from pipeline.onboarding.span_folders import (SPAN_NOTE_FILE, publish, read_span_note, remove_quietly, span_names,
+                                              write_json)
+from pipeline.onboarding.tfrecord_shards import SHARDS, ShardWriter, serialize_rows
 from pipeline.onboarding.type_inference import UNREADABLE_SHARE, ColumnTypes, Unreadable, infer_types
 
-SHARDS = 4
 COLUMNS_FILE = ".csv_columns.json"  # in the data root: the types the first span fixed (hidden: never read as data)
-SPAN_NOTE_FILE = ".span.json"  # in a span folder: how it was prepared (its source, the rows left out and why)
 EMPTY = "empty"  # the kind a summary shows for a column with no value in any row (written as no feature)
 
 
@@ -98,60 +97,6 @@ class CsvSummary:
 
 
 _KIND_TEXT = {"int": "an integer", "float": "a number", "date": "a date", "string": "text"}
-
-
-def _serialize(lists: dict, present: np.ndarray) -> list[bytes]:
-    """Input: column -> list array of one block (one value per row), and the rows x columns presence matrix.
-    Output: each row's serialized tf.Example holding only its present columns (rows grouped by which columns
-    they hold, each group encoded at once by tfx-bsl's encoder), in canonical form (canonical_examples: equal
-    rows give equal bytes, so ingestion's hash splits the same CSV the same way every time)."""
-    import pyarrow as pa
-    from tfx_bsl.coders.example_coder import RecordBatchToExamples
-
-    from pipeline.onboarding.canonical_examples import canonical
-
-    names = list(lists)
-    patterns, group_of_row = np.unique(present, axis=0, return_inverse=True)
-    records: list[bytes] = [b""] * len(present)
-    for group, pattern in enumerate(patterns):
-        rows = np.flatnonzero(group_of_row.reshape(-1) == group)
-        kept = [name for name, keep in zip(names, pattern) if keep]
-        indices = pa.array(rows)
-        batch = pa.RecordBatch.from_arrays([lists[name].take(indices) for name in kept], kept)
-        for row, record in zip(rows, canonical(RecordBatchToExamples(batch))):
-            records[row] = record
-    return records
-
-
-class _ShardWriter:
-    """Gzip TFRecord files written without TensorFlow (TFRecord framing: length, masked CRC-32C of the
-    length, data, masked CRC-32C of the data); a URI is written through tf.io.gfile."""
-
-    def __init__(self, path: str):
-        if "://" in path:
-            import tensorflow as tf
-            self._raw = tf.io.gfile.GFile(path, "wb")
-        else:
-            self._raw = open(path, "wb")
-        self._file = gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=6, mtime=0)
-        self.path, self.records = path, 0
-
-    def write(self, record: bytes) -> None:
-        self.records += 1
-        length = struct.pack("<Q", len(record))
-        self._file.write(length + struct.pack("<I", _masked_crc(length)) + record
-                         + struct.pack("<I", _masked_crc(record)))
-
-    def close(self) -> None:
-        self._file.close()
-        self._raw.close()
-
-
-def _masked_crc(data: bytes) -> int:
-    import google_crc32c
-
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 def read_record(data_root: str) -> dict | None:
@@ -212,7 +157,7 @@ def write_csv_span(path: str, data_root: str, span: int = 1, delimiter: str | No
     missing_tokens = tuple(token.lower() for token in missing_tokens)
     record = read_record(data_root)
     span_dir = os.path.join(data_root, f"span-{span}")
-    others = [name for name in _span_names(data_root) if name != f"span-{span}"]
+    others = [name for name in span_names(data_root) if name != f"span-{span}"]
     reinfer = record is not None and record.get("span") == span and not others and not schema_path
     label = (record or {}).get("label", "")
     decimal = decimal or (record or {}).get("decimal") or "."
@@ -228,7 +173,7 @@ def write_csv_span(path: str, data_root: str, span: int = 1, delimiter: str | No
     fixing = None if reinfer else record
     if fixing is not None:
         _check_columns(path, columns, fixing, data_root)
-    _check_span_folder(span_dir)
+    check_span_folder(span_dir)
     if label and label in columns and label not in required:
         required = (*required, label)
     types, fixed, fixed_by, notes = column_types(path, delimiter, header, data_root, schema_path, missing_tokens,
@@ -263,15 +208,6 @@ def unread_notes(unread: dict[str, dict], span: str = "") -> list[str]:
     return notes
 
 
-def _span_names(data_root: str) -> list[str]:
-    """The span-N folders of a data root (none when it does not exist)."""
-    files = file_system(data_root)
-    if not files.isdir(data_root):
-        return []
-    return sorted(name.rstrip("/") for name in files.listdir(data_root)
-                  if re.fullmatch(r"span-[0-9]+", name.rstrip("/")))
-
-
 def _check_columns(path: str, columns: list[str], record: dict, data_root: str) -> None:
     """CsvError naming the columns of the first span that the header lacks (removed, or renamed: the new
     names are given too)."""
@@ -290,7 +226,7 @@ def _check_columns(path: str, columns: list[str], record: dict, data_root: str) 
                    f"{os.path.join(data_root, COLUMNS_FILE)})")
 
 
-def _check_span_folder(span_dir: str) -> None:
+def check_span_folder(span_dir: str) -> None:
     """CsvError when an existing span folder holds data files prepare-data did not write (replacing the span
     would remove them)."""
     files = file_system(span_dir)
@@ -379,14 +315,14 @@ def _write_span(path: str, delimiter: str, header: list[str], data_root: str, sp
     staging = os.path.join(data_root, f".span-{span}.partial")  # hidden, and no span-N name: never read
     files = file_system(data_root)
     created_root = not files.exists(data_root)
-    writers: list[_ShardWriter] = []
+    writers: list[ShardWriter] = []
     missing_counts = dict.fromkeys(columns, 0)
     unread: dict[str, Unreadable] = {}
     rows = skipped = empty = data_rows = 0
     try:
-        _remove_quietly(files, staging)  # what a killed write left
+        remove_quietly(files, staging)  # what a killed write left
         files.makedirs(staging)
-        writers = [_ShardWriter(os.path.join(staging, f"data-{i:05d}-of-{SHARDS:05d}.tfrecord.gz"))
+        writers = [ShardWriter(os.path.join(staging, f"data-{i:05d}-of-{SHARDS:05d}.tfrecord.gz"))
                    for i in range(SHARDS)]
         for block in blocks(path, delimiter, header):
             rows_written, skipped_here, empty_here = _write_block(
@@ -406,73 +342,21 @@ def _write_span(path: str, delimiter: str, header: list[str], data_root: str, sp
             if not writer.records:  # fewer rows than shards: ingestion refuses a file without records
                 files.remove(writer.path)
         left_out = [{"rows": skipped, "why": why}] if skipped else []
-        _write_json(files, os.path.join(staging, SPAN_NOTE_FILE), {
+        write_json(files, os.path.join(staging, SPAN_NOTE_FILE), {
             "csv": os.path.abspath(path), "rows": rows, "left_out": left_out, "empty_rows": empty,
             **({"unread": unread_cells} if unread_cells else {})})
-        _publish(files, staging, span_dir)
+        publish(files, staging, span_dir)
     except BaseException:
         for writer in writers:
             try:
                 writer.close()
             except Exception:  # noqa: BLE001 - a full disk fails the close too; the folder goes anyway
                 pass
-        _remove_quietly(files, staging)
+        remove_quietly(files, staging)
         if created_root:
-            _remove_quietly(files, data_root)
+            remove_quietly(files, data_root)
         raise
     return span_dir, rows, skipped, empty, missing_counts, unread_cells
-
-
-def _publish(files, staging: str, span_dir: str) -> None:
-    """Puts a completely written span folder in place of `span_dir`: a rename of the folder (a local path),
-    or of each file (an object store, where folders cannot be renamed); an existing span is moved aside first
-    and removed after."""
-    if "://" in span_dir:
-        files.makedirs(span_dir)
-        for name in files.listdir(staging):
-            files.rename(os.path.join(staging, name.rstrip("/")), os.path.join(span_dir, name.rstrip("/")))
-        _remove_quietly(files, staging)
-        return
-    replaced = os.path.join(os.path.dirname(span_dir), "." + os.path.basename(span_dir) + ".replaced")
-    if files.exists(span_dir):
-        _remove_quietly(files, replaced)
-        files.rename(span_dir, replaced)
-        try:
-            files.rename(staging, span_dir)
-        except BaseException:
-            files.rename(replaced, span_dir)
-            raise
-        _remove_quietly(files, replaced)
-    else:
-        files.rename(staging, span_dir)
-
-
-def _remove_quietly(files, path: str) -> None:
-    """Removes a file or folder if it is there; a failure to remove is ignored (it runs while cleaning up)."""
-    try:
-        if files.isdir(path):
-            files.rmtree(path)
-        elif files.exists(path):
-            files.remove(path)
-    except Exception:  # noqa: BLE001 - cleaning up after a failure must not hide the failure
-        pass
-
-
-def _write_json(files, path: str, value: dict) -> None:
-    """Writes `value` as indented JSON (UTF-8 kept) to `path` through `files` (file_system's operations)."""
-    with files.open(path, "w") as handle:
-        handle.write(json.dumps(value, indent=2, ensure_ascii=False))
-
-
-def read_span_note(span_dir: str) -> dict:
-    """A span folder's SPAN_NOTE_FILE ({} when there is none): its CSV, the rows written, `left_out` as
-    [{rows, why}], the empty rows skipped."""
-    files = file_system(span_dir)
-    path = os.path.join(span_dir, SPAN_NOTE_FILE)
-    if not files.exists(path):
-        return {}
-    with files.open(path) as handle:
-        return json.loads(handle.read())
 
 
 def _write_block(path, delimiter, block, columns, types: ColumnTypes, missing_tokens, required, writers,
@@ -511,7 +395,7 @@ def _write_block(path, delimiter, block, columns, types: ColumnTypes, missing_to
     kept_rows = np.flatnonzero(keep)
     for column, position in zip(columns, range(len(columns))):
         missing_counts[column] += int(absent[kept_rows, position].sum())
-    records = _serialize({c: typed[c].values.take(_indices(kept_rows)) for c in columns},
+    records = serialize_rows({c: typed[c].values.take(_indices(kept_rows)) for c in columns},
                          ~absent[kept_rows]) if len(kept_rows) else []
     for offset, record in enumerate(records):
         writers[(rows_before + offset) % SHARDS].write(record)
@@ -590,7 +474,7 @@ def write_record(data_root: str, value: dict) -> None:
     """Replaces COLUMNS_FILE (written beside, then renamed: never half written)."""
     files = file_system(data_root)
     path = os.path.join(data_root, COLUMNS_FILE)
-    _write_json(files, path + ".partial", value)
+    write_json(files, path + ".partial", value)
     files.rename(path + ".partial", path)
 
 
@@ -608,17 +492,17 @@ def leave_out_unlabelled(data_root: str, label: str) -> dict[str, int]:
     files = file_system(data_root)
     decoder = ExamplesToRecordBatchDecoder()
     left_out: dict[str, int] = {}
-    for name in _span_names(data_root):
+    for name in span_names(data_root):
         span_dir = os.path.join(data_root, name)
         staging = os.path.join(data_root, f".{name}.partial")
         dropped = 0
-        writers: list[_ShardWriter] = []
+        writers: list[ShardWriter] = []
         try:
-            _remove_quietly(files, staging)
+            remove_quietly(files, staging)
             files.makedirs(staging)
             kept = 0
             for path in list_record_files(span_dir):
-                writer = _ShardWriter(os.path.join(staging, os.path.basename(path)))
+                writer = ShardWriter(os.path.join(staging, os.path.basename(path)))
                 writers.append(writer)
                 batch: list[bytes] = []
                 for _, record in iter_records(path):
@@ -637,18 +521,18 @@ def leave_out_unlabelled(data_root: str, label: str) -> dict[str, int]:
                 if "rows" in note:
                     note["rows"] -= dropped
                 note.setdefault("left_out", []).append({"rows": dropped, "why": f"no value for the label {label!r}"})
-                _write_json(files, os.path.join(staging, SPAN_NOTE_FILE), note)
-                _publish(files, staging, span_dir)
+                write_json(files, os.path.join(staging, SPAN_NOTE_FILE), note)
+                publish(files, staging, span_dir)
                 left_out[span_dir] = dropped
             else:
-                _remove_quietly(files, staging)
+                remove_quietly(files, staging)
         except BaseException:
             for writer in writers:
                 try:
                     writer.close()
                 except Exception:  # noqa: BLE001
                     pass
-            _remove_quietly(files, staging)
+            remove_quietly(files, staging)
             raise
     record = read_record(data_root) or {}
     if record.get("label") != label:
@@ -657,7 +541,7 @@ def leave_out_unlabelled(data_root: str, label: str) -> dict[str, int]:
     return left_out
 
 
-def _write_labelled(decoder, batch: list[bytes], label: str, writer: "_ShardWriter") -> int:
+def _write_labelled(decoder, batch: list[bytes], label: str, writer: "ShardWriter") -> int:
     """Writes the records of `batch` that hold a value for `label`. Output: how many were left out."""
     import pyarrow.compute as pc
 

@@ -632,7 +632,8 @@ def plan_project(folder: str, data_root: str, label: str, task: str | None = Non
     the label are counted and left out of every decision (write() leaves them out of the spans), unless
     `refuse_unlabelled`. `dates`: integer columns of Unix seconds the model reads as dates. InitError naming
     what is wrong."""
-    from pipeline.onboarding.csv_spans import read_record, read_span_note, unread_notes
+    from pipeline.onboarding.csv_spans import read_record, unread_notes
+    from pipeline.onboarding.span_folders import read_span_note
 
     if os.path.isfile(data_root):
         raise InitError(f"--data {data_root}: a file; --data is the folder prepare-data wrote (prepare-data --csv "
