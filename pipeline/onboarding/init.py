@@ -267,7 +267,8 @@ class Project:
         """Writes the config and the schema; InitError if either exists and `force` is off. For data prepare-data
         wrote, first leaves the records without a label out of its spans and records the label, so that later
         spans leave such rows out as they are prepared (csv_spans.leave_out_unlabelled)."""
-        from pipeline.onboarding.csv_spans import leave_out_unlabelled, read_record, write_record
+        from pipeline.onboarding.column_record import read_record, write_record
+        from pipeline.onboarding.csv_spans import leave_out_unlabelled
 
         for path in (self.config_path, self.schema_path):
             if os.path.exists(path) and not force:
@@ -421,7 +422,7 @@ def _date_columns(data_root: str) -> dict[str, str]:
     """Column -> type, as prepare-data --csv recorded them for the data root ({} for other data)."""
     from tfx.dsl.io import fileio
 
-    from pipeline.onboarding.csv_spans import COLUMNS_FILE
+    from pipeline.onboarding.column_record import COLUMNS_FILE
     path = os.path.join(data_root, COLUMNS_FILE)
     if not fileio.exists(path):
         return {}
@@ -632,7 +633,8 @@ def plan_project(folder: str, data_root: str, label: str, task: str | None = Non
     the label are counted and left out of every decision (write() leaves them out of the spans), unless
     `refuse_unlabelled`. `dates`: integer columns of Unix seconds the model reads as dates. InitError naming
     what is wrong."""
-    from pipeline.onboarding.csv_spans import read_record, unread_notes
+    from pipeline.onboarding.column_record import read_record
+    from pipeline.onboarding.csv_spans import unread_notes
     from pipeline.onboarding.span_folders import read_span_note
 
     if os.path.isfile(data_root):
