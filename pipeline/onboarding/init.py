@@ -268,7 +268,7 @@ class Project:
         wrote, first leaves the records without a label out of its spans and records the label, so that later
         spans leave such rows out as they are prepared (csv_spans.leave_out_unlabelled)."""
         from pipeline.onboarding.column_record import read_record, write_record
-        from pipeline.onboarding.csv_spans import leave_out_unlabelled
+        from pipeline.onboarding.unlabelled_rows import leave_out_unlabelled
 
         for path in (self.config_path, self.schema_path):
             if os.path.exists(path) and not force:
@@ -634,7 +634,7 @@ def plan_project(folder: str, data_root: str, label: str, task: str | None = Non
     `refuse_unlabelled`. `dates`: integer columns of Unix seconds the model reads as dates. InitError naming
     what is wrong."""
     from pipeline.onboarding.column_record import read_record
-    from pipeline.onboarding.csv_spans import unread_notes
+    from pipeline.onboarding.span_writing import unread_notes
     from pipeline.onboarding.span_folders import read_span_note
 
     if os.path.isfile(data_root):
