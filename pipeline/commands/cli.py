@@ -202,7 +202,7 @@ def prepare_data(args) -> int:
             return 2
         from components.core.missing_values import MISSING_TOKENS
         from pipeline.onboarding.csv_reading import CsvError
-        from pipeline.onboarding.csv_spans import write_csv_span
+        from pipeline.onboarding.prepare_csv import write_csv_span
         try:
             summary = write_csv_span(args.csv, args.data, span=args.span, delimiter=args.delimiter,
                                      missing_tokens=MISSING_TOKENS if args.na is None else _names(args.na),
