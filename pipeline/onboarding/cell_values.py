@@ -155,7 +155,7 @@ class Typed(typing.NamedTuple):
 
 
 def typed_block(column: str, kind: str, form: str, cells, missing, delimiter: str, decimal: str = ".",
-           unit: str = "") -> Typed:
+                unit: str = "") -> Typed:
     """One block of a column as the tf.Example encoder takes it (Typed), numbers read with the decimal mark and
     unit given. A number that an integer column cannot hold (7.5), or a date outside DATE_RANGE, does not fit; a
     cell that is no number (no date of the column's form) at all is unread."""

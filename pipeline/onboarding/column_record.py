@@ -71,7 +71,7 @@ def check_columns(path: str, columns: list[str], record: dict, data_root: str) -
 
 
 def span_notes(columns: list[str], record: dict | None, fixed_by: str, span: int, data_root: str,
-                reinfer: bool) -> list[str]:
+               reinfer: bool) -> list[str]:
     """Notes on the span's columns against the data root's record: types inferred again, how to reset them,
     columns new in this span, columns a later span added that this one lacks."""
     record_path = os.path.join(data_root, COLUMNS_FILE)
@@ -133,7 +133,7 @@ def column_types(path: str, delimiter: str, header: list[str], data_root: str, s
 
 
 def record_types(data_root: str, span: int, types: ColumnTypes, record: dict | None, columns: list[str],
-                  label: str = "", missing_tokens: tuple[str, ...] = MISSING_TOKENS) -> None:
+                 label: str = "", missing_tokens: tuple[str, ...] = MISSING_TOKENS) -> None:
     """Keeps the span's columns and types in COLUMNS_FILE when no earlier span fixed them (`record` None),
     with the missing-value tokens when they are not the default ones (init gives them to the model, which
     serves them as missing); else adds the columns new in this span, and the types of columns empty until

@@ -22,7 +22,6 @@ from pipeline.onboarding.span_folders import SPAN_NOTE_FILE, publish, remove_qui
 from pipeline.onboarding.tfrecord_shards import SHARDS, ShardWriter, serialize_rows
 from pipeline.onboarding.type_inference import UNREADABLE_SHARE, ColumnTypes, Unreadable
 
-
 _KIND_TEXT = {"int": "an integer", "float": "a number", "date": "a date", "string": "text"}
 
 
@@ -40,8 +39,8 @@ def check_span_folder(span_dir: str) -> None:
 
 
 def write_span(path: str, delimiter: str, header: list[str], data_root: str, span: int, types: ColumnTypes,
-                missing_tokens: tuple[str, ...], required: tuple[str, ...], fixed_by: str, why: str = ""
-                ) -> tuple[str, int, int, int, dict[str, int], dict[str, dict]]:
+               missing_tokens: tuple[str, ...], required: tuple[str, ...], fixed_by: str, why: str = ""
+               ) -> tuple[str, int, int, int, dict[str, int], dict[str, dict]]:
     """The second pass: every block written into a hidden folder beside the span (`.span-N.partial`), with the
     span's note (SPAN_NOTE_FILE: the CSV, the rows written, left out and why), which replaces the span folder
     only when every row was read and every file closed; on any error (a full disk included) the hidden
@@ -110,7 +109,7 @@ def _write_block(path, delimiter, block, columns, types: ColumnTypes, missing_to
     missing = {c: missing_mask(cells[c], missing_tokens) for c in columns}
     absent = np.stack([missing[c].to_numpy(zero_copy_only=False) for c in columns], axis=1)
     typed = {column: typed_block(column, types.types[column], types.date_forms.get(column, ""), cells[column],
-                            missing[column], delimiter, types.decimal, types.units.get(column, ""))
+                                 missing[column], delimiter, types.decimal, types.units.get(column, ""))
              for column in columns}
     for position, column in enumerate(columns):
         present = np.flatnonzero(~absent[:, position])
@@ -134,7 +133,7 @@ def _write_block(path, delimiter, block, columns, types: ColumnTypes, missing_to
     for column, position in zip(columns, range(len(columns))):
         missing_counts[column] += int(absent[kept_rows, position].sum())
     records = serialize_rows({c: typed[c].values.take(_indices(kept_rows)) for c in columns},
-                         ~absent[kept_rows]) if len(kept_rows) else []
+                             ~absent[kept_rows]) if len(kept_rows) else []
     for offset, record in enumerate(records):
         writers[(rows_before + offset) % SHARDS].write(record)
     return len(records), int((~empty & required_absent).sum()), int(empty.sum())
