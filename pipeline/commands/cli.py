@@ -200,7 +200,9 @@ def prepare_data(args) -> int:
         if not args.data:
             print("data error: --csv needs --data, the data root to write span-N/ into", file=sys.stderr)
             return 2
-        from pipeline.onboarding.csv_spans import MISSING_TOKENS, CsvError, write_csv_span
+        from components.core.missing_values import MISSING_TOKENS
+        from pipeline.onboarding.csv_reading import CsvError
+        from pipeline.onboarding.prepare_csv import write_csv_span
         try:
             summary = write_csv_span(args.csv, args.data, span=args.span, delimiter=args.delimiter,
                                      missing_tokens=MISSING_TOKENS if args.na is None else _names(args.na),
@@ -227,7 +229,7 @@ def prepare_data(args) -> int:
 
 def _date_formats(values: list[str]) -> dict[str, str]:
     """--date-format COLUMN=FORMAT values as {column: format}; CsvError for one without '='."""
-    from pipeline.onboarding.csv_spans import CsvError
+    from pipeline.onboarding.csv_reading import CsvError
 
     formats = {}
     for value in values:

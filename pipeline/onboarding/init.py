@@ -26,7 +26,7 @@ import numpy as np
 
 from components.core.contract import DATE_RANGE, DATE_RANGE_TEXT
 from components.settings import FOLDS_MIN_RECORDS, PIPELINE_NAME, IngestConfig
-from pipeline.onboarding.csv_spans import PLAUSIBLE_SECONDS
+from pipeline.onboarding.type_inference import PLAUSIBLE_SECONDS
 from components.core.tasks import LabelNumbers, TaskError, task_for_label, task_named
 
 MOSTLY_MISSING = 0.5  # a label missing in more than this share of rows cannot be trained on
@@ -267,7 +267,8 @@ class Project:
         """Writes the config and the schema; InitError if either exists and `force` is off. For data prepare-data
         wrote, first leaves the records without a label out of its spans and records the label, so that later
         spans leave such rows out as they are prepared (csv_spans.leave_out_unlabelled)."""
-        from pipeline.onboarding.csv_spans import leave_out_unlabelled, read_record, write_record
+        from pipeline.onboarding.column_record import read_record, write_record
+        from pipeline.onboarding.unlabelled_rows import leave_out_unlabelled
 
         for path in (self.config_path, self.schema_path):
             if os.path.exists(path) and not force:
@@ -421,7 +422,7 @@ def _date_columns(data_root: str) -> dict[str, str]:
     """Column -> type, as prepare-data --csv recorded them for the data root ({} for other data)."""
     from tfx.dsl.io import fileio
 
-    from pipeline.onboarding.csv_spans import COLUMNS_FILE
+    from pipeline.onboarding.column_record import COLUMNS_FILE
     path = os.path.join(data_root, COLUMNS_FILE)
     if not fileio.exists(path):
         return {}
@@ -632,7 +633,9 @@ def plan_project(folder: str, data_root: str, label: str, task: str | None = Non
     the label are counted and left out of every decision (write() leaves them out of the spans), unless
     `refuse_unlabelled`. `dates`: integer columns of Unix seconds the model reads as dates. InitError naming
     what is wrong."""
-    from pipeline.onboarding.csv_spans import read_record, read_span_note, unread_notes
+    from pipeline.onboarding.column_record import read_record
+    from pipeline.onboarding.span_writing import unread_notes
+    from pipeline.onboarding.span_folders import read_span_note
 
     if os.path.isfile(data_root):
         raise InitError(f"--data {data_root}: a file; --data is the folder prepare-data wrote (prepare-data --csv "

@@ -262,7 +262,7 @@ def _facts(store, config: PipelineConfig, run, nodes: dict, data_details: bool) 
 def _span_notes(span_dirs: list[str]) -> dict[str, dict]:
     """Span folder name -> its note as prepare-data wrote it (spans without one left out); a note that cannot be
     read is left out too (the data may have moved since the run)."""
-    from pipeline.onboarding.csv_spans import read_span_note
+    from pipeline.onboarding.span_folders import read_span_note
 
     notes = {}
     for span_dir in span_dirs:

@@ -166,13 +166,13 @@ def test_a_curated_schema_fixes_the_types_of_a_span(tmp_path, capsys):
 def test_small_blocks_are_joined_in_file_order_and_a_bad_cell_still_names_its_line(tmp_path, capsys, monkeypatch):
     # A wide file: pyarrow's blocks hold few rows each; they are joined before the rules run, and every row, its
     # values and the line an error names stay those of the file.
-    from pipeline.onboarding import csv_spans
+    from pipeline.onboarding import csv_reading
 
-    monkeypatch.setattr(csv_spans, "BLOCK_BYTES", 256)
-    monkeypatch.setattr(csv_spans, "JOINED_ROWS", 40)
+    monkeypatch.setattr(csv_reading, "BLOCK_BYTES", 256)
+    monkeypatch.setattr(csv_reading, "JOINED_ROWS", 40)
     text = "a,b,c\n" + "".join(f"{i},{i * 0.5},{'x' if i % 2 else 'y'}\n" for i in range(100))
     (tmp_path / "t.csv").write_text(text)
-    blocks = list(csv_spans._blocks(str(tmp_path / "t.csv"), ",", ["a", "b", "c"]))
+    blocks = list(csv_reading.blocks(str(tmp_path / "t.csv"), ",", ["a", "b", "c"]))
     sizes = [len(block["a"]) for block in blocks]
     assert len(blocks) > 1 and sum(sizes) == 100 and all(size >= 40 for size in sizes[:-1]), sizes
     assert [int(cell) for block in blocks for cell in block["a"].to_pylist()] == list(range(100))

@@ -180,7 +180,7 @@ def test_a_few_unreadable_cells_leave_a_column_of_numbers_or_dates_read_as_such_
 
 def test_a_column_of_more_unreadable_cells_stays_text_and_says_which_and_a_later_span_keeps_the_rule(tmp_path,
                                                                                                     monkeypatch):
-    from pipeline.onboarding import csv_spans
+    from pipeline.onboarding import csv_reading
 
     # 1 in 50 is within 2%: a number; 1 in 49 is not, and neither are 20 in 400.
     for rows, kind in ((50, "float"), (49, "string")):
@@ -195,8 +195,8 @@ def test_a_column_of_more_unreadable_cells_stays_text_and_says_which_and_a_later
             "than the 2% of a column that prepare-data reads as missing") in out
     # Read in small blocks, a column stops being counted once its cells are more than 2% of the file's lines
     # (402): it cannot be numbers, whatever follows. The decision is the same.
-    monkeypatch.setattr(csv_spans, "BLOCK_BYTES", 256)
-    monkeypatch.setattr(csv_spans, "JOINED_ROWS", 40)
+    monkeypatch.setattr(csv_reading, "BLOCK_BYTES", 256)
+    monkeypatch.setattr(csv_reading, "JOINED_ROWS", 40)
     code, out, err = _cli("prepare-data", "--csv", tmp_path / "t.csv", "--data", tmp_path / "blocks")
     assert code == 0 and re.search(r"^  amount +string ", out, re.M), out
     assert "note: column 'amount' was kept as text: at least 9 of its cells ('?!', 'unknown', ...)" in out, out

@@ -175,13 +175,13 @@ def test_preparing_the_only_span_again_infers_its_types_again_and_with_later_spa
 
 def test_a_write_that_fails_half_way_leaves_no_half_written_span_and_init_reads_on(tmp_path, monkeypatch):
     """A full disk: a shard's write fails after some records, and so does every close (gzip's last flush)."""
-    from pipeline.onboarding import csv_spans
+    from pipeline.onboarding import tfrecord_shards
 
     data = tmp_path / "data"
     _table(tmp_path / "one.csv", ["x", "kind", "later", "y"], _rows(60, 0))
     assert _cli("prepare-data", "--csv", tmp_path / "one.csv", "--data", data)[0] == 0
     span_1 = {name: (data / "span-1" / name).read_bytes() for name in os.listdir(data / "span-1")}
-    write, writes = csv_spans._ShardWriter.write, []
+    write, writes = tfrecord_shards.ShardWriter.write, []
 
     def full_disk_write(self, record):
         writes.append(record)
@@ -192,8 +192,8 @@ def test_a_write_that_fails_half_way_leaves_no_half_written_span_and_init_reads_
     def full_disk_close(self):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(csv_spans._ShardWriter, "write", full_disk_write)
-    monkeypatch.setattr(csv_spans._ShardWriter, "close", full_disk_close)
+    monkeypatch.setattr(tfrecord_shards.ShardWriter, "write", full_disk_write)
+    monkeypatch.setattr(tfrecord_shards.ShardWriter, "close", full_disk_close)
     _table(tmp_path / "two.csv", ["x", "kind", "later", "y"], _rows(60, 1))
     for span, csv_file in ((2, "two.csv"), (1, "two.csv")):  # a new span, and a span written again
         writes.clear()
