@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 
 import numpy as np
@@ -28,6 +27,7 @@ from components.core.contract import DATE_RANGE, DATE_RANGE_TEXT
 from components.settings import FOLDS_MIN_RECORDS, PIPELINE_NAME, IngestConfig
 from pipeline.onboarding.csv_spans import PLAUSIBLE_SECONDS
 from components.core.tasks import LabelNumbers, TaskError, task_for_label, task_named
+from models.defaults import Defaults, defaults_for
 
 MOSTLY_MISSING = 0.5  # a label missing in more than this share of rows cannot be trained on
 EMPTY_REASON = ("no value in any record, so not in the schema; a later span that fills it is left out of the "
@@ -36,19 +36,7 @@ UNIQUE_ID_MIN_ROWS = 20  # below this many rows, a column of distinct values is 
 RARE = 0.01  # a column present in fewer than this share of records is too rare to learn from
 NUMBER_DRIFT = 0.3  # Jensen-Shannon divergence over quantile histograms (as the taxi schema)
 CATEGORY_DRIFT = 0.15  # L-infinity distance between the value distributions
-# The training init configures (README: Your own data): AdamW, a warm-up then a cosine learning rate over a
-# plan of about TARGET_STEPS steps (at least MIN_EPOCHS, at most MAX_EPOCHS passes), times the task's
-# plan_scale within MAX_EPOCHS (a regression's twice); the model built once per fold of FOLDS (k-fold bagging:
-# each copy trained on the other folds), every pass scored out of fold on the whole training split, the best pass
-# kept, and a stop after a fifth of the planned passes in which neither the out-of-fold score nor loss improved,
-# the weights of the AVERAGE_INTERVALS best passes averaged while that improves the out-of-fold score. The plan
-# follows from the table's size alone, so that the same data and config give the same model on any machine and
-# under any load: the time budget, a ceiling on fitting, is off (time_budget_seconds: 0).
-TARGET_STEPS = 3000
-MIN_EPOCHS, MAX_EPOCHS = 20, 200
-FOLDS = 8
-AVERAGE_INTERVALS = 5
-LEARNING_RATE = 0.002  # AdamW's weight decay is the task's (Task.weight_decay)
+SCHEDULES = {"cosine": "after the warmup, down to 0 at the last step", "constant": "after the warmup"}
 # The eval split the gates score: a third of a table's records up to 30,000 of them, EVAL_RECORDS beyond (at
 # least a tenth): enough to resolve the gates' tolerances, and the rest trains.
 EVAL_RECORDS = 10_000
@@ -153,6 +141,11 @@ class Project:
         return training_records(self.records, self.eval_fraction)
 
     @property
+    def defaults(self) -> Defaults:
+        """The schema-driven model's defaults for this task (models/defaults.py): what the `train` section carries."""
+        return defaults_for(self.task)
+
+    @property
     def training_steps(self) -> int:
         """The steps the Trainer's plan gives the planned epochs over the training split, on one device."""
         from components.settings import TrainConfig
@@ -162,8 +155,8 @@ class Project:
 
     @property
     def folds(self) -> int:
-        """FOLDS, or 0 when the training split holds fewer than FOLDS_MIN_RECORDS records."""
-        return FOLDS if self.training_records >= FOLDS_MIN_RECORDS else 0
+        """The defaults' folds, or 0 when the training split holds fewer than FOLDS_MIN_RECORDS records."""
+        return self.defaults.folds if self.training_records >= FOLDS_MIN_RECORDS else 0
 
     @property
     def config_path(self) -> str:
@@ -217,6 +210,7 @@ class Project:
         data_root = os.path.relpath(os.path.abspath(self.data_root), os.path.abspath(self.folder))
         excluded = "".join(f"    - {_yaml_string(name)}  # {_comment(reason)}\n" for name, reason in self.excluded.items())
         dates = self.inputs.get("date", [])
+        row = self.defaults
         return (
             f"# Written by `python -m pipeline init`; edit it freely. Paths are relative to this file's folder.\n"
             f"pipeline_name: {_yaml_string(self.name)}\n"
@@ -244,21 +238,25 @@ class Project:
             f"  batch_size: {self.batch_size}\n"
             f"  epochs: {self.epochs}  # at most: {self.training_steps:,} training steps over "
             f"{self.training_records:,} training records, planned from the table's size\n"
-            f"  learning_rate: {LEARNING_RATE}\n"
-            "  schedule: cosine  # after the warmup, down to 0 at the last step\n"
-            f"  weight_decay: {task_named(self.task).weight_decay}  # AdamW, decoupled\n"
+            f"  learning_rate: {row.learning_rate}\n"
+            f"  schedule: {row.schedule}  # {SCHEDULES[row.schedule]}\n"
+            f"  weight_decay: {row.weight_decay}  # AdamW, decoupled\n"
             + (f"  folds: {self.folds}  # the model's members dealt to {self.folds} copies, each trained on the other folds "
                "of the training split; every epoch scored out of fold on every training record, the best kept; the "
                "members' mean served\n"
-               f"  early_stopping_patience: {max(5, self.epochs // 5)}  # epochs with no better out-of-fold score or "
-               "loss\n"
-               f"  average_intervals: {AVERAGE_INTERVALS}  # the best epochs' weights averaged, best first, each "
+               f"  early_stopping_patience: {row.patience(self.epochs)}  # epochs with no better out-of-fold score "
+               "or loss\n"
+               f"  average_intervals: {row.average_intervals}  # the best epochs' weights averaged, best first, each "
                "joining while the out-of-fold score of the average improves\n"
-               "  search: false  # true: the model's number encodings (coarse and fine bins) trained in turn, the "
-               "better out of fold served\n"
-               if self.folds else "  folds: 0  # too few records to validate on: one model, its whole plan\n")
-            + "  time_budget_seconds: 0  # off: the planned epochs train whatever the machine's load; seconds of "
-            "fitting here cut the plan to the epochs that fit (a ceiling; the model then depends on the machine)\n"
+               f"  search: {str(row.search).lower()}  # true: the model's number encodings (coarse and fine bins) "
+               "trained in turn, the better out of fold served\n"
+               if self.folds else "  folds: 0  # " + ("too few records to validate on" if row.folds else "no bagging")
+               + ": one model, its whole plan\n")
+            + f"  time_budget_seconds: {row.time_budget_seconds:g}  # "
+            + ("off: the planned epochs train whatever the machine's load; seconds of fitting here cut the plan to "
+               "the epochs that fit (a ceiling; the model then depends on the machine)\n" if not row.time_budget_seconds
+               else "seconds of fitting: the plan cut to the epochs that fit (the model then depends on the "
+                    "machine); 0: off\n")
             + "evaluate:\n"
             '  slice_feature: ""  # a feature to report metrics per value of\n'
             "  absolute_bar: null  # a bar on the primary metric, on top of beating the trivial predictor\n")
@@ -595,14 +593,10 @@ def training_records(records: int, eval_fraction: float) -> int:
     return int(records * (1 - eval_fraction))
 
 
-def training_size(records: int, eval_fraction: float = IngestConfig.eval_fraction,
-                  plan_scale: int = 1) -> tuple[int, int]:
-    """(batch size, epochs at most): the epochs giving about TARGET_STEPS steps, within MIN_EPOCHS and
-    MAX_EPOCHS, times `plan_scale` (the task's) within MAX_EPOCHS."""
-    train_rows = max(1, training_records(records, eval_fraction))
-    batch = 256 if train_rows >= 20_000 else 128 if train_rows >= 5_000 else 64 if train_rows >= 2_000 else 32
-    epochs = max(MIN_EPOCHS, math.ceil(TARGET_STEPS * batch / train_rows))
-    return batch, min(MAX_EPOCHS, plan_scale * epochs)
+def training_size(records: int, eval_fraction: float, defaults: Defaults) -> tuple[int, int]:
+    """Input: the records, the eval split's share and the task's defaults. Output: (batch size, epochs at most),
+    the defaults' plan for the training split."""
+    return defaults.plan(training_records(records, eval_fraction))
 
 
 def label_numbers(statistics, label: str) -> LabelNumbers | None:
@@ -684,9 +678,8 @@ def plan_project(folder: str, data_root: str, label: str, task: str | None = Non
     statistics = sample_statistics(reading.sample)
     schema_text = curated_schema(statistics, label, set(excluded), set(inputs["date"]), sometimes_missing)
     eval_fraction = eval_share(records)
-    task_kind = task_named(task)
-    batch, epochs = training_size(records, eval_fraction, task_kind.plan_scale)
-    task_settings = task_kind.propose_settings(label_numbers(statistics, label))
+    batch, epochs = training_size(records, eval_fraction, defaults_for(task))
+    task_settings = task_named(task).propose_settings(label_numbers(statistics, label))
     return Project(name, folder, data_root, records, task, label, classes, inputs, excluded, task_reason,
                    schema_text, batch, epochs, eval_fraction, task_settings, reading.unlabelled, empty, notes,
                    prepared=record is not None and not refuse_unlabelled,
