@@ -135,6 +135,10 @@ FOLDS_MIN_RECORDS = 40
 
 @dataclass
 class TrainConfig:
+    """How the model trains. The defaults below are what a config that leaves a field out gets (a hand-written
+    model module's, say). The schema-driven model's own are one row per kind of task in models/defaults.py,
+    which `init` writes into the config it makes: the learning rate, weight decay, schedule, folds, early
+    stopping, averaged intervals, and the epochs and batch size of a plan from the table's size."""
     # a module defining components/core/model_module.py's ModelModule; the default, the schema-driven model,
     # is built from the curated schema and the `task` section. A module whose source defines no part of the
     # contract (`os`, a script) is refused without being imported
