@@ -341,16 +341,16 @@ def test_a_model_that_predicts_a_constant_is_refused_by_the_trivial_predictor_ga
 
 
 def _label_statistics(values):
-    from pipeline.onboarding import init
+    from pipeline.onboarding.curated_schema import sample_statistics
     examples = [tf.train.Example(features=tf.train.Features(feature={
         "y": tf.train.Feature(float_list=tf.train.FloatList(value=[float(v)]))})).SerializeToString() for v in values]
-    return init.sample_statistics(examples)
+    return sample_statistics(examples)
 
 
 def test_init_trains_a_long_tailed_label_at_or_above_zero_as_its_log_and_others_as_they_are():
     import numpy as np
     from components.core.tasks import task_named
-    from pipeline.onboarding.init import label_numbers
+    from pipeline.onboarding.task_and_columns import label_numbers
 
     def proposed(values, task="regression"):
         return task_named(task).propose_settings(label_numbers(_label_statistics(values), "y"))
@@ -368,14 +368,14 @@ def test_init_trains_a_long_tailed_label_at_or_above_zero_as_its_log_and_others_
 def test_init_keeps_about_ten_thousand_eval_records_of_a_large_table_and_budgets_steps_by_its_size():
     import dataclasses
     from models.defaults import defaults_for
-    from pipeline.onboarding import init
+    from pipeline.onboarding import project_config as init_config
     row = defaults_for("binary")
-    assert init.eval_share(15_000) == pytest.approx(1 / 3)
-    assert init.eval_share(50_000) == pytest.approx(0.2)
-    assert init.eval_share(1_000_000) == pytest.approx(0.1)
+    assert init_config.eval_share(15_000) == pytest.approx(1 / 3)
+    assert init_config.eval_share(50_000) == pytest.approx(0.2)
+    assert init_config.eval_share(1_000_000) == pytest.approx(0.1)
     for records in (300, 15_000, 60_000, 1_000_000):
-        share = init.eval_share(records)
-        batch, epochs = init.training_size(records, share, row)
+        share = init_config.eval_share(records)
+        batch, epochs = init_config.training_size(records, share, row)
         rows = records * (1 - share)
         steps = epochs * -(-int(rows) // batch)
         assert row.min_epochs <= epochs <= row.max_epochs
@@ -383,7 +383,7 @@ def test_init_keeps_about_ten_thousand_eval_records_of_a_large_table_and_budgets
         assert steps < 2 * row.target_steps or epochs == row.min_epochs
         # a plan_scale (a regression's 2) multiplies the epochs, within max_epochs
         scaled = dataclasses.replace(row, plan_scale=2)
-        assert init.training_size(records, share, scaled) == (batch, min(row.max_epochs, 2 * epochs))
+        assert init_config.training_size(records, share, scaled) == (batch, min(row.max_epochs, 2 * epochs))
 
 
 def _labels_csv(folder, rows: int = 3000):
@@ -468,14 +468,14 @@ def test_a_task_the_table_does_not_list_takes_its_fallback_row():
 def test_init_bags_the_model_over_folds_when_there_are_enough_records_and_plans_from_the_size_alone(tmp_path, records,
                                                                                                     bagged):
     import yaml
-    from pipeline.onboarding import init
+    from pipeline.onboarding import project_config as init_config
     from pipeline.config import load_config
     from models.defaults import defaults_for
     row = defaults_for("binary")
-    share = init.eval_share(records)
-    batch, epochs = init.training_size(records, share, row)
+    share = init_config.eval_share(records)
+    batch, epochs = init_config.training_size(records, share, row)
     schema = 'feature { name: "x" type: FLOAT }\nfeature { name: "y" type: INT }\n'
-    project = init.Project("t", str(tmp_path), str(tmp_path / "data"), records, "binary", "y", ["0", "1"],
+    project = init_config.Project("t", str(tmp_path), str(tmp_path / "data"), records, "binary", "y", ["0", "1"],
                            {"float": ["x"]}, {}, "set with --task", schema, batch, epochs, share)
     project.write()
     train = yaml.safe_load(project.config_text())["train"]
