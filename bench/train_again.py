@@ -11,10 +11,15 @@ code, config and seed the figure is the pipeline's candidate's (unless the time 
 another measured speed).
 
     TF_CPP_MIN_LOG_LEVEL=3 .venv/bin/python bench/train_again.py RUN [RUN ...] [--seeds 0,1,2]
-        [--set train.KEY=VALUE ...] [--module NAME=VALUE ...] [--code DIR] [--work DIR] [--json FILE]
+        [--set train.KEY=VALUE ...] [--default KEY=VALUE ...] [--module NAME=VALUE ...] [--code DIR] [--work DIR]
+        [--json FILE]
 
-`--set` overrides a `train` setting (a YAML value); `--module` sets a constant of the model module before it
-builds the model (e.g. `--module BINS=48` for models/tabular.py), to try a default before changing it.
+`--set` overrides a `train` setting (a YAML value). `--default` sets an entry of the schema-driven model's
+defaults table (models/defaults.py) in every row, to try a default before changing it (e.g. `--default bins=48`,
+`--default hidden_units=[256,256]`); an entry init writes into the `train` section (learning_rate,
+weight_decay, folds, ...) is set there too, since the run's config carries the value init wrote. An entry of
+the plan (target_steps, max_epochs, ...) only shapes the epochs, batch size and patience init wrote: set those
+with `--set`. `--module` sets a constant of a hand-written model module before it builds the model.
 `--code DIR` imports the pipeline from another checkout. `--json` appends one JSON line per training; each training
 is also appended as a record to bench/results/train_again.jsonl (bench/records.py): a trial, kept as data.
 """
@@ -50,9 +55,44 @@ def eval_metric(serving_dir: str, module, examples: str) -> tuple[str, float]:
     return task.primary.name, task.score(split["labels"], split["predictions"])[task.primary.name]
 
 
-def train_again(run: str, config_file: str, seed: int, train_overrides: dict, constants: dict, work: str) -> dict:
-    """Input: a run folder, its config's path, the seed, train settings and model-module constants to
-    override, and a scratch folder. Output: the metric, its value, the schedule line and the seconds."""
+# The defaults table's entries that only shape the plan init writes (epochs, batch size, patience)
+PLAN_ENTRIES = ("target_steps", "min_epochs", "max_epochs", "plan_scale", "batch_sizes", "early_stopping_share",
+                "early_stopping_least")
+
+
+def default_overrides(entries: dict) -> tuple[dict, dict]:
+    """Input: --default's entries (name -> value). Output: (the defaults table's entries to set, the train
+    settings they set too: those init writes under the same name). SystemExit names an entry that is no
+    default, or one of the plan (PLAN_ENTRIES), which the run's config carries as epochs, batch size and
+    patience."""
+    from components.settings import TrainConfig
+    from models.defaults import KEYS
+
+    unknown = sorted(set(entries) - set(KEYS))
+    if unknown:
+        raise SystemExit(f"train_again: --default {', '.join(unknown)}: not a default of the schema-driven model "
+                         f"(models/defaults.py: {', '.join(KEYS)})")
+    plan = sorted(set(entries) & set(PLAN_ENTRIES))
+    if plan:
+        raise SystemExit(f"train_again: --default {', '.join(plan)} shapes the plan init wrote into the run's config: "
+                         "set train.epochs, train.batch_size or train.early_stopping_patience with --set")
+    train_fields = {field.name for field in dataclasses.fields(TrainConfig)}
+    return dict(entries), {name: value for name, value in entries.items() if name in train_fields}
+
+
+def train_again(run: str, config_file: str, seed: int, train_overrides: dict, constants: dict, work: str,
+                table: dict | None = None) -> dict:
+    """Input: a run folder, its config's path, the seed, train settings, model-module constants and defaults
+    table entries to override, and a scratch folder. Output: the metric, its value, the schedule line and the
+    seconds."""
+    from models.defaults import overridden
+
+    with overridden(**(table or {})):  # the model reads its row when it is configured, as the Trainer does
+        return _train_again(run, config_file, seed, train_overrides, constants, work, table or {})
+
+
+def _train_again(run: str, config_file: str, seed: int, train_overrides: dict, constants: dict, work: str,
+                 table: dict) -> dict:
     from components.core.model_module import load_model_module, task_of
     from components.trainer.train import TrainingJob, train
     from pipeline.config import load_config
@@ -62,7 +102,9 @@ def train_again(run: str, config_file: str, seed: int, train_overrides: dict, co
     source = module if inspect.ismodule(module) else sys.modules[type(module).__module__]
     for name, value in constants.items():
         if not hasattr(source, name):
-            raise SystemExit(f"train_again: {source.__name__} has no constant {name}")
+            hint = f" (the schema-driven model's defaults: --default {name.lower()}=...)" if hasattr(
+                module, "defaults") else ""
+            raise SystemExit(f"train_again: {source.__name__} has no constant {name}{hint}")
         setattr(source, name, value)
     settings = dataclasses.replace(config.train, **train_overrides, seed=seed)
     _, examples = newest_outputs(run, config)
@@ -78,7 +120,7 @@ def train_again(run: str, config_file: str, seed: int, train_overrides: dict, co
             "best_interval_validation": kept, "averaged_intervals": report.averaged_intervals,
             "schedule": report.schedule_line(), "search": report.search_line(), "candidates": report.candidates,
             "fit_seconds": report.fit_seconds, "trainer_seconds": report.total_seconds,
-            "train_overrides": train_overrides, "module_constants": constants}
+            "train_overrides": train_overrides, "module_constants": constants, "defaults": table}
 
 
 def _assignments(pairs: list[str], prefix: str = "") -> dict:
@@ -98,6 +140,8 @@ def main() -> None:
     parser.add_argument("--config", default="", help="the runs' config (default: RUN.yaml beside each run)")
     parser.add_argument("--seeds", default="0", help="comma-separated train.seed values, one training each")
     parser.add_argument("--set", action="append", default=[], help="train.KEY=VALUE: a train setting overridden")
+    parser.add_argument("--default", action="append", default=[],
+                        help="KEY=VALUE: an entry of the schema-driven model's defaults table (models/defaults.py) set")
     parser.add_argument("--module", action="append", default=[], help="NAME=VALUE: a model-module constant set")
     parser.add_argument("--code", default=PROJECT_ROOT, help="the checkout whose Trainer runs")
     parser.add_argument("--work", default="", help="where the trained models go (default: the system's temp)")
@@ -105,12 +149,15 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, os.path.abspath(args.code))
     overrides, constants = _assignments(args.set, "train."), _assignments(args.module)
+    table, written = default_overrides(_assignments(args.default))
+    overrides = {**written, **overrides}  # --set wins
     if args.work:
         os.makedirs(args.work, exist_ok=True)
     for run in args.runs:
         for seed in (int(seed) for seed in args.seeds.split(",")):
             started = time.monotonic()
-            result = train_again(run, config_path(run, args.config), seed, overrides, constants, args.work or None)
+            result = train_again(run, config_path(run, args.config), seed, overrides, constants, args.work or None,
+                                 table)
             result["code"] = os.path.abspath(args.code)
             validation = "" if result["validation"] is None else f", validation {result['validation']:.4f}"
             search = f"; search: {result['search']}" if result["search"] else ""

@@ -26,6 +26,8 @@ training_step_ops: on a GPU, a kernel launch each). Each model's figures
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
 import glob
 import math
 import os
@@ -90,7 +92,6 @@ def packing_comparison(files: dict, folds: int, batch_size: int, steps: int, rep
 
     from components.core.packing import pack
     from components.trainer.probing import training_step_ops
-    from models import tabular
 
     config = load_config(train={"model": SCHEMA_DRIVEN}, evaluate={"absolute_bar": None}, schema_path=FARE_SCHEMA,
                          task={"type": "regression", "label": "fare", "exclude": ["tips"]})
@@ -103,17 +104,15 @@ def packing_comparison(files: dict, folds: int, batch_size: int, steps: int, rep
     fold_ids = tf.constant(np.random.default_rng(0).integers(0, folds, len(sample["fare"])), tf.float32)
     batches = tf.data.Dataset.from_tensor_slices((ready, labels, fold_ids)).batch(batch_size, drop_remainder=True)
     batches = batches.cache().repeat()
-    one_network = types.SimpleNamespace(build_model=module.build_model)  # pack builds it once per copy
+    single = copy.copy(module)  # per copy: each network one member
+    single.defaults = dataclasses.replace(module.defaults, members=1)
+    one_network = types.SimpleNamespace(build_model=single.build_model)  # pack builds it once per copy
     results = []
     for form, built in (("packed", module), ("one network per copy", one_network)):
-        members = tabular.MEMBERS
-        tabular.MEMBERS = tabular.MEMBERS if built is module else 1  # per copy: each network one member
-        try:
-            keras.utils.set_random_seed(0)
-            model = pack(built, preprocessing, folds)
-        finally:
-            tabular.MEMBERS = members
-        model.compile(optimizer=keras.optimizers.AdamW(0.002, weight_decay=0.0003), loss=module.make_loss(),
+        keras.utils.set_random_seed(0)
+        model = pack(built, preprocessing, folds)
+        optimizer = keras.optimizers.AdamW(module.defaults.learning_rate, weight_decay=module.defaults.weight_decay)
+        model.compile(optimizer=optimizer, loss=module.make_loss(),
                       steps_per_execution=10)
         model.fit(batches, steps_per_epoch=20, epochs=1, verbose=0)  # trace and compile
         timings = []

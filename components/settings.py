@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from components.core.contract import POLICIES, STRATEGIES, TFLITE_VARIANTS
 from components.core.missing_values import MISSING_TOKENS
-from components.core.tasks import TASK_NAMES, TASKS, PredictionTarget, RegressionTask
+from components.core.tasks import TASK_NAMES, TASK_PATH, TASKS, PredictionTarget, RegressionTask
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -92,8 +92,9 @@ SEED = Check(lambda v: 0 <= v < 2**32, "must be between 0 and 2**32 - 1")  # Num
 TFLITE_VARIANT_LIST = Check(lambda v: v and set(v) <= set(TFLITE_VARIANTS),
                             "must list one or more of " + ", ".join(TFLITE_VARIANTS))
 BEAM_FLAGS = Check(_beam_flags, "must be Beam flags (--name=value, or --name then its value)")
-TASK_OR_EMPTY = Check(lambda v: v == "" or v in TASKS,  # the shipped tasks and any registered one
-                      "must be " + ", ".join(TASK_NAMES) + ', or "" (the model module declares it)')
+TASK_OR_EMPTY = Check(lambda v: v == "" or v in TASKS or TASK_PATH.fullmatch(v) is not None,
+                      "must be " + ", ".join(TASK_NAMES) + ', a task of your own as module:Class, or "" (the model '
+                      "module declares it)")
 
 
 @dataclass
@@ -101,7 +102,9 @@ class TaskConfig:
     """What the model predicts. A hand-written model module declares it itself (TASK, CLASSES, LABEL_KEY):
     these fields then stay empty or agree with it. The schema-driven model (models.tabular, what `init`
     configures) takes them from here."""
-    type: str = setting("", TASK_OR_EMPTY)  # binary | multiclass | regression
+    # binary | multiclass | regression, or a task of your own as module:Class (a subclass of
+    # components.core.tasks.Task, importable like a model module; staged with the pipeline for Kubeflow)
+    type: str = setting("", TASK_OR_EMPTY)
     label: str = setting("")  # the label feature
     classes: list[str] = setting([])  # classification: the class names, label id 0, 1, ... in this order
     exclude: list[str] = setting([])  # features the schema-driven model leaves out
@@ -132,6 +135,10 @@ FOLDS_MIN_RECORDS = 40
 
 @dataclass
 class TrainConfig:
+    """How the model trains. The defaults below are what a config that leaves a field out gets (a hand-written
+    model module's, say). The schema-driven model's own are one row per kind of task in models/defaults.py,
+    which `init` writes into the config it makes: the learning rate, weight decay, schedule, folds, early
+    stopping, averaged intervals, and the epochs and batch size of a plan from the table's size."""
     # a module defining components/core/model_module.py's ModelModule; the default, the schema-driven model,
     # is built from the curated schema and the `task` section. A module whose source defines no part of the
     # contract (`os`, a script) is refused without being imported

@@ -3,33 +3,37 @@ user's own table trains with no code.
 
 `configure(schema_path, task_config)` reads the curated schema and the config's `task` section (type, label,
 classes, excluded features, dates, label transform) and returns the model module: every schema feature but
-the label and the excluded ones is an input, preprocessed by its kind, the kind decided on the training sample:
+the label and the excluded ones is an input, preprocessed by its kind, the kind decided on the training sample.
+The lower-case names below are entries of the task's row of the defaults table (models/defaults.py):
 - dates (`task.dates`: int64 seconds since 1970-01-01 UTC): their calendar, models.layers.CalendarFeatures
   (a missing-value indicator, the year and the instant standardized, cycles of the month, day, weekday,
-  day of year and time of day);
-- numbers (floats, and integers with more than CATEGORICAL_MAX distinct values): a missing-value indicator,
+  day of year and time of day), and with date_codes its month, weekday, hour and hour of the week as codes
+  (models.layers.CalendarCode) through embeddings;
+- numbers (floats, and integers with more than categorical_max distinct values): a missing-value indicator,
   the value robustly scaled and smoothly clipped (models.layers.RobustScale; missing: the median) and its
-  piecewise-linear encoding over quantile bins (models.layers.PiecewiseLinear; for TAIL_BINS_TASKS finer in
+  piecewise-linear encoding over quantile bins (models.layers.PiecewiseLinear; with tail_bins finer in
   a smooth number's tails, models.layers.RobustScale.edge_quantiles), so that the model can cut a number where
   trees would (part of the preprocessing: the device model computes it in float32 in every variant, where 8
-  bits would blur a narrow bin): up to BINS bins, one per ROWS_PER_BIN training rows, or in the
-  finer candidate up to FINE_BINS, one per FINE_ROWS_PER_BIN (CANDIDATES: with `train.search` the Trainer
+  bits would blur a narrow bin): up to bins bins, one per rows_per_bin training rows, or in the
+  finer candidate up to fine_bins, one per fine_rows_per_bin (CANDIDATES: with `train.search` the Trainer
   trains both and serves the one better out of fold);
-- strings and integers with few distinct values: a Vocabulary of the values seen (up to MAX_VOCABULARY, the
-  rest one out-of-vocabulary index, a missing value its own) through an embedding.
+- strings and integers with few distinct values: a Vocabulary of the values seen (up to max_vocabulary, the
+  rest one out-of-vocabulary index, a missing value its own) through an embedding; with target_statistics one
+  of more than statistics_min_values values also as the label's smoothed mean per value (CodeStatistics);
 - integers read as numbers whose values behave as codes on the training sample (reads_as_code: each value's
   records share a label of their own, neighbouring values do not, as an id's or a school number's): also a
-  Vocabulary of their values (up to MAX_VOCABULARY; a missing value out of vocabulary) through an embedding.
-Then a packed ensemble (components/core/packing.py, models/packed.py: TabM's packed form) of members_for(copies)
-networks, each with weights of its own (embeddings included) and the task's dense layers (`Task.hidden_units`:
-128x128, regression 256x256), computed together as one network whose every layer is one batched product over
-the members; each member's output is a sigmoid (binary), a softmax (multiclass) or, for regression, a value in
-the training labels' scale, after `task.label_transform` (log: log(1 + label), for a positive, heavy-tailed
-label such as a price), clamped to the training labels' range. Training minimizes the mean of the members'
-losses (regression: the absolute error, after the label transform, which the MAE the gates score rewards); the
-model serves the members' mean. With `train.folds` k (init writes 8) the members are dealt to k copies, copy g's
-trained on the records outside fold g only and scored on fold g out of fold. Every layer is device-safe
-(models/layers.py, models/packed.py), so the TFLite device model takes the raw features.
+  Vocabulary of their values (up to max_vocabulary; a missing value out of vocabulary) through an embedding
+  (and with target_statistics their smoothed label means).
+Then a packed ensemble (components/core/packing.py, models/packed.py: TabM's packed form) of
+Defaults.members_for(copies) networks (at least members), each with weights of its own (embeddings included) and
+hidden_units dense layers (128x128, regression 256x256) with dropout, computed together as one network whose every
+layer is one batched product over the members; each member's output is a sigmoid (binary), a softmax (multiclass)
+or, for regression, a value in the training labels' scale, after `task.label_transform` (log: log(1 + label), for a
+positive, heavy-tailed label such as a price), clamped to the training labels' range. Training minimizes the mean
+of the members' losses (regression: the absolute error, after the label transform, which the MAE the gates score
+rewards); the model serves the members' mean. With `train.folds` k (init writes folds: 8) the members are dealt to
+k copies, copy g's trained on the records outside fold g only and scored on fold g out of fold. Every layer is
+device-safe (models/layers.py, models/packed.py), so the TFLite device model takes the raw features.
 
 Missing values: an absent float is NaN, an absent integer MISSING_INT, an absent string "": what the
 SavedModel parses an absent feature as, and what a device caller passes (the export report lists them).
@@ -43,7 +47,7 @@ layer derived from a column derived_name(its internal name, part) and every othe
 with a '.', which no internal name holds, so that no layer can be called like a column. The preprocessing's
 outputs, the model's inputs, are named by the layers that compute them: `<internal>.scaled`,
 `<internal>.piecewise`, `<internal>.missing`, `<internal>.lookup`, `<internal>.code`, `<internal>.calendar`. A
-table with more than WIDE_NUMBERS numeric columns has its numbers encoded together, the same way per column, as
+table with more than wide_numbers numeric columns has its numbers encoded together, the same way per column, as
 one tensor: `tabular.numbers.missing`, `tabular.numbers.scaled`, `tabular.numbers.piecewise` (a graph of a
 few ops whatever the width).
 
@@ -62,36 +66,13 @@ import tensorflow as tf
 from components.core.packing import MembersMean
 from components.core.feature_names import derived_name, internal_names
 from components.core.missing_values import spellings
-from components.core.tasks import ClassificationTask, Task, TaskError, task_named
+from components.core.tasks import Task, TaskError, task_named
+from models.defaults import Defaults, defaults_for
 from models.packed import PackedDense, PackedEmbedding
 from models.layers import (MISSING_INT, CalendarCode, CalendarFeatures, PiecewiseLinear, PiecewiseLinearColumns, RobustScale,
                            RobustScaleColumns, Vocabulary, keras_dtype)
 
-CATEGORICAL_MAX = 50  # an integer with at most this many distinct values in the sample is a category
-# More numeric columns than this are encoded as one tensor (the same encoding per column, a few ops in all):
-# per-column layers would make a graph whose size, compile time and memory grow with the columns
-WIDE_NUMBERS = 32
-# ...and share at most this many piecewise-linear bins among them (fewer bins per column on a very wide table:
-# the first hidden layer's inputs, and so a training step's cost, stay bounded)
-WIDE_BINS_TOTAL = 8192
-MAX_VOCABULARY = 1000
-# An integer read as a number is also read as a code (an embedding of each of its values) when its values predict the
-# label reliably and their neighbours do not predict alike (an id, a school number): over its values seen at least
-# CODE_LEAST_ROWS times, the reliability of the label's per-value means is at least CODE_RELIABILITY and the
-# correlation of neighbouring values' means at most CODE_NEIGHBOUR_RATIO of it (about 1 for a smooth number)
-CODE_LEAST_ROWS, CODE_RELIABILITY, CODE_NEIGHBOUR_RATIO = 3, 0.4, 0.1
-BINS = 16  # quantile bins of a number's piecewise-linear encoding, at most...
-ROWS_PER_BIN = 40  # ...and at most one per this many training rows (a small sample gets fewer: they would overfit)
-FINE_BINS, FINE_ROWS_PER_BIN = 48, 20  # the finer encoding, the second candidate (CANDIDATES)
-TAIL_BINS_TASKS = (ClassificationTask,)  # tasks whose smooth numbers get bins finer in their tails (not regressions)
 DATE_NOTE = "int64 seconds since 1970-01-01 UTC (a date alone: its midnight UTC)"
-DROPOUT = 0.1
-# A category of more than STATISTICS_MIN_VALUES values, and an integer read as a code, also reads as the label's
-# mean over the training records of its value, smoothed toward the overall mean by STATISTICS_PRIOR records
-# (CodeStatistics): what trees and CatBoost's target statistics find in a category of many values
-TARGET_STATISTICS, STATISTICS_MIN_VALUES, STATISTICS_PRIOR = False, 8, 10.0
-DATE_CODES = False  # a date's month, weekday, hour and hour of the week also as codes (CalendarCode), each embedded
-MEMBERS = 8  # the packed network's members, at least: bagged over k folds, k copies of ceil(MEMBERS / k) each
 _LAYER = "tabular.{}"  # the name of a layer derived from no column: a '.' keeps it apart from every column's
 
 
@@ -111,7 +92,7 @@ def configure(schema_path: str, task_config) -> "SchemaModel":
         raise TaskError(f"models.tabular needs task.classes for a {task.name} task, the class names in label "
                         f"order: {problem}")
     model = SchemaModel(schema_path, task, task_config.label, classes, tuple(task_config.exclude),
-                        tuple(task_config.dates), tuple(task_config.missing_tokens))
+                        tuple(task_config.dates), tuple(task_config.missing_tokens), defaults_for(task.name))
     if model.dates or "://" not in schema_path:  # the label, task.exclude and task.dates checked against the
         if not model.INPUTS:                      # schema the user edited now, not when training starts
             features = sorted(set(model._schema_features()) - {task_config.label})
@@ -125,9 +106,12 @@ class SchemaModel:
     """The ModelModule of one schema and label (see the module docstring)."""
 
     def __init__(self, schema_path: str, task: Task, label: str, classes: tuple[str, ...],
-                 exclude: tuple[str, ...], dates: tuple[str, ...] = (), missing_tokens: tuple[str, ...] = ()):
+                 exclude: tuple[str, ...], dates: tuple[str, ...] = (), missing_tokens: tuple[str, ...] = (),
+                 defaults: Defaults | None = None):
         self.TASK, self.LABEL_KEY, self.CLASSES = task, label, classes
         self.task = task  # configured from the task section: its settings (a label transform) apply
+        self.defaults = defaults or defaults_for(task.name)  # the task's row of models/defaults.py
+        self.CALIBRATION_POOL = self.defaults.calibration_pool
         self._schema_path, self._exclude = schema_path, set(exclude)
         self.dates = tuple(dates)  # int64 features holding seconds since 1970-01-01 UTC
         self.missing_tokens = tuple(missing_tokens)
@@ -141,12 +125,12 @@ class SchemaModel:
     @property
     def CANDIDATES(self) -> tuple[str, ...]:  # noqa: N802 - the model contract's name
         """The number encodings the Trainer may try (train.search), the default first: "16 bins", "48 bins"."""
-        return tuple(_encodings())
+        return tuple(self._encodings())
 
     def candidate(self, name: str) -> "SchemaModel":
         """Input: one of CANDIDATES. Output: this model module with that number encoding (a copy). ValueError
         names the candidates for any other name."""
-        if name not in _encodings():
+        if name not in self._encodings():
             raise ValueError(f"models.tabular has no candidate {name!r}: its candidates are "
                              f"{', '.join(self.CANDIDATES)}")
         chosen, before = copy.copy(self), self._description()
@@ -159,19 +143,22 @@ class SchemaModel:
         is now, in place of `before` (a module of the user's own built on this one keeps its words around it)."""
         self.DESCRIPTION = self.DESCRIPTION.replace(before, self._description())
 
-    @property
-    def _tail_bins(self) -> bool:
-        """Whether this task's smooth numbers get bins finer in their tails (TAIL_BINS_TASKS)."""
-        return isinstance(self.task, TAIL_BINS_TASKS)
+    def _encodings(self) -> dict[str, tuple[int, int]]:
+        """The number encodings by candidate name, the default first: name -> (bins at most, training rows per
+        bin)."""
+        row = self.defaults
+        return {f"{row.bins} bins": (row.bins, row.rows_per_bin),
+                f"{row.fine_bins} bins": (row.fine_bins, row.fine_rows_per_bin)}
 
     def _description(self) -> str:
-        bins, rows = _encodings()[self._encoding]
-        units = self.task.hidden_units
+        bins, rows = self._encodings()[self._encoding]
+        units = self.defaults.hidden_units
         codes = f" (here: {', '.join(self._codes)})" if self._codes else ""
-        tails = ", finer in a smooth number's tails" if self._tail_bins else ""
+        tails = ", finer in a smooth number's tails" if self.defaults.tail_bins else ""
         return (f"numbers: robust scale, smooth clip and piecewise-linear encoding over up to {bins} quantile bins "
                 f"(one per {rows} training rows{tails}); categories and integers whose values behave as codes{codes}: "
-                f"embeddings; a packed ensemble of {MEMBERS} networks of {'x'.join(map(str, units))} hidden units "
+                f"embeddings; a packed ensemble of {self.defaults.members} networks of {'x'.join(map(str, units))} "
+                "hidden units "
                 f"(bagged over folds: each fold's copy its own networks, every record trained on by all but one)"
                 f"{self.task.head_description()}")
 
@@ -233,7 +220,8 @@ class SchemaModel:
         inputs = {name: keras.Input(shape=(), name=internal[name], dtype=keras_dtype(spec.dtype))
                   for name, spec in specs.items()}
         rows = len(next(iter(sample.values()))) if sample else 0
-        most, rows_per_bin = _encodings()[self._encoding]
+        row = self.defaults
+        most, rows_per_bin = self._encodings()[self._encoding]
         bins = max(2, min(most, rows // rows_per_bin))
         outputs = {}
 
@@ -241,32 +229,35 @@ class SchemaModel:
             outputs[layer.name] = layer(tensor)
 
         categories = {name for name, spec in specs.items() if name not in self.dates and (
-            spec.dtype == tf.string or (spec.dtype == tf.int64 and len(np.unique(sample[name])) <= CATEGORICAL_MAX))}
+            spec.dtype == tf.string or (
+                spec.dtype == tf.int64 and len(np.unique(sample[name])) <= row.categorical_max))}
         numbers = [name for name in specs if name not in self.dates and name not in categories]
         integers = [name for name in numbers if specs[name].dtype == tf.int64]
         labelled = self.LABEL_KEY in sample and len(self._training_labels) == rows
         profile = self.task.label_profile(self._training_labels) if labelled and (
-            integers or TARGET_STATISTICS) else None
+            integers or row.target_statistics) else None
         before = self._description()
         self._codes = tuple(name for name in integers  # in the columns' order, as the description names them
-                            if profile is not None and reads_as_code(np.asarray(sample[name]), profile))
+                            if profile is not None and reads_as_code(np.asarray(sample[name]), profile, row))
         self._redescribe(before)  # the training report names them
-        tails = self._tail_bins
-        together = len(numbers) > WIDE_NUMBERS  # one tensor for all numbers: a few ops, not a few per column
+        tails = row.tail_bins
+        together = len(numbers) > row.wide_numbers  # one tensor for all numbers: a few ops, not a few per column
         for name, spec in specs.items():  # in the columns' order, which the model's inputs keep
             values, column = np.asarray(sample[name]), internal[name]
             if name in self.dates:
                 output(CalendarFeatures.fitted(values, name=derived_name(column, "calendar")), inputs[name])
-                for part in date_codes(values) if DATE_CODES else ():
+                for part in date_codes(values) if row.date_codes else ():
                     output(CalendarCode(part, name=derived_name(column, part)), inputs[name])
             elif name in categories:
                 missing = self.missing_spellings if spec.dtype == tf.string else ()
-                lookup = Vocabulary.adapted(values, MAX_VOCABULARY, name=derived_name(column, "lookup"),
+                lookup = Vocabulary.adapted(values, row.max_vocabulary, name=derived_name(column, "lookup"),
                                             missing_spellings=missing)
                 output(lookup, inputs[name])
-                if TARGET_STATISTICS and profile is not None and lookup.vocabulary_size() > STATISTICS_MIN_VALUES:
+                if (row.target_statistics and profile is not None
+                        and lookup.vocabulary_size() > row.statistics_min_values):
                     output(CodeStatistics.fitted(lookup(tf.constant(values)).numpy(), profile,
-                                                 lookup.vocabulary_size(), name=derived_name(column, "statistics")),
+                                                 lookup.vocabulary_size(), row.statistics_prior,
+                                                 name=derived_name(column, "statistics")),
                            outputs[lookup.name])
             elif not together:
                 present = values[_present(values)].astype(np.float64)
@@ -279,13 +270,15 @@ class SchemaModel:
                     output(PiecewiseLinear(scale.edges, name=derived_name(column, "piecewise")), outputs[scale.name])
             if name in self._codes:
                 seen = values[_present(values)]
-                code = Vocabulary.adapted(seen, MAX_VOCABULARY, name=derived_name(column, "code"))
+                code = Vocabulary.adapted(seen, row.max_vocabulary, name=derived_name(column, "code"))
                 output(code, inputs[name])
-                if TARGET_STATISTICS and profile is not None:
+                if row.target_statistics and profile is not None:
                     output(CodeStatistics.fitted(code(tf.constant(values)).numpy(), profile, code.vocabulary_size(),
-                                                 name=derived_name(column, "statistics")), outputs[code.name])
+                                                 row.statistics_prior, name=derived_name(column, "statistics")),
+                           outputs[code.name])
         if together:
-            self._encode_numbers_together(numbers, sample, inputs, bins, tails, output)
+            shared_bins = max(2, min(bins, row.wide_bins_total // len(numbers)))  # bounded for all the columns
+            self._encode_numbers_together(numbers, sample, inputs, shared_bins, tails, output)
         with warnings.catch_warnings():  # Keras asks for dict keys equal to the inputs' names: here they are not
             warnings.filterwarnings("ignore", "When providing `inputs` as a dict", UserWarning)
             return keras.Model(inputs, outputs, name=_LAYER.format("preprocessing"))
@@ -295,14 +288,13 @@ class SchemaModel:
                                  output) -> None:
         """A wide table's numbers as one [batch, columns] tensor (in the order of `numbers`), encoded as each
         column alone would be: a missing-value indicator, the value (missing: the median) robustly scaled and
-        smoothly clipped, and its piecewise-linear encoding (over at most WIDE_BINS_TOTAL bins in all)."""
+        smoothly clipped, and its piecewise-linear encoding over up to `bins` bins per column."""
         present = [np.asarray(sample[name])[_present(np.asarray(sample[name]))].astype(np.float64)
                    for name in numbers]
         stacked = StackColumns(name=_LAYER.format("numbers"))([inputs[name] for name in numbers])
         output(MissingIndicator(name=_LAYER.format("numbers.missing")), stacked)
         fills = [float(np.median(values)) if values.size else 0.0 for values in present]
         filled = FillMissing(fills, name=_LAYER.format("numbers.filled"))(stacked)
-        bins = max(2, min(bins, WIDE_BINS_TOTAL // len(numbers)))
         scale = RobustScaleColumns.fitted(present, bins, name=_LAYER.format("numbers.scaled"), tails=tails)
         output(scale, filled)
         if any(len(edges) > 1 for edges in scale.edges):
@@ -311,14 +303,15 @@ class SchemaModel:
 
     def build_packed(self, preprocessing: keras.Model, copies: int) -> keras.Model:
         """Input: the model from build_preprocessing and the copies the Trainer bags over (1: none). Output: an
-        uncompiled packed network (components/core/packing.py) of members_for(copies) members, model-ready
+        uncompiled packed network (components/core/packing.py) of Defaults.members_for(copies) members, model-ready
         tensors -> the members' task outputs [N, M, width], float32 whatever precision policy the trainer sets.
         Each input is named by the preprocessing layer that computes it, which tells its kind: a Vocabulary's
         index goes through an embedding per member (the columns of one width looked up together), a float tensor
         in as it is, shared by the members."""
         inputs = {name: keras.Input(shape=tensor.shape[1:], name=name, dtype=tensor.dtype)
                   for name, tensor in preprocessing.output.items()}
-        members = members_for(copies)
+        row = self.defaults
+        members = row.members_for(copies)
         shared, by_width = [], {}  # by_width: embedding width -> [(index tensor, vocabulary size)]
         for name, tensor in inputs.items():
             layer = preprocessing.get_layer(name)
@@ -326,7 +319,8 @@ class SchemaModel:
             # can tell its weights do not fit and train from scratch)
             if isinstance(layer, (Vocabulary, CalendarCode, keras.layers.Discretization)):
                 size = layer.num_bins + 1 if isinstance(layer, keras.layers.Discretization) else layer.vocabulary_size()
-                by_width.setdefault(min(8, 1 + math.ceil(math.log2(size))), []).append((tensor, size))
+                by_width.setdefault(min(row.embedding_width, 1 + math.ceil(math.log2(size))), []).append(
+                    (tensor, size))
             elif len(tensor.shape) == 1:
                 shared.append(keras.layers.Reshape((1,), name=derived_name(name, "column"))(tensor))
             else:
@@ -334,7 +328,7 @@ class SchemaModel:
         own = [PackedEmbedding([size for _, size in columns], width, members,
                                name=_LAYER.format(f"embeddings.{width}"))([tensor for tensor, _ in columns])
                for width, columns in sorted(by_width.items())]  # one lookup per width, whatever the columns
-        widths = self.task.hidden_units
+        widths = row.hidden_units
         first = []  # the first layer: one product over the shared features, one batched over each member's own
         for part, features in (("numbers", shared), ("codes", own)):
             if features:
@@ -344,10 +338,10 @@ class SchemaModel:
                                          name=_LAYER.format(f"hidden_1.{part}"))(joined))
         hidden = first[0] if len(first) == 1 else keras.layers.Add(name=_LAYER.format("hidden_1"))(first)
         hidden = keras.layers.Activation("relu", name=_LAYER.format("relu_1"))(hidden)
-        hidden = keras.layers.Dropout(DROPOUT, name=_LAYER.format("dropout_1"))(hidden)
+        hidden = keras.layers.Dropout(row.dropout, name=_LAYER.format("dropout_1"))(hidden)
         for depth, width in enumerate(widths[1:], 2):
             hidden = PackedDense(members, width, activation="relu", name=_LAYER.format(f"hidden_{depth}"))(hidden)
-            hidden = keras.layers.Dropout(DROPOUT, name=_LAYER.format(f"dropout_{depth}"))(hidden)
+            hidden = keras.layers.Dropout(row.dropout, name=_LAYER.format(f"dropout_{depth}"))(hidden)
         return keras.Model(inputs, self.head(hidden, members), name=_LAYER.format("model"))
 
     def build_model(self, preprocessing: keras.Model) -> keras.Model:
@@ -372,16 +366,16 @@ class SchemaModel:
         return self.task.training_loss()
 
 
-def reads_as_code(values: np.ndarray, profile: np.ndarray) -> bool:
-    """Input: an integer column's training values (MISSING_INT: missing) and Task.label_profile of the same rows.
-    Output: whether its values predict the label as codes do (module constants CODE_*): reliably, each value
-    its own way, neighbouring values no more alike than any two."""
+def reads_as_code(values: np.ndarray, profile: np.ndarray, rule: Defaults) -> bool:
+    """Input: an integer column's training values (MISSING_INT: missing), Task.label_profile of the same rows and
+    the defaults' code_* thresholds. Output: whether its values predict the label as codes do: reliably, each
+    value its own way, neighbouring values no more alike than any two."""
     present = _present(values)
     distinct, ids, counts = np.unique(values[present], return_inverse=True, return_counts=True)
     profile = profile[present]
     sums = np.stack([np.bincount(ids, weights=profile[:, j], minlength=len(distinct))
                      for j in range(profile.shape[1])], 1)
-    kept = counts >= CODE_LEAST_ROWS
+    kept = counts >= rule.code_least_rows
     if kept.sum() < 3:
         return False
     deviations = sums[kept] / counts[kept][:, None] - profile.mean(0)
@@ -393,7 +387,7 @@ def reads_as_code(values: np.ndarray, profile: np.ndarray) -> bool:
     left, right = deviations[:-1], deviations[1:]
     norm = np.sqrt((left ** 2).sum() * (right ** 2).sum())
     neighbours = (left * right).sum() / norm if norm > 0 else 0.0
-    return bool(reliability >= CODE_RELIABILITY and neighbours <= CODE_NEIGHBOUR_RATIO * reliability)
+    return bool(reliability >= rule.code_reliability and neighbours <= rule.code_neighbour_ratio * reliability)
 
 
 def date_codes(seconds: np.ndarray) -> tuple[str, ...]:
@@ -403,17 +397,6 @@ def date_codes(seconds: np.ndarray) -> tuple[str, ...]:
     present = present[present != MISSING_INT]
     timed = present.size and len(np.unique(present % 86_400)) > 1
     return ("month", "weekday", "hour", "hour_of_week") if timed else ("month", "weekday")
-
-
-def members_for(copies: int) -> int:
-    """The packed network's members for `copies` copies (1: no bagging): at least MEMBERS, a multiple of copies."""
-    copies = max(1, copies)
-    return copies * math.ceil(MEMBERS / copies)
-
-
-def _encodings() -> dict[str, tuple[int, int]]:
-    """The number encodings by candidate name, the default first: name -> (bins at most, training rows per bin)."""
-    return {f"{BINS} bins": (BINS, ROWS_PER_BIN), f"{FINE_BINS} bins": (FINE_BINS, FINE_ROWS_PER_BIN)}
 
 
 def _missing_value(dtype: tf.dtypes.DType):
@@ -450,17 +433,18 @@ class CodeStatistics(keras.layers.Layer):
         self.table = [[float(value) for value in row] for row in table]
 
     @classmethod
-    def fitted(cls, indices: np.ndarray, profile: np.ndarray, size: int, name: str) -> "CodeStatistics":
-        """Input: the sample's indices, its label profile [N, D] (a binary task's second column alone) and the
-        vocabulary size. Output: the layer, each index's (sum + STATISTICS_PRIOR x overall mean) / (count +
-        STATISTICS_PRIOR)."""
+    def fitted(cls, indices: np.ndarray, profile: np.ndarray, size: int, prior: float,
+               name: str) -> "CodeStatistics":
+        """Input: the sample's indices, its label profile [N, D] (a binary task's second column alone), the
+        vocabulary size and the prior's weight in records. Output: the layer, each index's (sum + prior x overall
+        mean) / (count + prior)."""
         profile = np.asarray(profile, np.float64)
         profile = profile[:, 1:] if profile.shape[1] == 2 else profile
         indices = np.asarray(indices, np.int64).reshape(-1)
         counts = np.bincount(indices, minlength=size)[:, None]
         sums = np.stack([np.bincount(indices, weights=profile[:, j], minlength=size)
                          for j in range(profile.shape[1])], 1)
-        table = (sums + STATISTICS_PRIOR * profile.mean(0)) / (counts + STATISTICS_PRIOR)
+        table = (sums + prior * profile.mean(0)) / (counts + prior)
         return cls(table.astype(np.float32).tolist(), name=name)
 
     def call(self, index):

@@ -6,7 +6,8 @@ Relative paths in the file (data_root, output_dir, artifact_root, serving_dir, s
 file's folder; paths given on the command line, to the working directory.
 Malformed YAML, unknown keys, wrong types and values failing their field's check raise ConfigError naming the file
 and line or the key; so do a `train.model` that does not import or lacks part of components.core.model_module.ModelModule,
-and a local `schema_path` that is missing or not a TFMD Schema text proto.
+a `task.type` of one's own (module:Class) that does not import or is no Task, and a local `schema_path` that is
+missing or not a TFMD Schema text proto.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import yaml
 from components.settings import (CHECK, PROJECT_ROOT, REQUIRED, EvaluateConfig, ExportConfig, IngestConfig,  # noqa: F401
                                  PipelineConfig, ResourcesConfig, StepResources, TrainConfig)
 from components.core.path_operations import local_path
-from components.core.tasks import PredictionTarget
+from components.core.tasks import TASK_PATH, PredictionTarget, TaskError, task_named
 from components.core.model_module import ModelModuleError, check_task, load_model_module
 
 
@@ -69,11 +70,24 @@ def check_kubeflow_name(config: PipelineConfig) -> None:
 
 
 def with_references_checked(config: PipelineConfig) -> PipelineConfig:
-    """Input: what read_config returned. Output: the same config, once `schema_path` parses and `train.model`
-    imports and fits its task; ConfigError naming the key otherwise."""
+    """Input: what read_config returned. Output: the same config, once `schema_path` parses, a `task.type` of
+    one's own imports and `train.model` imports and fits its task; ConfigError naming the key otherwise."""
     check_schema(config.schema_path)
+    if config.task.type:
+        try:
+            task_named(config.task.type)
+        except TaskError as error:
+            raise ConfigError(f"task.type: {error}") from None
     check_model_module(config)
     return config
+
+
+def user_code(config: PipelineConfig) -> tuple[str, ...]:
+    """Input: a config. Output: the modules of the user's code its steps import by name: `train.model`, and
+    the module of a `task.type` of one's own (module:Class)."""
+    task_type = config.task.type
+    own_task = (task_type.partition(":")[0],) if TASK_PATH.fullmatch(task_type or "") else ()
+    return (config.train.model, *own_task)
 
 
 def load_config(path: str | None = None, check_references: bool = True, **overrides: typing.Any) -> PipelineConfig:
@@ -220,6 +234,15 @@ def _module_key(config: PipelineConfig) -> tuple:
     schema = config.schema_path
     stat = os.stat(schema) if "://" not in schema and os.path.exists(schema) else None
     return (config.train.model, repr(config.task), schema, stat and (stat.st_size, stat.st_mtime_ns))
+
+
+def with_schema_moved(config: PipelineConfig, schema_path: str) -> PipelineConfig:
+    """Input: a checked config and where its schema is copied to (a staged copy, written later). Output: the
+    config reading the copy, its prediction target the one checked against the schema where it is now."""
+    target = prediction_target(config)
+    moved = dataclasses.replace(config, schema_path=schema_path)
+    _CHECKED_TARGETS[_module_key(moved)] = target
+    return moved
 
 
 def prediction_target(config: PipelineConfig) -> PredictionTarget:

@@ -147,3 +147,39 @@ def test_the_rules_see_an_import_inside_a_function_and_a_relative_one(tmp_path):
                      "from . import tasks\n")
     assert sorted(module for _, module in _imports(probe, package="components.core")) == [
         "apache_beam", "components.core.tasks", "components.trainer.train"]
+
+
+def test_no_module_of_the_core_imports_one_that_imports_it_again():
+    core = {".".join(path.relative_to(ROOT).with_suffix("").parts): path for path in _files("components/core")}
+    imports = {name: {module for _, module in _imports(path) if module in core} for name, path in core.items()}
+
+    def reaches(start: str, goal: str, seen: set) -> bool:
+        return any(module == goal or (module not in seen and reaches(module, goal, seen | {module}))
+                   for module in imports[start])
+
+    assert sorted(name for name in core if reaches(name, name, {name})) == []
+
+
+@pytest.mark.parametrize("folder", ["components", "models", "pipeline"])
+def test_no_module_but_the_task_definitions_asks_which_task_it_is(folder):
+    """What differs between tasks is a method of the task: no isinstance or issubclass of a task class elsewhere."""
+    def asks(path: pathlib.Path) -> list[int]:
+        found = []
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("isinstance", "issubclass") \
+                    and len(node.args) == 2:
+                names = [getattr(part, "id", getattr(part, "attr", "")) for part in ast.walk(node.args[1])]
+                found += [node.lineno for name in names if name.endswith("Task")]
+        return found
+
+    tasks_module = ROOT / "components" / "core" / "tasks.py"
+    assert [f"{path.relative_to(ROOT)}:{line}" for path in _files(folder) if path != tasks_module
+            for line in asks(path)] == []
+
+
+def test_the_task_rule_sees_an_isinstance_of_a_task(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f(task):\n    return isinstance(task, (tasks.ClassificationTask, int))\n")
+    tree = ast.parse(probe.read_text())
+    call = next(node for node in ast.walk(tree) if isinstance(node, ast.Call))
+    assert any(getattr(part, "attr", "").endswith("Task") for part in ast.walk(call.args[1]))

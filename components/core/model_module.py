@@ -12,7 +12,7 @@ import importlib
 import typing
 
 from components.core.feature_names import internal_names
-from components.core.tasks import TASKS, Task, TaskError, task_named
+from components.core.tasks import TASKS, Task, TaskError, task_declared
 
 if typing.TYPE_CHECKING:
     import keras
@@ -23,7 +23,7 @@ if typing.TYPE_CHECKING:
 class ModelModule(typing.Protocol):
     """The interface of a model module."""
 
-    TASK: str | Task  # a task's name (binary | multiclass | regression, or a registered one), or the Task itself
+    TASK: str | Task  # a task's name (binary | multiclass | regression, a registered one, or module:Class), or a Task
     CLASSES: tuple[str, ...]  # classification: the class names by label id (binary: negative, positive); regression: ()
     INPUTS: dict[str, tf.io.FixedLenFeature]  # raw serving inputs: name -> how to parse it from a tf.Example
     LABEL_INPUTS: dict[str, tf.io.FixedLenFeature]  # raw features the label is derived from (training data only)
@@ -54,13 +54,18 @@ class ModelModule(typing.Protocol):
         report shows; DESCRIPTION, a line saying what the model is, which the training report shows;
         CANDIDATES, names of variants of the model (the default first), and candidate(name) -> a new module object
         with that variant (the one it is called on unchanged), which the Trainer trains in turn with
-        `train.search`, serving the one best on validation."""
+        `train.search`, serving the one best on validation; CALIBRATION_POOL, an int: ModelExport chooses the
+        full-int8 calibration rows (the task's calibration_choice) among this many times as many training records
+        (default CALIBRATION_POOL below; models/tabular.py takes its task's from models/defaults.py)."""
 
 
 CONSTANTS = ("TASK", "CLASSES", "INPUTS", "LABEL_INPUTS", "LABEL_KEY")
 FUNCTIONS = ("make_label", "build_preprocessing", "build_model")
 OPTIONAL_FUNCTIONS = ("make_loss", "build_packed")
 CONFIGURE = "configure"  # a schema-driven module's factory: configure(schema_path, task_config) -> ModelModule
+# The calibration pool of a module that declares none: wide enough for a task whose calibration_choice spreads the
+# rows over the range of the predictions (a value); a task that takes the first rows reads the rest for nothing
+CALIBRATION_POOL = 20
 
 
 class ModelModuleError(ValueError):
@@ -199,8 +204,9 @@ def check_task(module: ModelModule, name: str) -> None:
     before the Trainer sets devices and distribution up."""
     try:
         task = task_of(module)
-    except ModelModuleError:
-        raise ModelModuleError(f"{name!r}: TASK {module.TASK!r} is not one of {', '.join(TASKS)}") from None
+    except ModelModuleError as error:
+        known = f"is not one of {', '.join(TASKS)}" if ":" not in str(module.TASK) else str(error)
+        raise ModelModuleError(f"{name!r}: TASK {module.TASK!r} {known}") from None
     problem = task.class_problem(tuple(module.CLASSES))
     if problem:
         raise ModelModuleError(f"{name!r}: {problem}")
@@ -240,16 +246,18 @@ def task_of(module: ModelModule) -> Task:
     """The Task the module declares (components/core/tasks.py): its TASK when that is a Task (a schema-driven
     module's, configured with the task section's settings), else the task of that name; ModelModuleError for
     an unknown one."""
-    if isinstance(module.TASK, Task):
-        return module.TASK
     try:
-        return task_named(module.TASK)
+        return task_declared(module.TASK)
     except TaskError as error:
         raise ModelModuleError(str(error)) from None
 
 
-def _task_name(task) -> str | None:
-    return task.name if isinstance(task, Task) else task
+def _task_name(declared) -> str | None:
+    """The name of a declared TASK (a Task or a name), or the declaration itself when it names no task."""
+    try:
+        return task_declared(declared).name
+    except TaskError:
+        return declared
 
 
 def raw_signature_spec(inputs: dict, batch_size: int | None = None) -> dict:

@@ -20,8 +20,11 @@ that need them, so the config can check task names without loading TensorFlow.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import importlib
 import math
+import re
 
 import numpy as np
 
@@ -76,10 +79,9 @@ class Task:
     reports_confusion_matrix, settings (the config's `task` fields this task reads, with their defaults:
     `configured` returns the task carrying the config's values), float_device_output (the full-int8 device
     model keeps its last layer in float32: a value's 256 int8 levels over the calibration range would be
-    too coarse, where a probability's fixed 1/256 scale is not), calibration_pool (the full-int8
-    calibration rows are chosen among this many times as many training records), hidden_units (the
-    schema-driven model's dense layers, shared by its members), plan_scale (init plans this many times a
-    classifier's epochs, within its most) and weight_decay (the AdamW weight decay init writes)."""
+    too coarse, where a probability's fixed 1/256 scale is not) and head_name (the schema-driven model's output
+    layer is tabular.<head_name>). How the schema-driven model is tuned for a task (its widths, weight decay,
+    plan, calibration pool) is no part of the task: models/defaults.py holds it."""
 
     name: str
     primary: Metric
@@ -91,12 +93,13 @@ class Task:
     output_activation: str = "linear"
     reports_confusion_matrix: bool = False
     settings: dict = {}
-    head_name: str = "output"  # the schema-driven model's output layer is tabular.<head_name>
+    head_name: str = "output"
     float_device_output: bool = False
-    calibration_pool: int = 1
-    hidden_units: tuple[int, ...] = (128, 128)
-    plan_scale: int = 1
-    weight_decay: float = 0.0003
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:  # a task of one's own: named by its module:Class path, which task_named takes
+            cls.name = f"{cls.__module__}:{cls.__qualname__}"
 
     def __init__(self, **settings):
         unknown = sorted(set(settings) - set(self.settings))
@@ -118,8 +121,10 @@ class Task:
                 value = getattr(task_config, name, default)
                 if name not in self.settings and value not in (None, "", default):
                     raise TaskError(f"task.{name}: {value!r} applies to a {task.name} task, not a {self.name} one")
-        values = {name: getattr(task_config, name, None) for name in self.settings}
-        configured = type(self)(**{name: value for name, value in values.items() if value not in (None, "")})
+        configured = copy.copy(self)  # the same name, for a task known by its module:Class path too
+        for name, default in self.settings.items():
+            value = getattr(task_config, name, None)
+            setattr(configured, name, default if value in (None, "") else value)
         configured.check_settings()
         return configured
 
@@ -235,9 +240,10 @@ class Task:
         return 1.0
 
     def calibration_choice(self, pool_rows: int, predictions, rows: int) -> np.ndarray:
-        """Input: how many training records the calibration pool holds (up to calibration_pool x `rows`), a
-        function that returns the SavedModel's predictions on them (called only by a task that needs them),
-        and `rows`. Output: the positions of the full-int8 calibration rows in the pool (the first `rows`)."""
+        """Input: how many training records the calibration pool holds (the model module's CALIBRATION_POOL x
+        `rows` at most), a function that returns the SavedModel's predictions on them (called only by a task
+        that needs them), and `rows`. Output: the positions of the full-int8 calibration rows in the pool (the
+        first `rows`)."""
         return np.arange(min(rows, pool_rows))
 
     # --------------------------------------------------------------------------------------- training
@@ -300,9 +306,6 @@ class ClassificationTask(Task):
     """What binary and multi-class classification share: named classes, a label that is a class id, a model
     whose output is probabilities."""
     head_name = "probabilities"
-    # ten times a regression's: chosen on the quality bench's tuning half, where it raised regressions' MAE, and
-    # scored on its check half, where classifiers' AUC and accuracy rose a little (docs/benchmarks.md)
-    weight_decay = 0.003
 
     def class_problem(self, classes):
         if len(set(classes)) != len(classes) or not all(isinstance(name, str) and name for name in classes):
@@ -507,13 +510,6 @@ class RegressionTask(Task):
     settings = {"label_transform": "none"}
     head_name = "prediction"
     float_device_output = True
-    calibration_pool = 20
-    # wider than a classifier's: on the quality bench's tuning half the width lowered regressions' MAE and did
-    # not help classifiers (docs/benchmarks.md)
-    hidden_units = (256, 256)
-    # twice a classifier's plan: on the quality bench's tuning half the longer cosine lowered the MAE of the
-    # regressions whose runs reach the plan's end, where classifiers stop early and lost a little (docs/benchmarks.md)
-    plan_scale = 2
     LABEL_TRANSFORMS = ("none", "log")
     LOG_LABEL_SKEW = 0.5  # init proposes the log transform from this Pearson skewness of a label >= 0 on
 
@@ -647,11 +643,36 @@ def register_task(task: Task) -> Task:
     return task
 
 
+TASK_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")  # a task of one's own: module:Class
+
+
 def task_named(name: str) -> Task:
-    """The Task called `name`; TaskError naming the known tasks otherwise."""
-    if name not in TASKS:
-        raise TaskError(f"unknown task {name!r} (one of {', '.join(TASKS)})")
-    return TASKS[name]
+    """Input: a known task's name, or a task of one's own as a `module:Class` path (TASK_PATH). Output: the Task;
+    a path's class is imported, must subclass Task, and is made known under the path, which is then its name in
+    every record (any process resolves it again). TaskError naming the known tasks, or what the path lacks."""
+    if name in TASKS:
+        return TASKS[name]
+    if not isinstance(name, str) or not TASK_PATH.fullmatch(name):
+        raise TaskError(f"unknown task {name!r} (one of {', '.join(TASKS)}, or a task of your own as module:Class)")
+    module_name, _, class_name = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # noqa: BLE001 - whatever importing the user's module raised
+        raise TaskError(f"task {name!r}: importing {module_name!r} failed: {type(error).__name__}: {error}") from None
+    kind = getattr(module, class_name, None)
+    if not (isinstance(kind, type) and issubclass(kind, Task)):
+        raise TaskError(f"task {name!r}: {module_name} defines no Task subclass {class_name} "
+                        "(components.core.tasks.Task)")
+    task = kind()
+    task.name = name
+    TASKS[name] = task
+    return task
+
+
+def task_declared(declared: "Task | str") -> Task:
+    """Input: what a model module declares as its TASK: a Task, or a name task_named takes. Output: the Task;
+    TaskError for an unknown name."""
+    return declared if isinstance(declared, Task) else task_named(declared)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -716,9 +737,9 @@ class PredictionTarget:
 
     @classmethod
     def of(cls, module) -> "PredictionTarget":
-        """What a model module's models predict (components.core.model_module.ModelModule)."""
-        from components.core.model_module import task_of
-        return cls(module.LABEL_KEY, task_of(module).name, tuple(module.CLASSES))
+        """What a model module's models predict (components.core.model_module.ModelModule); TaskError for a TASK
+        that names no task."""
+        return cls(module.LABEL_KEY, task_declared(module.TASK).name, tuple(module.CLASSES))
 
     def to_json(self) -> dict:
         return {"label_key": self.label_key, "task": self.task_name, "classes": list(self.classes)}

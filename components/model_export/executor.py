@@ -18,7 +18,8 @@ from tfx.utils import io_utils, path_utils
 
 from components.core import artifact_files, contract, tasks
 from components.core.datasets import record_dataset
-from components.core.model_module import ModelModule, load_model_module, raw_signature_arguments, task_of
+from components.core.model_module import (CALIBRATION_POOL, ModelModule, load_model_module, raw_signature_arguments,
+                                          task_of)
 from components.core.records import ExportReport, blessed_model, is_blessed, model_ready_dir
 from components.core.task_layers import load_keras_model
 from components.model_export import scoring, tflite
@@ -238,12 +239,12 @@ def _score_savedmodel(saved_model, model_module: ModelModule, task: tasks.Task, 
 
 def calibration_features(saved_model, model_module: ModelModule, task: tasks.Task, files: list[str],
                          rows: int) -> dict[str, np.ndarray]:
-    """The full-int8 calibration set: `rows` of the first task.calibration_pool x `rows` training records, as
-    the task chooses them from the SavedModel's predictions on those (Task.calibration_choice: the first
-    `rows` for classifiers; for regression spread evenly over the range of the predictions, extremes
-    included, so that every int8 activation range spans what the model predicts on its training data and
-    only a prediction beyond all of that can saturate)."""
-    pool = raw_features(model_module, files, rows * task.calibration_pool)
+    """The full-int8 calibration set: `rows` of the first CALIBRATION_POOL x `rows` training records (the model
+    module's, or components.core.model_module.CALIBRATION_POOL), as the task chooses them from the SavedModel's
+    predictions on those (Task.calibration_choice: the first `rows` for classifiers; for regression spread
+    evenly over the range of the predictions, extremes included, so that every int8 activation range spans what
+    the model predicts on its training data and only a prediction beyond all of that can saturate)."""
+    pool = raw_features(model_module, files, rows * getattr(model_module, "CALIBRATION_POOL", CALIBRATION_POOL))
 
     def predictions() -> np.ndarray:  # called only by a task that chooses by them
         return saved_model.signatures[contract.RAW_SIGNATURE](**raw_signature_arguments(

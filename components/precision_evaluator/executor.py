@@ -68,9 +68,9 @@ class Executor(evaluator_executor.Executor):
 
         eval_config = make_eval_config(sorted(models), target, settings.slice_feature)
         self._run_tfma(input_dict[contract.EXAMPLES], models, eval_config, evaluation.uri)
-        metrics = read_metrics(evaluation.uri, task)
         labels, predictions = per_example.read(evaluation.uri)
         task.check_labels(labels, target.classes, "eval split")  # the trivial predictor is built from them
+        metrics = scored_beside_tfma(read_metrics(evaluation.uri, task), task, labels, predictions)
         predictions[contract.TRIVIAL] = task.trivial_predictions(labels, target.classes)
         decision = gates.decide(task, gates.EvalPredictions(labels, predictions), settings, parity_not_applicable)
         chosen = models[decision.chosen_model] if decision.chosen_model else candidate
@@ -199,6 +199,18 @@ def read_metrics(output_uri: str, task: tasks.Task) -> dict[str, dict[str, dict[
     metrics = {name: {model: task.derived_metrics(values) for model, values in per_model.items()}
                for name, per_model in metrics.items()}
     return dict(sorted(metrics.items(), key=lambda item: (item[0] != contract.OVERALL, item[0])))
+
+
+def scored_beside_tfma(metrics: dict, task: tasks.Task, labels: np.ndarray, predictions: dict) -> dict:
+    """Input: read_metrics' table, the task, the eval labels and each model's per-example predictions. Output:
+    the table with each metric of the task that TFMA does not compute (a task of one's own may have one) scored
+    over the whole eval split (Task.score) for every model, under OVERALL; a slice keeps what TFMA gave."""
+    for model, values in metrics[contract.OVERALL].items():
+        missing = [metric.name for metric in task.metrics if metric.name not in values]
+        if missing and model in predictions:
+            scored = task.score(labels, predictions[model])
+            values.update({name: scored[name] for name in missing if name in scored})
+    return metrics
 
 
 def read_confusion_matrices(output_uri: str, classes: int) -> dict[str, list[list[int]]]:

@@ -9,10 +9,10 @@ entrypoint module as `python -m` would, with the same arguments. A Beam step who
 DirectRunner (the pod is its own worker) stages no copy of TFX (pipeline/dag/beam_workers.py).
 
 A pipeline compiled with a model module of the user's own (staged on the pipeline root, pipeline/dag/staging.py)
-passes `--model_code=<folder URI>` first: that folder is copied to a local temporary folder, which goes first
-on the import path (sys.path, and PYTHONPATH for the processes the step starts) before TFX's entrypoint runs,
-so that `train.model`'s name imports as it did where the pipeline was compiled. The flag is removed from the
-arguments TFX sees, and the local copy when the step ends.
+passes `--model_code=<folder URI>` first: that folder is copied to a local temporary folder, which goes first on
+the import path (sys.path, and PYTHONPATH for the processes the step starts) before TFX's entrypoint runs, so
+that `train.model`'s name (and a `task.type` of one's own) imports as it did where the pipeline was compiled.
+The flag is removed from the arguments TFX sees, and the local copy when the step ends.
 """
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 from tfx.dsl.components.base import base_component
 
 from components.core import contract
-from pipeline.config import PROJECT_ROOT, PipelineConfig, StepResources
+from pipeline.config import PROJECT_ROOT, PipelineConfig, StepResources, user_code, with_schema_moved
 from pipeline.dag import staging as staged_files
 from pipeline.dag.beam_workers import cluster_beam_args
 from pipeline.dag.kfp_entrypoint import MODEL_CODE_FLAG, TFX_ENTRYPOINT
@@ -126,12 +126,15 @@ def compile_job(config: PipelineConfig, image: str, pipeline_root: str, output_f
         raise CompileError(str(error)) from None
     model_code = staging.uri(staged_files.MODEL_CODE)
     if model_code and config.resources.training_workers > 1:
-        raise CompileError(f"train.model: {config.train.model} is staged with the pipeline, but the "
+        staged = " and ".join(f"{key}: {module}" for key, module in zip(("train.model", "task.type"),
+                                                                          user_code(config))
+                              if staged_files.model_code_files(module, key))
+        raise CompileError(f"{staged} is staged with the pipeline, but the "
                            f"{config.resources.training_workers} replicas of a multi-worker training job "
                            f"(resources.training_workers) run TFX's own executor script, which does not read it: "
                            f"install the module in the step image, or train with one worker")
-    if staging.uri(staged_files.SCHEMA):
-        config = dataclasses.replace(config, schema_path=staging.uri(staged_files.SCHEMA))
+    if staging.uri(staged_files.SCHEMA):  # what the models predict, checked against the schema before it is staged
+        config = with_schema_moved(config, staging.uri(staged_files.SCHEMA))
     elif "://" not in config.schema_path:  # the bundled schema, at its place in the image
         config = dataclasses.replace(config, schema_path=os.path.join(
             image_project_root, os.path.relpath(config.schema_path, PROJECT_ROOT)))

@@ -8,8 +8,9 @@ a folder named by its content:
                                                   project folders (init's schemas/<name>/schema.pbtxt)
     <pipeline_root>/staged/<digest>/config.yaml   the config file compile read, when outside them (a record:
                                                   the steps take their settings from the compiled job)
-    <pipeline_root>/staged/<digest>/code/...      the `train.model` module and the local modules it imports,
-                                                  when they are neither the project's packages nor installed
+    <pipeline_root>/staged/<digest>/code/...      the `train.model` module, the module of a `task.type` of one's
+                                                  own (module:Class), and the local modules they import, when
+                                                  they are neither the project's packages nor installed
 
 `<digest>` is 16 hex digits of SHA-256 over the item's file names and bytes: a compiled job reads the files it
 was compiled with, a changed file gets a new folder, and two users' files never share one. Each folder's
@@ -26,7 +27,7 @@ import json
 import os
 import sysconfig
 
-from pipeline.config import PROJECT_ROOT, PipelineConfig
+from pipeline.config import PROJECT_ROOT, PipelineConfig, user_code
 from pipeline.runs.code_fingerprint import imported_modules
 
 STAGED_FOLDER = "staged"
@@ -41,7 +42,7 @@ SKIPPED = ("__pycache__",)
 
 
 class StagingError(ValueError):
-    """A file to stage cannot be: the message names the config key (train.model)."""
+    """A file to stage cannot be: the message names the config key (train.model, task.type)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,15 +82,18 @@ class Staging:
 
 def plan_staging(config: PipelineConfig, config_file: str | None, pipeline_root: str) -> Staging:
     """Input: the checked config, the config file it was read from (None: none), the pipeline root URI.
-    Output: what to stage and where; nothing is written. Raises StagingError naming `train.model` when its
-    code is too large to stage."""
+    Output: what to stage and where; nothing is written. Raises StagingError naming `train.model` or
+    `task.type` when its code is too large to stage."""
     root = f"{pipeline_root.rstrip('/')}/{STAGED_FOLDER}"
     items = []
     if "://" not in config.schema_path and not in_image(config.schema_path):
         items.append(_item(root, SCHEMA, [(os.path.abspath(config.schema_path), NAMES[SCHEMA])]))
     if config_file and not in_image(config_file):
         items.append(_item(root, CONFIG, [(os.path.abspath(config_file), NAMES[CONFIG])]))
-    code = model_code_files(config.train.model)
+    code = {}
+    for key, module in zip(("train.model", "task.type"), user_code(config)):
+        code.update({name: source for source, name in model_code_files(module, key)})
+    code = [(code[name], name) for name in sorted(code)]
     if code:
         items.append(_item(root, MODEL_CODE, [(source, f"{NAMES[MODEL_CODE]}/{name}") for source, name in code]))
     return Staging(tuple(items))
@@ -135,19 +139,20 @@ def in_image(path: str) -> bool:
     return any(path.startswith(os.path.join(PROJECT_ROOT, folder) + os.sep) for folder in IMAGE_FOLDERS)
 
 
-def model_code_files(module_name: str) -> list[tuple[str, str]]:
-    """Input: the `train.model` module name (it imports). Output: (local file, path relative to an import root)
+def model_code_files(module_name: str, key: str = "train.model") -> list[tuple[str, str]]:
+    """Input: a module name of the user's code (it imports) and the config key that names it. Output: (local
+    file, path relative to an import root)
     for the module and the modules it imports, directly or not, from the folder it was imported from, that
     the image lacks: not one of the project's packages and not installed. A module inside packages brings
     their __init__.py files; a module that is a package, its whole folder. [] when the image has it all.
-    Raises StagingError naming `train.model` when that is more than MAX_CODE_BYTES."""
+    Raises StagingError naming `key` when that is more than MAX_CODE_BYTES."""
     files: dict[str, str] = {}
     for name in sorted(_local_modules(module_name)):
-        for source, relative in _module_files(name):
+        for source, relative in _module_files(name, key):
             files.setdefault(relative, source)
     size = sum(os.path.getsize(source) for source in files.values())
     if size > MAX_CODE_BYTES:
-        raise StagingError(f"train.model: {module_name} brings {size / 2**20:.0f} MB of files to stage (more than "
+        raise StagingError(f"{key}: {module_name} brings {size / 2**20:.0f} MB of files to stage (more than "
                            f"{MAX_CODE_BYTES // 2**20} MB): install that package in the step image instead")
     return [(files[relative], relative) for relative in sorted(files)]
 
@@ -204,7 +209,7 @@ def _installed(path: str) -> bool:
     return any(path.startswith(os.path.abspath(root) + os.sep) for root in roots)
 
 
-def _module_files(name: str) -> list[tuple[str, str]]:
+def _module_files(name: str, key: str) -> list[tuple[str, str]]:
     """(local file, relative path) that make module `name` importable from a folder: its parent packages'
     __init__.py, then its own file, or its whole folder when it is a package."""
     parts = name.split(".")
@@ -215,7 +220,7 @@ def _module_files(name: str) -> list[tuple[str, str]]:
             found.append((parent.origin, "/".join(parts[:depth]) + "/__init__.py"))
     spec = importlib.util.find_spec(name)
     if spec is None:
-        raise StagingError(f"train.model: {name} cannot be found to stage")
+        raise StagingError(f"{key}: {name} cannot be found to stage")
     if spec.submodule_search_locations:
         folder = next(iter(spec.submodule_search_locations))
         for current, dirs, names in os.walk(folder):

@@ -46,7 +46,7 @@ from components.core.artifacts import ValidationReport
 from components.validation_gate.component import ValidationGate
 from pipeline.runs.code_fingerprint import code_fingerprint
 from components.settings import StepSettings
-from pipeline.config import PipelineConfig, prediction_target
+from pipeline.config import PipelineConfig, prediction_target, user_code
 from pipeline.dag.resolvers import LatestBlessedModelFromOtherData, LatestOfBlessedData
 
 TRAINER_PACKAGE = "components.trainer"
@@ -169,9 +169,9 @@ def release_nodes(config: PipelineConfig, data: DataNodes, training: TrainingNod
                          blessing=blessing, settings=step_settings(config, config.export))
     pusher = AtomicPusher(exported_model=export.outputs[contract.EXPORTED_MODEL], blessing=blessing,
                           push_dir=_absolute(config.push_dir))
-    for node in (evaluator, pusher):
-        _key_cache_on_code(node)
-    _key_cache_on_code(export, config.train.model)  # it rebuilds the model-ready model with the model's code
+    _key_cache_on_code(pusher)
+    _key_cache_on_code(evaluator, *user_code(config)[1:])  # a task of one's own scores its models
+    _key_cache_on_code(export, *user_code(config))  # it rebuilds the model-ready model with the model's code
     return [evaluator, export, pusher]
 
 
@@ -228,10 +228,10 @@ def step_settings(config: PipelineConfig, section) -> StepSettings:
 
 def trainer_custom_config(config: PipelineConfig, checkpoint_dir: str, **train_overrides) -> dict:
     """The Trainer's settings record (train_overrides applied to the `train` section), where interrupted trainings keep checkpoints,
-    and a digest of the trainer package, the model module (wherever it lives) and the project code they
-    import, so that code changes bust the cache."""
+    and a digest of the trainer package, the model module and a task of one's own (wherever they live) and the
+    project code they import, so that code changes bust the cache."""
     return {contract.SETTINGS: step_settings(config, dataclasses.replace(config.train, **train_overrides)).to_json(),
-            contract.CODE_FINGERPRINT: code_fingerprint(TRAINER_PACKAGE, config.train.model),
+            contract.CODE_FINGERPRINT: code_fingerprint(TRAINER_PACKAGE, *user_code(config)),
             contract.CHECKPOINT_ROOT: checkpoint_dir}
 
 

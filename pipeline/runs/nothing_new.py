@@ -11,7 +11,7 @@ The fingerprint (`run_fingerprint`) has four parts:
   config  dataclasses.asdict of the config, as read_config reads it (references unchecked);
   schema  the schema file's bytes;
   code    every .py file of the project's components/, models/ and pipeline/, and the model module's
-          file and the .py files beside it (`code_digest`). Not pipeline.runs.code_fingerprint.code_fingerprint:
+          file (and a task of one's own's) and the .py files beside it (`code_digest`). Not pipeline.runs.code_fingerprint.code_fingerprint:
           it finds modules with importlib.util.find_spec, which imports the parent of each name it resolves
           (`from components.trainer.vertex import VertexTrainer` imports components.trainer.vertex, so TFX,
           TensorFlow and the Vertex AI SDK): seconds of imports. Broader than the steps' own digests, so a change
@@ -37,7 +37,7 @@ import sqlite3
 import sys
 from typing import Iterator
 
-from pipeline.config import PROJECT_ROOT, PipelineConfig
+from pipeline.config import PROJECT_ROOT, PipelineConfig, user_code
 from components.tfrecord_ingest.spans import IngestionError, fingerprint_input
 
 RECORD_FILE = "last_run.json"
@@ -74,20 +74,20 @@ def run_fingerprint(config: PipelineConfig) -> dict[str, str] | None:
         return None
     settings = json.dumps(dataclasses.asdict(config), sort_keys=True, default=str)
     return {"data": data, "config": hashlib.sha256(settings.encode()).hexdigest()[:16], "schema": schema,
-            "code": code_digest(config.train.model)}
+            "code": code_digest(*user_code(config))}
 
 
-def code_digest(model_module: str, roots: tuple[str, ...] = CODE_DIRS) -> str:
-    """A 16-hex-digit digest of every .py file under `roots` and of the model module's file and the .py
-    files in its folder (found on sys.path without importing anything), each with its path."""
+def code_digest(*user_modules: str, roots: tuple[str, ...] = CODE_DIRS) -> str:
+    """A 16-hex-digit digest of every .py file under `roots` and of each user module's file (the model module, a
+    task of one's own) and the .py files in its folder (found on sys.path without importing anything), each
+    with its path."""
     files = set()
     for root in roots:
         for folder, subfolders, names in os.walk(root):
             subfolders[:] = sorted(name for name in subfolders if name != "__pycache__")
             files.update(os.path.join(folder, name) for name in names if name.endswith(".py"))
-    model_file = module_file(model_module)
-    if model_file:
-        folder = os.path.dirname(model_file)
+    for user_file in filter(None, map(module_file, user_modules)):
+        folder = os.path.dirname(user_file)
         files.update(os.path.join(folder, name) for name in os.listdir(folder) if name.endswith(".py"))
     digest = hashlib.sha256()
     for path in sorted(files):

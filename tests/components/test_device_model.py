@@ -556,3 +556,32 @@ def test_input_notes_are_reported_and_rendered_as_what_to_pass():
     assert f"| pickup date | {names['pickup date']} | int64 | {note} | -1 |" in markdown
     assert "| fare | fare | float32 |  | 0.0 |" in markdown
     assert f"| a\\|b | {names['a|b']} | string |  | '' |" in markdown
+
+
+def test_the_calibration_rows_are_chosen_among_the_model_modules_calibration_pool(monkeypatch, tmp_path):
+    """ModelExport reads CALIBRATION_POOL x rows training records: the model module's (the schema-driven model's
+    from its task's row of models/defaults.py), or the contract's default for a module that declares none."""
+    import types
+
+    from components.core.model_module import CALIBRATION_POOL
+    from components.model_export import executor
+    from components.settings import TaskConfig
+    from models import tabular
+
+    asked = []
+    monkeypatch.setattr(executor, "raw_features", lambda module, files, rows: asked.append(rows) or {
+        "x": np.arange(rows, dtype=np.float32)})
+    saved_model = types.SimpleNamespace(signatures={contract.RAW_SIGNATURE: lambda **raw: {
+        tasks.PREDICTIONS: tf.reshape(-raw["x"], (-1, 1))}})  # the first record predicts the most
+    module = types.SimpleNamespace(INPUTS={"x": tf.io.FixedLenFeature([], tf.float32)})
+    chosen = executor.calibration_features(saved_model, module, tasks.task_named("binary"), [], 10)
+    assert asked == [10 * CALIBRATION_POOL] and chosen["x"].tolist() == list(range(10))  # the first rows
+    (tmp_path / "schema.pbtxt").write_text('feature { name: "x" type: FLOAT }\nfeature { name: "y" type: FLOAT }\n')
+    for task, pool in (("binary", 1), ("regression", 20)):
+        schema_driven = tabular.configure(str(tmp_path / "schema.pbtxt"), TaskConfig(
+            type=task, label="y", classes=["0", "1"] if task == "binary" else []))
+        assert schema_driven.CALIBRATION_POOL == pool
+        asked.clear()
+        chosen = executor.calibration_features(saved_model, schema_driven, schema_driven.task, [], 10)
+        assert asked == [10 * pool]
+    assert chosen["x"][[0, -1]].tolist() == [0, 199] and len(chosen["x"]) == 10  # spread over the predictions

@@ -423,3 +423,26 @@ def test_a_production_model_of_another_task_label_or_classes_is_not_compared():
         "it predicts a binary task with classes ['no', 'yes'], the candidate a regression task")
     assert mismatch({}, PredictionTarget("big_tipper", "binary", ("not_big_tipper", "big_tipper"))) == ""
     assert mismatch({}) == "it predates model facts (a binary model); the candidate is regression"
+
+
+def test_a_tasks_metric_tfma_lacks_is_scored_from_the_per_example_predictions_and_none_is_replaced():
+    from components.core import tasks
+
+    labels = np.array([1.0, 2.0, 3.0, 10.0])
+    predictions = {"candidate": np.array([1.0, 2.0, 3.0, 4.0]), "fp32_baseline": np.array([0.0, 0.0, 0.0, 0.0])}
+    own = tasks.task_named("tests.pipeline.dag.quantile_task:QuantileTask")
+    try:
+        metrics = {"overall": {"candidate": {"mean_absolute_error": 1.5}, "fp32_baseline": {"example_count": 4}},
+                   "weekday=sun": {"candidate": {"mean_absolute_error": 6.0}}}
+        completed = evaluator_executor.scored_beside_tfma(metrics, own, labels, predictions)
+        assert completed["overall"]["candidate"] == {"mean_absolute_error": 1.5,  # TFMA's value kept as it is
+                                                     "pinball_loss": pytest.approx(0.9 * 6 / 4)}
+        assert completed["overall"]["fp32_baseline"] == {"example_count": 4, "mean_absolute_error": 4.0,
+                                                         "pinball_loss": pytest.approx(0.9 * 16 / 4)}
+        assert completed["weekday=sun"] == {"candidate": {"mean_absolute_error": 6.0}}  # slices: TFMA's alone
+        regression = {"overall": {"candidate": {"mean_absolute_error": 1.5, "mean_squared_error": 9.0,
+                                                "root_mean_squared_error": 3.0}}}
+        assert evaluator_executor.scored_beside_tfma(
+            json.loads(json.dumps(regression)), tasks.task_named("regression"), labels, predictions) == regression
+    finally:
+        tasks.TASKS.pop(own.name)

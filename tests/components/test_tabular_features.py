@@ -173,7 +173,8 @@ def device_model(tmp_path_factory):
     its device SavedModel, and raw rows to score (dates and fares missing, fares infinite among them)."""
     root = tmp_path_factory.mktemp("tabular-device")
     model_module = _model(root, {"sold_at": "INT", "fare": "FLOAT", "company": "BYTES"}, dates=["sold_at"])
-    sample = _sample(model_module, tabular.BINS * tabular.ROWS_PER_BIN)  # enough rows for every bin of the fare
+    row = model_module.defaults
+    sample = _sample(model_module, row.bins * row.rows_per_bin)  # enough rows for every bin of the fare
     sample["fare"][:20] = np.inf  # infinities in the training sample are not fitted on
     preprocessing = model_module.build_preprocessing(sample)
     model = model_module.build_model(preprocessing)

@@ -18,6 +18,7 @@ from components.settings import TaskConfig
 from components.trainer.export import build_float32, build_model
 from components.trainer.warm_start import apply_warm_start, load_warm_start
 from models import tabular
+from models.defaults import defaults_for
 from models.packed import PackedDense, PackedEmbedding, members_count
 from models.layers import SMOOTH_CLIP, PiecewiseLinear, RobustScale
 
@@ -93,10 +94,32 @@ def test_a_classifiers_smooth_numbers_get_tail_bins_and_a_regressions_even_ones(
     table = _table(2000, task)
     edges = module.build_preprocessing(table).get_layer("distance.scaled").edges
     present = table["distance"][np.isfinite(table["distance"])].astype(np.float64)
-    bins = min(tabular.BINS, 2000 // tabular.ROWS_PER_BIN)
+    bins = min(module.defaults.bins, 2000 // module.defaults.rows_per_bin)
     assert edges == RobustScale.fitted(present, bins, name="distance", tails=tails).edges
     assert edges != RobustScale.fitted(present, bins, name="distance", tails=not tails).edges
     assert ("finer in a smooth number's tails" in module.DESCRIPTION) == tails
+
+
+def test_the_model_is_built_from_its_tasks_row_of_the_defaults_table(tmp_path):
+    """The widths, members, dropout and bins come from models/defaults.py, as the row reads when the model is
+    configured: a row changed there (as bench/train_again.py --default changes one) builds another model."""
+    from models import defaults
+
+    table = _table(800, "regression")
+    widths = {task: [layer.units for layer in build_model(module, module.build_preprocessing(table)).layers
+                     if isinstance(layer, PackedDense) and layer.name != "tabular.output"]
+              for task, module in ((task, _module(tmp_path, task)) for task in ("binary", "regression"))}
+    assert widths == {"binary": [128, 128, 128], "regression": [256, 256, 256]}  # the first layer in two parts
+    with defaults.overridden(hidden_units=(16, 12, 8), members=3, dropout=0.25, bins=4):
+        module = _module(tmp_path, "regression")
+    preprocessing = module.build_preprocessing(table)
+    model = build_model(module, preprocessing, 2)
+    dense = [layer for layer in model.layers if isinstance(layer, PackedDense)]
+    assert [layer.units for layer in dense] == [16, 16, 12, 8, 1] and model.members == 4  # 2 copies of 2
+    assert {layer.rate for layer in model.layers if isinstance(layer, keras.layers.Dropout)} == {0.25}
+    assert len(preprocessing.get_layer("distance.scaled").edges) == 5
+    assert "a packed ensemble of 3 networks of 16x12x8 hidden units" in module.DESCRIPTION
+    assert _module(tmp_path, "regression").defaults.hidden_units == (256, 256)  # the table as it was
 
 
 def test_piecewise_linear_encoding_reads_the_position_in_each_bin():
@@ -113,12 +136,12 @@ def test_the_packed_ensemble_serves_its_members_mean_and_trains_on_the_mean_of_t
     table = _table(800, "regression")
     preprocessing = module.build_preprocessing(table)
     model = build_model(module, preprocessing)
-    assert isinstance(model, PackedModel) and members_count(model) == model.members == tabular.MEMBERS
+    assert isinstance(model, PackedModel) and members_count(model) == model.members == module.defaults.members
     assert {layer.name for layer in preprocessing.layers if isinstance(layer, PiecewiseLinear)} == {
         "distance.piecewise", "minutes.piecewise", "store.piecewise"}
     ready = preprocessing(_features(table, module))
     members = model(ready).numpy()
-    assert members.shape == (800, tabular.MEMBERS, 1) and members.std(axis=1).mean() > 0  # they differ
+    assert members.shape == (800, module.defaults.members, 1) and members.std(axis=1).mean() > 0  # they differ
     np.testing.assert_allclose(served(model)(ready).numpy(), members.mean(axis=1), rtol=1e-5, atol=1e-5)
     alone = module.build_model(preprocessing)  # the contract's one model: the same network, its mean served
     assert [w.shape for w in alone.get_weights()] == [w.shape for w in model.get_weights()]
@@ -134,9 +157,10 @@ def test_bagged_over_folds_every_member_has_weights_of_its_own_embeddings_includ
     embeddings of categories and codes are per member, as every dense layer is."""
     module = _module(tmp_path, "binary")
     preprocessing = module.build_preprocessing(_table(800, "binary"))
-    for copies, members in ((1, tabular.MEMBERS), (4, tabular.MEMBERS), (3, 9), (16, 16)):
+    assert module.defaults.members == 8
+    for copies, members in ((1, 8), (4, 8), (3, 9), (16, 16)):
         model = build_model(module, preprocessing, copies)
-        assert (model.copies, model.members) == (copies, members) == (copies, tabular.members_for(copies))
+        assert (model.copies, model.members) == (copies, members) == (copies, module.defaults.members_for(copies))
         dense = [layer for layer in model.layers if isinstance(layer, PackedDense)]
         embeddings = [layer for layer in model.layers if isinstance(layer, PackedEmbedding)]
         assert embeddings and all(layer.embeddings.shape[1] == members * layer.width for layer in embeddings)
@@ -195,12 +219,12 @@ def test_the_device_model_converts_with_builtins_and_int8_stays_within_the_ladde
     variants = ("dynamic_int8", "full_int8")
     module, table, preprocessing, model = _trained(tmp_path, task, transform, folds=folds, candidate=candidate)
     bins = len(preprocessing.get_layer("distance.scaled").edges) - 1
-    assert bins == (tabular.FINE_BINS if candidate else tabular.BINS)  # 1,200 rows: each encoding's most
+    assert bins == (module.defaults.fine_bins if candidate else module.defaults.bins)  # 1,200 rows: each one's most
     # the store number is read as a number and as a code; minutes, a smooth number, as a number alone
     assert {"store.scaled", "store.code", "minutes.scaled"} <= set(preprocessing.output)
     assert "minutes.code" not in preprocessing.output
     assert "codes (here: store)" in module.DESCRIPTION  # what the training report says the model is
-    assert members_count(model) == tabular.members_for(folds)  # one packed network of every copy's members
+    assert members_count(model) == module.defaults.members_for(folds)  # one packed network of every copy's members
     key = tasks.task_named(task).prediction_key
     saved = tflite.write_device_savedmodel(preprocessing, model, module.INPUTS, key, str(tmp_path / "device"))
     rows = {name: values[:150] for name, values in _table(150, task, seed=5).items() if name in module.INPUTS}
@@ -359,13 +383,14 @@ def test_an_integer_is_read_as_a_code_when_its_values_predict_reliably_and_neigh
              "multiclass": np.digitize(score, np.quantile(score, [0.3, 0.7]))}[task]
     profile = tasks.task_named(task).label_profile(label)
     assert profile.shape == (rows, 1 if task == "regression" else len(np.unique(label)))
-    assert tabular.reads_as_code(store, profile)
-    assert not tabular.reads_as_code(minutes, profile)
-    assert not tabular.reads_as_code(rng.integers(0, 100, rows), profile)  # no bearing on the label
-    assert not tabular.reads_as_code(rng.permutation(rows), profile)  # every value once: nothing to tell
+    rule = defaults_for(task)
+    assert tabular.reads_as_code(store, profile, rule)
+    assert not tabular.reads_as_code(minutes, profile, rule)
+    assert not tabular.reads_as_code(rng.integers(0, 100, rows), profile, rule)  # no bearing on the label
+    assert not tabular.reads_as_code(rng.permutation(rows), profile, rule)  # every value once: nothing to tell
     missing = store.copy()
     missing[rng.random(rows) < 0.3] = tabular.MISSING_INT  # missing cells are left out, not a value
-    assert tabular.reads_as_code(missing, profile)
+    assert tabular.reads_as_code(missing, profile, rule)
 
 
 def test_the_description_names_the_columns_read_as_codes_and_keeps_a_modules_own_words(tmp_path):
@@ -380,13 +405,13 @@ def test_the_description_names_the_columns_read_as_codes_and_keeps_a_modules_own
 
 
 def test_a_wide_tables_numbers_are_encoded_as_one_tensor_the_same_way_each_column_alone_is(tmp_path):
-    """Past WIDE_NUMBERS numeric columns, the numbers go through a handful of layers as one tensor (the graph
-    no longer grows with the columns), and each column's encoding is the one it would get alone: the same
-    missing indicator, fill, robust scale and piecewise-linear bins. The device model converts with builtins
+    """Past the defaults' wide_numbers numeric columns, the numbers go through a handful of layers as one tensor
+    (the graph no longer grows with the columns), and each column's encoding is the one it would get alone: the
+    same missing indicator, fill, robust scale and piecewise-linear bins. The device model converts with builtins
     and serves what the SavedModel serves."""
     from models.layers import PiecewiseLinearColumns, RobustScaleColumns
 
-    columns = tabular.WIDE_NUMBERS + 8
+    columns = defaults_for("binary").wide_numbers + 8
     rng = np.random.default_rng(3)
     table = {f"x{i}": rng.normal(i, 1 + i % 5, 800).astype(np.float32) for i in range(columns - 1)}
     table[f"x{columns - 1}"] = rng.integers(0, 10_000, 800)  # an integer column among them
@@ -403,7 +428,7 @@ def test_a_wide_tables_numbers_are_encoded_as_one_tensor_the_same_way_each_colum
     scale = next(layer for layer in preprocessing.layers if isinstance(layer, RobustScaleColumns))
     piecewise = next(layer for layer in preprocessing.layers if isinstance(layer, PiecewiseLinearColumns))
     outputs = {name: tensor.numpy() for name, tensor in preprocessing(_features(table, module)).items()}
-    bins = max(2, min(tabular.BINS, 800 // tabular.ROWS_PER_BIN))
+    bins = max(2, min(module.defaults.bins, 800 // module.defaults.rows_per_bin))
     for index in (0, 5, columns - 1):  # one with missing values, a plain one, the integer one
         values = table[f"x{index}"].astype(np.float64)
         alone = RobustScale.fitted(values[np.isfinite(values)], bins, name="alone", tails=True)  # a classifier

@@ -1,6 +1,7 @@
-"""Every task in TASKS through the same checks: each part a task must define is its own, and the parts agree
-with each other (the label it parses is one it allows, the schema-driven head gives the output its scoring
-and serving read, the per-example values average to its metrics, no constant model beats its trivial
+"""Every task in TASKS, and a task of one's own named by its module:Class path (the quantile task of
+tests/pipeline/dag/quantile_task.py), through the same checks: each part a task must define is its own, and the
+parts agree with each other (the label it parses is one it allows, the schema-driven head gives the output its
+scoring and serving read, the per-example values average to its metrics, no constant model beats its trivial
 predictor, its TFMA metrics exist). A task added to TASKS is checked here without a line of this file
 changing."""
 import numpy as np
@@ -43,9 +44,13 @@ def _scored(predictions: np.ndarray) -> np.ndarray:
     return predictions.reshape(-1) if predictions.shape[1] == 1 else predictions
 
 
-@pytest.fixture(params=sorted(tasks.TASKS), ids=str)
-def task(request) -> tasks.Task:
-    return tasks.TASKS[request.param]
+OWN_TASK = "tests.pipeline.dag.quantile_task:QuantileTask"
+
+
+@pytest.fixture(params=[*sorted(tasks.TASKS), OWN_TASK], ids=str)
+def task(request, monkeypatch) -> tasks.Task:
+    monkeypatch.setattr(tasks, "TASKS", dict(tasks.TASKS))  # a task of one's own is known to this test alone
+    return tasks.task_named(request.param)
 
 
 def test_the_task_defines_every_part_of_its_own(task):
@@ -133,3 +138,22 @@ def test_a_task_of_ones_own_is_registered_by_name_and_no_other_task_is_replaced(
     Renamed.name = "renamed"
     registered = tasks.register_task(Renamed())
     assert tasks.task_named("renamed") is registered
+
+
+def test_a_task_of_ones_own_is_named_by_its_module_and_class_and_known_under_that_name(monkeypatch):
+    from tests.pipeline.dag import quantile_task
+
+    monkeypatch.setattr(tasks, "TASKS", dict(tasks.TASKS))
+    task = tasks.task_named(OWN_TASK)
+    assert type(task) is quantile_task.QuantileTask and task.name == OWN_TASK and tasks.TASKS[OWN_TASK] is task
+    assert quantile_task.QuantileTask().name == OWN_TASK  # a class that names itself not: its path, in any process
+    assert tasks.task_declared(quantile_task.QuantileTask()).name == OWN_TASK
+    assert tasks.PredictionTarget("y", OWN_TASK).task is task
+    assert task.configured(TaskConfig(type=OWN_TASK)).name == OWN_TASK
+    for wrong, message in (("tests.pipeline.dag.quantile_task:PINBALL", "defines no Task subclass PINBALL"),
+                           ("tests.pipeline.dag.quantile_task:pinball", "defines no Task subclass pinball"),
+                           ("no_such_module_here:Task", "importing 'no_such_module_here' failed: ModuleNotFoundError"),
+                           ("quantile", "unknown task 'quantile'")):
+        with pytest.raises(tasks.TaskError, match=message):
+            tasks.task_named(wrong)
+    assert OWN_TASK in tasks.TASKS and "quantile" not in tasks.TASKS

@@ -180,9 +180,9 @@ def test_the_same_config_trains_the_same_model_on_an_idle_and_on_a_busy_machine(
     same predictions while two CPU-bound processes run beside the second training (which makes each of its
     steps several times slower)."""
     import yaml
-    from pipeline.onboarding import init
+    from pipeline.onboarding.project_config import Project
 
-    project = init.Project("t", str(tmp_path), str(tmp_path / "data"), 3000, "binary", "big_tipper", ["0", "1"],
+    project = Project("t", str(tmp_path), str(tmp_path / "data"), 3000, "binary", "big_tipper", ["0", "1"],
                            {"float": ["x"]}, {}, "set with --task", "", 64, 40, 1 / 3)
     written = yaml.safe_load(project.config_text())["train"]
     assert written["time_budget_seconds"] == 0

@@ -324,6 +324,27 @@ def test_a_task_that_does_not_fit_its_classes_exits_2_naming_it(tmp_path, monkey
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("task_type, message", [
+    ("no_such_tasks:Quantile", r"task\.type: task 'no_such_tasks:Quantile': importing 'no_such_tasks' failed"),
+    ("my_tasks:Missing", r"task\.type: task 'my_tasks:Missing': my_tasks defines no Task subclass Missing"),
+    ("my_tasks:NotATask", r"task\.type: task 'my_tasks:NotATask': my_tasks defines no Task subclass NotATask"),
+    ("my tasks", r"task\.type: must be binary, multiclass, regression, a task of your own as module:Class"),
+], ids=["no_module", "no_class", "no_task", "no_path"])
+def test_a_task_of_ones_own_that_does_not_import_or_is_no_task_exits_2_naming_task_type(tmp_path, monkeypatch, capsys,
+                                                                                     task_type, message):
+    from pipeline.commands.cli import main as cli_main
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "my_tasks.py").write_text("class NotATask:\n    pass\n")
+    (tmp_path / "c.yaml").write_text(required_keys() + f"task: {{type: {task_type!r}, label: tips}}\n")
+    capsys.readouterr()
+    code = cli_main(["run", "--config", str(tmp_path / "c.yaml"), "--data", str(tmp_path), "--output",
+                     str(tmp_path / "out")])
+    stderr = capsys.readouterr().err
+    assert code == 2 and re.search(rf"^config error: .*{message}", stderr, re.MULTILINE), stderr
+    assert not (tmp_path / "out").exists()
+
+
 
 def test_the_settings_module_imports_no_component_package():
     """components/settings.py is the floor every component stands on: it imports the shared names

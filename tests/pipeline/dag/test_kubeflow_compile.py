@@ -281,6 +281,42 @@ def test_the_project_schema_and_model_stage_nothing_and_a_staged_model_cannot_tr
     assert not (tmp_path / "root").exists() and not (tmp_path / "q.json").exists()
 
 
+def test_a_task_of_ones_own_is_staged_with_the_model_code_and_named_when_too_large(tmp_path, monkeypatch):
+    from pipeline.config import read_config
+    from pipeline.dag.staging import plan_staging
+
+    _user_project(tmp_path, monkeypatch, "staging3")
+    (tmp_path / "staging3_tasks.py").write_text("import staging3_helpers  # noqa: F401\n"
+                                                "from components.core.tasks import RegressionTask\n\n\n"
+                                                "class Mine(RegressionTask):\n    pass\n")
+    config = read_config(str(tmp_path / "shop.yaml"), task={"type": "staging3_tasks:Mine"})
+    code = plan_staging(config, None, str(tmp_path / "root")).items[-1]
+    assert sorted(name for _, name in code.files) == ["code/staging3_helpers.py", "code/staging3_models/__init__.py",
+                                                       "code/staging3_models/wide.py", "code/staging3_tasks.py"]
+    # the task alone (the schema-driven model is in the image)
+    alone = read_config(str(tmp_path / "shop.yaml"), task={"type": "staging3_tasks:Mine"},
+                        train={"model": "models.tabular"})
+    assert [name for _, name in plan_staging(alone, None, str(tmp_path / "root")).items[-1].files] == [
+        "code/staging3_helpers.py", "code/staging3_tasks.py"]
+    from pipeline.dag.staging import StagingError
+    monkeypatch.setattr("pipeline.dag.staging.MAX_CODE_BYTES", 10)
+    with pytest.raises(StagingError, match=r"^task\.type: staging3_tasks brings"):
+        plan_staging(alone, None, str(tmp_path / "root"))
+
+
+def test_a_schema_driven_model_compiles_with_its_schema_staged_under_a_local_pipeline_root(tmp_path, monkeypatch):
+    """What the models predict is checked against the user's schema: the staged copy is written only once the
+    compile has succeeded."""
+    from pipeline.dag.kubeflow_runner import compile_job
+
+    _user_project(tmp_path, monkeypatch, "staging4")
+    config = load_config(str(tmp_path / "shop.yaml"), data_root="gs://b/t", serving_dir="/s",
+                         train={"model": "models.tabular"}, task={"type": "regression", "label": "fare"})
+    compiled = compile_job(config, image="i", pipeline_root=str(tmp_path / "root"), output_file=str(tmp_path / "j.json"))
+    schema = compiled.staging.uri("schema")
+    assert os.path.isfile(schema) and schema.startswith(str(tmp_path / "root" / "staged"))
+
+
 def test_the_entrypoint_copies_the_staged_code_and_puts_it_first_on_the_import_path(tmp_path, monkeypatch):
     from pipeline.dag.kfp_entrypoint import model_code_importable, split_model_code
 

@@ -321,9 +321,9 @@ def test_init_infers_the_schema_from_a_sample_but_requires_no_column_some_record
                                                                                         monkeypatch):
     """The statistics the schema comes from see a bounded sample; presence comes from every record: a column
     absent from one record only (which the sample may never see) is not required in every record."""
-    from pipeline.onboarding import init
+    from pipeline.onboarding import span_columns
 
-    monkeypatch.setattr(init, "STATISTICS_ROWS", 10)
+    monkeypatch.setattr(span_columns, "STATISTICS_ROWS", 10)
     rows = ["z,late,y"] + [f"{i % 4},{i % 3 if i < 59 else ''},{i % 2}" for i in range(60)]
     (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
     assert cli_main(["prepare-data", "--csv", str(tmp_path / "t.csv"), "--data", str(tmp_path / "data")]) == 0

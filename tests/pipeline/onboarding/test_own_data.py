@@ -341,16 +341,16 @@ def test_a_model_that_predicts_a_constant_is_refused_by_the_trivial_predictor_ga
 
 
 def _label_statistics(values):
-    from pipeline.onboarding import init
+    from pipeline.onboarding.curated_schema import sample_statistics
     examples = [tf.train.Example(features=tf.train.Features(feature={
         "y": tf.train.Feature(float_list=tf.train.FloatList(value=[float(v)]))})).SerializeToString() for v in values]
-    return init.sample_statistics(examples)
+    return sample_statistics(examples)
 
 
 def test_init_trains_a_long_tailed_label_at_or_above_zero_as_its_log_and_others_as_they_are():
     import numpy as np
     from components.core.tasks import task_named
-    from pipeline.onboarding.init import label_numbers
+    from pipeline.onboarding.task_and_columns import label_numbers
 
     def proposed(values, task="regression"):
         return task_named(task).propose_settings(label_numbers(_label_statistics(values), "y"))
@@ -366,34 +366,48 @@ def test_init_trains_a_long_tailed_label_at_or_above_zero_as_its_log_and_others_
 
 
 def test_init_keeps_about_ten_thousand_eval_records_of_a_large_table_and_budgets_steps_by_its_size():
-    from pipeline.onboarding import init
-    assert init.eval_share(15_000) == pytest.approx(1 / 3)
-    assert init.eval_share(50_000) == pytest.approx(0.2)
-    assert init.eval_share(1_000_000) == pytest.approx(0.1)
+    import dataclasses
+    from models.defaults import defaults_for
+    from pipeline.onboarding import project_config as init_config
+    row = defaults_for("binary")
+    assert init_config.eval_share(15_000) == pytest.approx(1 / 3)
+    assert init_config.eval_share(50_000) == pytest.approx(0.2)
+    assert init_config.eval_share(1_000_000) == pytest.approx(0.1)
     for records in (300, 15_000, 60_000, 1_000_000):
-        share = init.eval_share(records)
-        batch, epochs = init.training_size(records, share)
+        share = init_config.eval_share(records)
+        batch, epochs = init_config.training_size(records, share, row)
         rows = records * (1 - share)
         steps = epochs * -(-int(rows) // batch)
-        assert init.MIN_EPOCHS <= epochs <= init.MAX_EPOCHS
-        assert steps >= init.TARGET_STEPS or epochs == init.MAX_EPOCHS
-        assert steps < 2 * init.TARGET_STEPS or epochs == init.MIN_EPOCHS
-        # a task's plan_scale (a regression's 2) multiplies the epochs, within MAX_EPOCHS
-        assert init.training_size(records, share, 2) == (batch, min(init.MAX_EPOCHS, 2 * epochs))
+        assert row.min_epochs <= epochs <= row.max_epochs
+        assert steps >= row.target_steps or epochs == row.max_epochs
+        assert steps < 2 * row.target_steps or epochs == row.min_epochs
+        # a plan_scale (a regression's 2) multiplies the epochs, within max_epochs
+        scaled = dataclasses.replace(row, plan_scale=2)
+        assert init_config.training_size(records, share, scaled) == (batch, min(row.max_epochs, 2 * epochs))
+
+
+def _labels_csv(folder, rows: int = 3000):
+    """A table with a number and three labels (two classes, three classes, a value), prepared as spans."""
+    lines = ["x,two,three,value"] + [f"{i % 97 * 0.5},{i % 2},{i % 3},{i % 89 * 1.5}" for i in range(rows)]
+    (folder / "t.csv").write_text("\n".join(lines) + "\n")
+    assert cli_main(["prepare-data", "--csv", str(folder / "t.csv"), "--data", str(folder / "data")]) == 0
+
+
+def _planned(folder, task: str):
+    from pipeline.onboarding import init
+    label = {"binary": "two", "multiclass": "three", "regression": "value"}[task]
+    others = [name for name in ("two", "three", "value") if name != label]
+    return init.plan_project(str(folder), str(folder / "data"), label, task=task, exclude=others)
 
 
 def test_init_plans_a_regression_twice_the_epochs_of_a_classifier_on_the_same_records(tmp_path):
-    from pipeline.onboarding import init
-    from components.core.tasks import task_named
-    assert task_named("regression").plan_scale == 2
-    assert task_named("binary").plan_scale == task_named("multiclass").plan_scale == 1
-    # 3,000 records: 2,000 train in batches of 64, a classifier's plan is 96 epochs, below half MAX_EPOCHS
-    rows = ["x,y"] + [f"{i % 97 * 0.5},{i % 2}" for i in range(3000)]
-    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
-    assert cli_main(["prepare-data", "--csv", str(tmp_path / "t.csv"), "--data", str(tmp_path / "data")]) == 0
-    plans = {task: init.plan_project(str(tmp_path), str(tmp_path / "data"), "y", task=task)
-             for task in ("binary", "regression")}
-    assert plans["regression"].epochs == 2 * plans["binary"].epochs < init.MAX_EPOCHS
+    from models.defaults import defaults_for
+    assert defaults_for("regression").plan_scale == 2
+    assert defaults_for("binary").plan_scale == defaults_for("multiclass").plan_scale == 1
+    # 3,000 records: 2,000 train in batches of 64, a classifier's plan is 96 epochs, below half max_epochs
+    _labels_csv(tmp_path)
+    plans = {task: _planned(tmp_path, task) for task in ("binary", "regression")}
+    assert plans["regression"].epochs == 2 * plans["binary"].epochs < defaults_for("regression").max_epochs
     assert plans["regression"].batch_size == plans["binary"].batch_size
     # the config's comment gives the steps the Trainer's own plan makes of those epochs on one device
     from components.settings import TrainConfig
@@ -405,35 +419,69 @@ def test_init_plans_a_regression_twice_the_epochs_of_a_classifier_on_the_same_re
         assert f"epochs: {plan.epochs}  # at most: {steps:,} training steps over" in plan.config_text()
 
 
-def test_init_writes_a_classifier_ten_times_a_regressions_weight_decay(tmp_path):
+def _train_section_of(row, plan) -> dict:
+    """What the defaults row `row` says the train section of `plan`'s config holds."""
+    batch, epochs = row.plan(plan.training_records)
+    return {"model": "models.tabular", "batch_size": batch, "epochs": epochs, "learning_rate": row.learning_rate,
+            "schedule": row.schedule, "weight_decay": row.weight_decay, "folds": row.folds,
+            "early_stopping_patience": row.patience(epochs), "average_intervals": row.average_intervals,
+            "search": row.search, "time_budget_seconds": row.time_budget_seconds}
+
+
+def test_the_train_section_init_writes_carries_exactly_the_tables_values(tmp_path):
     import yaml
-    from pipeline.onboarding import init
-    from components.core.tasks import task_named
-    assert task_named("binary").weight_decay == task_named("multiclass").weight_decay == 0.003
-    assert task_named("regression").weight_decay == 0.0003
-    schema = 'feature { name: "x" type: FLOAT }\nfeature { name: "y" type: INT }\n'
-    for task, classes in (("binary", ["0", "1"]), ("multiclass", ["0", "1", "2"]), ("regression", [])):
-        project = init.Project("t", str(tmp_path), str(tmp_path / "data"), 3000, task, "y", classes,
-                               {"float": ["x"]}, {}, "set with --task", schema, 64, 40, 1 / 3)
-        assert yaml.safe_load(project.config_text())["train"]["weight_decay"] == task_named(task).weight_decay
+    from models import defaults
+    _labels_csv(tmp_path)
+    written = {}
+    for task in ("binary", "multiclass", "regression"):
+        plan = _planned(tmp_path, task)
+        written[task] = yaml.safe_load(plan.config_text())["train"]
+        assert written[task] == _train_section_of(defaults.defaults_for(task), plan)
+    assert written["binary"] == written["multiclass"] != written["regression"]  # the rows differ where they say
+    assert written["binary"]["weight_decay"] == pytest.approx(10 * written["regression"]["weight_decay"])
+    # init reads the table: another row, another config, and a config that loads
+    other = dict(learning_rate=0.01, weight_decay=0.05, schedule="constant", folds=4, average_intervals=2,
+                 early_stopping_share=0.5, target_steps=500, search=True, time_budget_seconds=90.0)
+    with defaults.overridden(**other):
+        plan = _planned(tmp_path, "regression")
+        plan.write()
+        train = yaml.safe_load(plan.config_text())["train"]
+        assert train == _train_section_of(defaults.defaults_for("regression"), plan)
+    assert {key: train[key] for key in other if key in train} == {
+        key: value for key, value in other.items() if key not in ("early_stopping_share", "target_steps")}
+    from pipeline.config import load_config
+    loaded = load_config(plan.config_path).train
+    assert (loaded.learning_rate, loaded.folds, loaded.search, loaded.time_budget_seconds) == (0.01, 4, True, 90.0)
+    assert defaults.defaults_for("regression").learning_rate == 0.002  # the table as it was, after the block
+
+
+def test_a_task_the_table_does_not_list_takes_its_fallback_row():
+    from models import defaults
+    assert defaults.defaults_for("counts") is defaults.FALLBACK
+    assert defaults.defaults_for("regression") is not defaults.FALLBACK
+    with pytest.raises(ValueError, match="hiden_units: not a default"):
+        with defaults.overridden(hiden_units=(8,)):
+            pass
 
 
 @pytest.mark.parametrize("records, bagged", [(50, False), (334, True), (15_000, True)])
 def test_init_bags_the_model_over_folds_when_there_are_enough_records_and_plans_from_the_size_alone(tmp_path, records,
                                                                                                     bagged):
     import yaml
-    from pipeline.onboarding import init
+    from pipeline.onboarding import project_config as init_config
     from pipeline.config import load_config
-    share = init.eval_share(records)
-    batch, epochs = init.training_size(records, share)
+    from models.defaults import defaults_for
+    row = defaults_for("binary")
+    share = init_config.eval_share(records)
+    batch, epochs = init_config.training_size(records, share, row)
     schema = 'feature { name: "x" type: FLOAT }\nfeature { name: "y" type: INT }\n'
-    project = init.Project("t", str(tmp_path), str(tmp_path / "data"), records, "binary", "y", ["0", "1"],
+    project = init_config.Project("t", str(tmp_path), str(tmp_path / "data"), records, "binary", "y", ["0", "1"],
                            {"float": ["x"]}, {}, "set with --task", schema, batch, epochs, share)
     project.write()
     train = yaml.safe_load(project.config_text())["train"]
-    assert train["folds"] == (init.FOLDS if bagged else 0)
+    assert train["folds"] == (row.folds if bagged else 0)
     assert ("early_stopping_patience" in train) == bagged
-    assert train.get("average_intervals", 1) == (init.AVERAGE_INTERVALS if bagged else 1)
+    assert train.get("average_intervals", 1) == (row.average_intervals if bagged else 1)
     assert ("search" in train) == bagged and not train.get("search")  # offered with folds, off
     assert train["time_budget_seconds"] == 0  # no clock: the same data and config give the same model anywhere
     config = load_config(project.config_path).train
