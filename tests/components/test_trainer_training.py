@@ -230,7 +230,8 @@ SERVE_IN_FRESH_PROCESS = textwrap.dedent("""
     import os, keras, models.taxi
     from components.core import contract
     from components.core.records import model_ready_dir
-    model_ready = keras.saving.load_model(os.path.join(model_ready_dir(model_dir), contract.MODEL_READY_FILE))
+    from components.core.task_layers import load_keras_model
+    model_ready = load_keras_model(os.path.join(model_ready_dir(model_dir), contract.MODEL_READY_FILE))
     features = tf.io.parse_example(tf.constant(serialized), models.taxi.INPUTS)
     ready = model_ready(loaded.signatures["preprocess"](**features)).numpy().reshape(-1)
     print(json.dumps({

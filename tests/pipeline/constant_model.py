@@ -8,10 +8,10 @@ from models import tabular
 
 
 class ConstantModel(tabular.SchemaModel):
-    def head(self, hidden):
+    def head(self, hidden, members: int):
         zeros = keras.layers.Dense(1, kernel_initializer="zeros", use_bias=False, trainable=False, dtype="float32",
                                    name="blindfold")(hidden)
-        return super().head(zeros)
+        return super().head(zeros, members)
 
 
 def configure(schema_path: str, task_config) -> ConstantModel:
