@@ -79,12 +79,14 @@ def render_html(facts: RunFacts) -> str:
 
 
 def _time_section(facts: RunFacts) -> str:
-    """Where the run's seconds went (RunFacts.time_split): a line, and the parts as one bar."""
+    """Where the run's seconds went (RunFacts.time_split): a line, and for a run that trained (fitting seconds)
+    the parts as one bar."""
     line = facts.time_line()
     if not line:
         return ""
-    return "\n".join(["<h3>Where the time went</h3>", f"<p>{_e(line)}</p>",
-                      _image(_time_figure(facts.time_split), "the run's seconds by part, fitting first")])
+    split = facts.time_split
+    bar = [_image(_time_figure(split), "the run's seconds by part, fitting first")] if split[0][1] > 0 else []
+    return "\n".join(["<h3>Where the time went</h3>", f"<p>{_e(line)}</p>", *bar])
 
 
 def _time_figure(split: list[tuple[str, float]]):

@@ -130,6 +130,7 @@ def test_a_blocked_run_report_shows_the_anomalies(tmp_path):
     assert "train fare ERROR Unexpected data type Expected FLOAT, got BYTES" in text
     assert "The ValidationGate stopped the run before training" in text
     assert "No training in this run." in text and "Nothing pushed in this run" in text
+    assert "an accelerator could have been busy 0% of the run" in text  # the time line, and no bar: no fitting
     assert images == []
 
 
