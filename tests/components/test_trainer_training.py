@@ -111,7 +111,7 @@ def _train_two_workers(files, output, attempts=3, **spec):
         processes = [_start_job(files, folder, env={**CPU_ONLY, "TF_CONFIG": json.dumps(
             {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})}, **spec)
             for index, folder in enumerate(folders)]
-        results = _finish_together(processes)
+        results = _finish_together(processes, timeout=600)  # two TensorFlow processes beside the suite's other worker
         if not any(code and PORT_TAKEN.search(log) for code, log in results):
             break
     return folders, results
