@@ -93,7 +93,7 @@ def _probe_candidates(model_module: ModelModule, preprocessing: keras.Model, dev
         try:  # the timing compiles the model first: with XLA that is also the check that it compiles at all
             if measure:
                 rate = _in_memory_throughput(model, memory_batches, plan.global_batch,
-                                             settings.steps_per_execution, settings.input_probe_steps)
+                                             settings.steps_per_execution, settings.input_probe_steps, multi_worker)
             else:
                 rate = 0.0
                 if xla == "on":
@@ -187,14 +187,17 @@ def in_memory_batches(train_data: tf.data.Dataset, settings: TrainConfig) -> tf.
 
 
 def _in_memory_throughput(model: keras.Model, batches: tf.data.Dataset, global_batch: int, execution: int,
-                          steps: int) -> float:
-    """Trains about `steps` steps on batches already in memory (compiling first), then restores every
-    variable. Output: examples/s with no input cost, timed as training's own rate is (ThroughputMeter)."""
+                          steps: int, multi_worker: bool = False) -> float:
+    """Trains about `steps` steps on batches already in memory (compiling first; fewer after PROBE_SECONDS,
+    except with several workers: their gradients are all-reduced every step, so each must run as many as
+    the others whatever its clock says), then restores every variable. Output: examples/s with no input
+    cost, timed as training's own rate is (ThroughputMeter)."""
     steps = max(execution, steps // execution * execution)
     meter = ThroughputMeter(global_batch)
     with _variables_restored(model):
         model.fit(batches, steps_per_epoch=execution, epochs=1, verbose=0)  # trace and compile
-        model.fit(batches, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[meter, _StopAfter(PROBE_SECONDS)])
+        stop = [] if multi_worker else [_StopAfter(PROBE_SECONDS)]
+        model.fit(batches, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[meter, *stop])
     return meter.examples_per_second
 
 
