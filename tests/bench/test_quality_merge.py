@@ -1,25 +1,15 @@
 """The quality benchmark's --merge: runs of one table made in several calls (seed 0 in one, seeds 1 and 2 in
 a later one) give the figures one call of all of them would have."""
-import importlib.util
-import os
-import sys
 
 import pytest
 
-from pipeline.config import PROJECT_ROOT
+from tests.bench.scripts import bench_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, os.path.join(PROJECT_ROOT, "bench"))  # tabular_quality imports quality_tables
-    try:
-        spec = importlib.util.spec_from_file_location("tabular_quality",
-                                                      os.path.join(PROJECT_ROOT, "bench", "tabular_quality.py"))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    with bench_script("tabular_quality") as module:
         yield module
-    finally:
-        sys.path.remove(os.path.join(PROJECT_ROOT, "bench"))
 
 
 def _run(seed, value, seconds=10.0, error=None):

@@ -1,29 +1,19 @@
 """The quality benchmark's yardsticks on a tiny synthetic split: CatBoost's defaults beside LightGBM's (string
 columns as categorical features, a fixed seed, predictions as each task scores them, its seconds kept), and the
 goal judged against the better of the two in the closing table."""
-import importlib.util
-import os
-import sys
 
 import numpy as np
 import pytest
 
-from pipeline.config import PROJECT_ROOT
+from tests.bench.scripts import bench_script
 
 ROUNDS = 60  # instead of CatBoost's 1,000 (what the bench uses): the same code, a quicker test
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, os.path.join(PROJECT_ROOT, "bench"))  # tabular_quality imports quality_tables
-    try:
-        spec = importlib.util.spec_from_file_location("tabular_quality",
-                                                      os.path.join(PROJECT_ROOT, "bench", "tabular_quality.py"))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    with bench_script("tabular_quality") as module:
         yield module
-    finally:
-        sys.path.remove(os.path.join(PROJECT_ROOT, "bench"))
 
 
 @pytest.fixture

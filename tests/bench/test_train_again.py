@@ -1,26 +1,16 @@
 """bench/train_again.py --default: a default of the schema-driven model tried in a bench run sets that entry of
 the defaults table (and the train setting init wrote from it), and the model the Trainer configures reads it."""
-import importlib.util
-import os
-import sys
 
 import pytest
 
 from components.settings import TaskConfig
-from pipeline.config import PROJECT_ROOT
+from tests.bench.scripts import bench_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, os.path.join(PROJECT_ROOT, "bench"))  # train_again imports records and export_again
-    try:
-        spec = importlib.util.spec_from_file_location("train_again",
-                                                      os.path.join(PROJECT_ROOT, "bench", "train_again.py"))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    with bench_script("train_again") as module:
         yield module
-    finally:
-        sys.path.remove(os.path.join(PROJECT_ROOT, "bench"))
 
 
 def test_a_default_sets_its_table_entry_and_the_train_setting_init_wrote_from_it(bench):
