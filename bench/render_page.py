@@ -850,6 +850,32 @@ class Page:
                     f"| {verdict_} | {sources.cell(session) if first else ''} |")
         return lines + [""] + sources.lines()
 
+    def time_split(self) -> list[str]:
+        def cell(part: str, spec: str = ".1f") -> Callable[[Session], str]:
+            def text(session: Session) -> str:
+                before, after = session.get("before") or {}, session.get("after") or {}
+                now = number(after.get(part), spec, " s")
+                return f"{number(before.get(part), spec, ' s')} → {now}" if before else now
+            return text
+
+        def share(session: Session) -> str:
+            def of(figures: dict) -> str:
+                fitting, trainer = figures.get("fitting"), figures.get("trainer")
+                return f"{fitting / trainer:.0%}" if _number(fitting) and _number(trainer) and trainer else MISSING
+            before = session.get("before")
+            return f"{of(before)} → {of(session.get('after') or {})}" if before else of(session.get("after") or {})
+
+        def code(session: Session) -> str:
+            before, after = session.get("before_code"), session.get("after_code")
+            return f"{before or MISSING} → {after or MISSING}" if session.get("before") else (after or MISSING)
+
+        return table([("table", lambda s: s.measurement), ("rows", lambda s: number(s.get("rows"), ",")),
+                      ("columns", lambda s: number(s.get("columns"), "d")),
+                      ("three commands", cell("three commands", ".0f")), ("whole run", cell("run", ".0f")),
+                      ("Trainer", cell("trainer")), ("fitting", cell("fitting")),
+                      ("fitting / Trainer", share), ("ModelExport", cell("export")), ("code", code)],
+                     self.sessions("time_split", "after"))
+
     def beam(self) -> list[str]:
         return table([("mode", lambda s: f"`{s.get('mode')}`"), ("records", lambda s: number(s.get("records"), ",")),
                       ("seconds", lambda s: per_run(s, "seconds", ".1f", " s")),

@@ -6,13 +6,17 @@ documents of bench/tabular_quality.py (the schema-driven model's runs; a table's
 
 Prints one Markdown table (before / after in each cell when --before is given), then the totals and the tables
 that miss: fitting under 70% of the Trainer's seconds on a table of 5,000 rows or more, under 50% on any
-table, and ModelExport over 15 s on a table of up to 100 columns.
+table, and ModelExport over 15 s on a table of up to 100 columns. Appends one record per table to
+bench/results/time_split.jsonl (bench/records.py): its rows and columns, the after figures, the before figures
+(or null) and the commits the two documents measured.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import statistics
+
+import records
 
 SCHEMA = "schema-driven (init)"
 FIT_SHARE_LARGE, FIT_SHARE_ANY, LARGE_ROWS, EXPORT_SECONDS, EXPORT_COLUMNS = 0.70, 0.50, 5_000, 15.0, 100
@@ -52,11 +56,12 @@ def main() -> None:
     parser.add_argument("--before", default="")
     args = parser.parse_args()
     with open(args.after) as handle:
-        after = table_times(json.load(handle))
-    before = {}
+        after_document = json.load(handle)
+    after, before, before_document = table_times(after_document), {}, {}
     if args.before:
         with open(args.before) as handle:
-            before = table_times(json.load(handle))
+            before_document = json.load(handle)
+        before = table_times(before_document)
     print("| table | rows | columns | three commands s | whole run s | Trainer s | fitting s (share) | ModelExport s |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     misses = []
@@ -80,6 +85,13 @@ def main() -> None:
         old_total = sum(f[key] for f in before.values() if f.get(key) is not None) if before else None
         print(f"total {key}: {_cell(total, old_total)} s")
     print("misses: " + ("; ".join(misses) if misses else "none"))
+    for name, figures in after.items():
+        parts = ("three commands", "run", "trainer", "fitting", "export")
+        records.append("time_split", name, {
+            "rows": figures["rows"], "columns": figures["columns"],
+            "after": {part: figures[part] for part in parts}, "after_code": after_document.get("code_version"),
+            "before": {part: before[name][part] for part in parts} if name in before else None,
+            "before_code": before_document.get("code_version")})
 
 
 if __name__ == "__main__":

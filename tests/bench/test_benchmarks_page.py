@@ -13,8 +13,7 @@ import pytest
 from pipeline.config import PROJECT_ROOT
 
 BENCH = os.path.join(PROJECT_ROOT, "bench")
-HELPERS = {"quality_tables.py", "records.py", "render_page.py", "tfx_taxi_example.py",
-           "time_split.py"}  # no figures of their own (time_split.py reads the quality bench's figures)
+HELPERS = {"quality_tables.py", "records.py", "render_page.py", "tfx_taxi_example.py"}  # no figures of their own
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +110,21 @@ def test_the_quality_table_shows_a_column_only_where_a_record_has_its_figure(ben
     assert "| 0.9300 | 0.9400 | -0.0200 | **missed** | -0.0300 | **missed** | 30.0 |" in text
     assert ("Within goal of the better of LightGBM and CatBoost: **0 of 1**; missed: telecom_churn. Mean beside "
             "LightGBM: AUC -0.0200. Mean beside CatBoost: AUC -0.0300.") in text
+
+
+def test_the_time_split_table_shows_each_part_before_and_after_and_the_fitting_share(bench):
+    _, render_page = bench
+    parts = lambda run, trainer, fitting, export: {"three commands": run + 20, "run": run, "trainer": trainer,  # noqa: E731
+                                                  "fitting": fitting, "export": export}
+    found = [_record("credit", "2026-11-28T10:00:00Z", {"rows": 4454, "columns": 14, "after": parts(58, 20.5, 9.2, 9.1),
+                                                        "before": parts(134, 46.9, 17.1, 36.4), "before_code": "a1",
+                                                        "after_code": "b2"}, bench_name="time_split"),
+             _record("penguins", "2026-11-28T10:00:00Z", {"rows": 334, "columns": 8, "after": parts(50, 14.2, 5.2, 4.5),
+                                                          "before": None, "after_code": "b2"}, bench_name="time_split")]
+    text, _ = render_page.render({"time_split": found}, "<!-- bench: time_split -->\n")
+    assert ("| credit | 4,454 | 14 | 154 s → 78 s | 134 s → 58 s | 46.9 s → 20.5 s | 17.1 s → 9.2 s | 36% → 45% "
+            "| 36.4 s → 9.1 s | a1 → b2 |") in text
+    assert "| penguins | 334 | 8 | 70 s | 50 s | 14.2 s | 5.2 s | 37% | 4.5 s | b2 |" in text
 
 
 def test_targets_follow_the_newest_records(bench):
