@@ -11,7 +11,7 @@ batch-major, [N, M, width], the members' predictions that a packed model ends wi
     numbers [N, D] -> PackedDense -> [M, N, H] -> ... -> PackedDense(batch_major) -> [N, M, width]
     category indices C x [N] -> PackedEmbedding -> [M, N, C * w] -> PackedDense -^
 
-Builtin TFLite ops only: GATHER, FULLY_CONNECTED, BATCH_MATMUL, RESHAPE, TRANSPOSE, ADD (the device model has
+Builtin TFLite ops only: GATHER, FULLY_CONNECTED, BATCH_MATMUL, RESHAPE, TRANSPOSE, ADD, MUL (the device model has
 one example, and the converter folds the weights' own arithmetic away).
 """
 from __future__ import annotations
@@ -34,21 +34,32 @@ class PackedDense(keras.layers.Layer):
     alone would be (uniform within +-`kernel_limit`, by default Glorot's sqrt(6 / (D + units))). With
     `input_scale`, each member first scales each input feature by a trainable factor of its own, initialized to
     a random sign (TabM's adapter), applied to the kernel rather than to the inputs (the same function,
-    one product)."""
+    one product).
+
+    With `shared_kernel` (shared [N, D] features and `input_scale` only), the members share one kernel [D, units]
+    and each keeps its own input scale and bias (TabM's BatchEnsemble form): M times fewer weights to update at
+    each step, for a first layer over thousands of features."""
 
     def __init__(self, members: int, units: int, activation=None, use_bias: bool = True, input_scale: bool = False,
-                 batch_major: bool = False, kernel_limit: float | None = None, **kwargs):
+                 batch_major: bool = False, kernel_limit: float | None = None, shared_kernel: bool = False,
+                 **kwargs):
         super().__init__(**kwargs)
+        if shared_kernel and not input_scale:
+            raise ValueError("PackedDense: a shared kernel needs input_scale (the members' own scales)")
         self.members, self.units = int(members), int(units)
         self.activation = keras.activations.get(activation)
         self.use_bias, self.input_scale, self.batch_major = bool(use_bias), bool(input_scale), bool(batch_major)
-        self.kernel_limit = kernel_limit
+        self.kernel_limit, self.shared_kernel = kernel_limit, bool(shared_kernel)
 
     def build(self, input_shape):
         self.shared = len(input_shape) == 2
+        if self.shared_kernel and not self.shared:
+            raise ValueError(f"{self.name}: a shared kernel reads features the members share, [N, D]; got "
+                             f"{tuple(input_shape)}")
         features = int(input_shape[-1])
         limit = self.kernel_limit or math.sqrt(6.0 / (features + self.units))
-        self.kernel = self.add_weight(shape=(self.members, features, self.units), name="kernel",
+        shape = (features, self.units) if self.shared_kernel else (self.members, features, self.units)
+        self.kernel = self.add_weight(shape=shape, name="kernel",
                                       initializer=keras.initializers.RandomUniform(-limit, limit))
         if self.input_scale:
             self.scale = self.add_weight(shape=(self.members, features), name="scale", initializer=_random_signs)
@@ -56,6 +67,10 @@ class PackedDense(keras.layers.Layer):
             self.bias = self.add_weight(shape=(self.members, 1, self.units), name="bias", initializer="zeros")
 
     def call(self, x):
+        if self.shared_kernel:  # each member's scaled copy of the features, one product: [M * N, D] x [D, units]
+            scaled = keras.ops.expand_dims(x, 0) * keras.ops.cast(keras.ops.expand_dims(self.scale, 1), x.dtype)
+            y = keras.ops.matmul(keras.ops.reshape(scaled, (-1, x.shape[-1])), keras.ops.cast(self.kernel, x.dtype))
+            return self._finish(keras.ops.reshape(y, (self.members, -1, self.units)))
         kernel = self.kernel
         if self.input_scale:
             kernel = kernel * keras.ops.expand_dims(self.scale, -1)
@@ -67,6 +82,10 @@ class PackedDense(keras.layers.Layer):
             y = keras.ops.transpose(y, (1, 0, 2))
         else:  # one batched product: [M, N, D] x [M, D, units]
             y = keras.ops.matmul(x, kernel)
+        return self._finish(y)
+
+    def _finish(self, y):
+        """[M, N, units] products -> plus the bias, through the activation, batch-major if asked."""
         if self.use_bias:
             y = y + keras.ops.cast(self.bias, y.dtype)
         y = self.activation(y)
@@ -80,7 +99,8 @@ class PackedDense(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "members": self.members, "units": self.units,
                 "activation": keras.activations.serialize(self.activation), "use_bias": self.use_bias,
-                "input_scale": self.input_scale, "batch_major": self.batch_major, "kernel_limit": self.kernel_limit}
+                "input_scale": self.input_scale, "batch_major": self.batch_major, "kernel_limit": self.kernel_limit,
+                "shared_kernel": self.shared_kernel}
 
 
 @keras.saving.register_keras_serializable(package="models.packed")

@@ -307,7 +307,8 @@ class SchemaModel:
         tensors -> the members' task outputs [N, M, width], float32 whatever precision policy the trainer sets.
         Each input is named by the preprocessing layer that computes it, which tells its kind: a Vocabulary's
         index goes through an embedding per member (the columns of one width looked up together), a float tensor
-        in as it is, shared by the members."""
+        in as it is, shared by the members (through one kernel they share, each member scaling its inputs, when
+        their own kernels would pass the defaults' shared_kernel_weights)."""
         inputs = {name: keras.Input(shape=tensor.shape[1:], name=name, dtype=tensor.dtype)
                   for name, tensor in preprocessing.output.items()}
         row = self.defaults
@@ -334,8 +335,10 @@ class SchemaModel:
             if features:
                 joined = features[0] if len(features) == 1 else keras.layers.Concatenate(
                     name=_LAYER.format(f"features.{part}"))(features)
+                shared_kernel = part == "numbers" and (members * int(joined.shape[-1]) * widths[0]
+                                                       > row.shared_kernel_weights)
                 first.append(PackedDense(members, widths[0], use_bias=not first, input_scale=True,
-                                         name=_LAYER.format(f"hidden_1.{part}"))(joined))
+                                         shared_kernel=shared_kernel, name=_LAYER.format(f"hidden_1.{part}"))(joined))
         hidden = first[0] if len(first) == 1 else keras.layers.Add(name=_LAYER.format("hidden_1"))(first)
         hidden = keras.layers.Activation("relu", name=_LAYER.format("relu_1"))(hidden)
         hidden = keras.layers.Dropout(row.dropout, name=_LAYER.format("dropout_1"))(hidden)

@@ -84,6 +84,10 @@ PREPROCESSING_FILE = "preprocessing.keras"  # the fitted preprocessing (a later 
 CANDIDATE, FP32_BASELINE, PRODUCTION, TRIVIAL = "candidate", "fp32_baseline", "production", "trivial"
 OVERALL = "overall"  # the metrics tables' whole-eval-split slice
 
+# --------------------------------------------------------------------------------- a step's progress
+PROGRESS = "Progress: "  # a log line a long step writes (the Trainer's ProgressLine); the local runner prints it
+# under the step's name
+
 # ------------------------------------------------------------------------------- pipeline node ids
 TRAINER_NODE = "Trainer"  # the candidate's Trainer (TFX's default id for its Trainer)
 FP32_BASELINE_NODE = "Fp32BaselineTrainer"  # the same training in plain float32: the reference

@@ -1,5 +1,5 @@
 """Keras callbacks the trainer adds to every fit: spaced checkpoints, throughput, loss-scale history,
-divergence stop, the best interval kept, the time budget."""
+divergence stop, the best interval kept, the time budget, a progress line on long fits."""
 from __future__ import annotations
 
 import math
@@ -8,6 +8,9 @@ import time
 
 import keras
 import numpy as np
+from absl import logging
+
+from components.core.contract import PROGRESS
 
 
 class TrainingDivergedError(RuntimeError):
@@ -242,3 +245,28 @@ def _mean(total: list[np.ndarray], count: int, like: list[np.ndarray]) -> list[n
     weights, such as a step counter, are the same in every copy: `like`'s are kept)."""
     return [(t / count).astype(w.dtype) if np.issubdtype(w.dtype, np.floating) else w
             for t, w in zip(total, like)]
+
+
+class ProgressLine(keras.callbacks.Callback):
+    """Logs one line at the end of an interval at least `every` seconds after the fit began or after the last
+    such line: `Progress: interval i of n, <monitor> <value> (best <value> at interval b), s s fitting`. A fit
+    shorter than `every` logs nothing."""
+
+    def __init__(self, intervals: int, monitor: str | None = None, best=None, every: float = 30.0):
+        super().__init__()
+        self.intervals, self.monitor, self.best, self.every = intervals, monitor, best, every
+
+    def on_train_begin(self, logs=None):
+        self._began = self._last = time.monotonic()
+
+    def on_epoch_end(self, epoch, logs=None):
+        now = time.monotonic()
+        if now - self._last < self.every:
+            return
+        self._last = now
+        value = (logs or {}).get(self.monitor) if self.monitor else None
+        score = f", {self.monitor.removeprefix('val_')} {float(value):.4f}" if value is not None else ""
+        if score and self.best is not None and self.best.best_value is not None:
+            score += f" (best {self.best.best_value:.4f} at interval {self.best.best_interval})"
+        logging.info("%sinterval %d of %d%s, %.0f s fitting", PROGRESS, epoch + 1, self.intervals, score,
+                     now - self._began)

@@ -72,11 +72,13 @@ class RunSummary:
 
 
 class ProgressReporter(logging.Handler):
-    """Turns LocalDagRunner's absl log lines into one printed line per component start and end."""
+    """Turns LocalDagRunner's absl log lines into one printed line per component start and end, and a step's
+    progress lines (contract.PROGRESS) into lines under its name."""
 
     _RUNNING = re.compile(r"^Component (\S+) is running\.$")
     _FINISHED = re.compile(r"^Component (\S+) is finished\.$")
     _CACHED = re.compile(r"^A cached execution \d+ is used\.$")
+    _PROGRESS = re.compile("^" + re.escape(contract.PROGRESS) + "(.+)$")
 
     def __init__(self, stream=sys.stdout):
         super().__init__(level=logging.INFO)
@@ -90,6 +92,8 @@ class ProgressReporter(logging.Handler):
             self.steps.append(StepTiming(match.group(1)))
             self._started = time.monotonic()
             print(f"[{match.group(1)}] started", file=self.stream, flush=True)
+        elif (match := self._PROGRESS.match(message)) and self.steps:
+            print(f"[{self.steps[-1].name}] {match.group(1)}", file=self.stream, flush=True)
         elif self._CACHED.match(message) and self.steps:
             self.steps[-1].status = "cached"
         elif (match := self._FINISHED.match(message)) and self.steps:

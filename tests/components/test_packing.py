@@ -157,3 +157,26 @@ def test_a_members_output_layer_of_the_wrong_width_is_named():
     with pytest.raises(TaskError, match=r"build_packed's output has shape \(None, 4, 1\)"):
         check_output_width(module, pack(module, None, 2))
     assert isinstance(pack(module, None, 2).layers[-1], MembersOutput)
+
+
+def test_a_shared_kernel_gives_each_member_its_own_input_scales_and_bias_over_one_kernel(tmp_path):
+    """PackedDense(shared_kernel=True): member j computes (x * scale_j) @ kernel + bias_j with one kernel for all,
+    and saves and loads as it computes; it refuses inputs it cannot share."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(6, 5)).astype(np.float32)
+    inputs = keras.Input(shape=(5,))
+    layer = PackedDense(3, 4, input_scale=True, shared_kernel=True, name="first")
+    model = keras.Model(inputs, layer(inputs))
+    layer.bias.assign(rng.normal(size=(3, 1, 4)).astype(np.float32))
+    kernel, scale, bias = (np.asarray(w) for w in (layer.kernel, layer.scale, layer.bias))
+    assert kernel.shape == (5, 4) and scale.shape == (3, 5)
+    expected = np.stack([(x * scale[j]) @ kernel + bias[j] for j in range(3)])
+    np.testing.assert_allclose(model(x).numpy(), expected, rtol=1e-5, atol=1e-6)
+    model.save(tmp_path / "shared.keras")
+    loaded = keras.saving.load_model(tmp_path / "shared.keras")
+    assert loaded.get_layer("first").shared_kernel
+    np.testing.assert_allclose(loaded(x).numpy(), expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="needs input_scale"):
+        PackedDense(3, 4, shared_kernel=True)
+    with pytest.raises(ValueError, match="features the members share"):
+        PackedDense(3, 4, input_scale=True, shared_kernel=True)(keras.Input(shape=(2, 5)))

@@ -407,8 +407,9 @@ def test_the_description_names_the_columns_read_as_codes_and_keeps_a_modules_own
 def test_a_wide_tables_numbers_are_encoded_as_one_tensor_the_same_way_each_column_alone_is(tmp_path):
     """Past the defaults' wide_numbers numeric columns, the numbers go through a handful of layers as one tensor
     (the graph no longer grows with the columns), and each column's encoding is the one it would get alone: the
-    same missing indicator, fill, robust scale and piecewise-linear bins. The device model converts with builtins
-    and serves what the SavedModel serves."""
+    same missing indicator, fill, robust scale and piecewise-linear bins. Past the defaults' shared_kernel_weights
+    the members share the first layer's kernel over the numbers, each with its own input scales and bias. The
+    device model converts with builtins and serves what the SavedModel serves."""
     from models.layers import PiecewiseLinearColumns, RobustScaleColumns
 
     columns = defaults_for("binary").wide_numbers + 8
@@ -420,9 +421,18 @@ def test_a_wide_tables_numbers_are_encoded_as_one_tensor_the_same_way_each_colum
     kinds = {name: "INT" if values.dtype.kind == "i" else "FLOAT" for name, values in table.items()}
     (tmp_path / "schema.pbtxt").write_text("".join(f'feature {{ name: "{name}" type: {kind} }}\n'
                                                    for name, kind in kinds.items()))
-    module = tabular.configure(str(tmp_path / "schema.pbtxt"), TaskConfig(type="binary", label="label",
-                                                                          classes=["0", "1"]))
+    def configured():
+        return tabular.configure(str(tmp_path / "schema.pbtxt"), TaskConfig(type="binary", label="label",
+                                                                         classes=["0", "1"]))
+
+    module = configured()
     preprocessing = module.build_preprocessing(table)
+    first = module.build_model(preprocessing).get_layer("tabular.hidden_1.numbers")
+    assert not first.shared_kernel and first.kernel.shape[0] == module.defaults.members  # under the threshold
+    features = int(preprocessing.output["tabular.numbers.piecewise"].shape[-1]) + 2 * columns
+    from models import defaults
+    with defaults.overridden(shared_kernel_weights=module.defaults.members * features * 128 - 1):
+        module = configured()
     computing = [layer.name for layer in preprocessing.layers if not isinstance(layer, keras.layers.InputLayer)]
     assert len(computing) <= 5, computing
     scale = next(layer for layer in preprocessing.layers if isinstance(layer, RobustScaleColumns))
@@ -441,6 +451,9 @@ def test_a_wide_tables_numbers_are_encoded_as_one_tensor_the_same_way_each_colum
         assert not got[:, expected.shape[1]:].any()
         np.testing.assert_array_equal(outputs["tabular.numbers.missing"][:, index], ~np.isfinite(values))
     model = module.build_model(preprocessing)
+    first = model.get_layer("tabular.hidden_1.numbers")
+    assert first.shared_kernel and tuple(first.kernel.shape) == (features, 128)  # one kernel for every member
+    assert tuple(first.scale.shape) == (module.defaults.members, features)
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss=module.make_loss())
     model.fit(preprocessing(_features(table, module)), _label(table, module), batch_size=64, epochs=2, verbose=0)
     key = tasks.task_named("binary").prediction_key

@@ -4,6 +4,7 @@ not trained twice, and a model whose labels or output do not fit its task (stopp
 Real training lives in test_trainer_training.py."""
 import dataclasses
 import json
+import re
 
 import keras
 import pytest
@@ -271,3 +272,36 @@ def test_a_training_split_too_small_for_its_folds_trains_one_model_and_says_so(f
     schedule = TrainingReport.from_json(report).schedule_line()
     assert schedule.endswith("the last kept (no validation slice) (train.folds 8 not applied: the training split "
                              "holds 3 record(s), fewer than 40: one model trained on all of them)"), schedule
+
+
+@pytest.mark.parametrize("every, lines", [(0, 3), (3600, 0)])
+def test_a_long_fit_prints_progress_lines_under_the_trainers_name(every, lines):
+    """ProgressLine logs an interval's number, the validation score and the best so far once `every` seconds
+    passed; the local runner's reporter prints each under the running step's name, and nothing for a short fit."""
+    import io
+
+    from absl import logging as absl_logging
+
+    from components.trainer.callbacks import KeepBest, ProgressLine
+    from pipeline.dag.local_runner import ProgressReporter
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    best = KeepBest("val_loss", higher_is_better=False)
+    data = tf.data.Dataset.from_tensors((tf.ones([4, 2]), tf.ones([4, 1]))).repeat()
+    stream = io.StringIO()
+    reporter, logger, verbosity = ProgressReporter(stream), absl_logging.get_absl_logger(), absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.INFO)
+    logger.addHandler(reporter)
+    try:
+        reporter.emit(logger.makeRecord("absl", 20, __file__, 1, "Component Trainer is running.", (), None))
+        model.fit(data, steps_per_epoch=2, epochs=3, validation_data=data.take(1), verbose=0,
+                  callbacks=[best, ProgressLine(3, "val_loss", best, every=every)])
+    finally:
+        logger.removeHandler(reporter)
+        absl_logging.set_verbosity(verbosity)
+    printed = stream.getvalue().splitlines()[1:]
+    assert len(printed) == lines
+    for interval, line in enumerate(printed, 1):
+        assert re.fullmatch(rf"\[Trainer\] interval {interval} of 3, loss [0-9.]+ \(best [0-9.]+ at interval "
+                            rf"[1-{interval}]\), [0-9]+ s fitting", line), line
