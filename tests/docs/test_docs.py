@@ -144,6 +144,7 @@ def test_every_config_sample_in_the_docs_loads(tmp_path, monkeypatch):
             (folder / f"{own_task.group(1)}.py").write_text(
                 f"from tests.pipeline.dag.quantile_task import QuantileTask as {own_task.group(2)}\n")
             monkeypatch.syspath_prepend(str(folder))
+            monkeypatch.delitem(sys.modules, own_task.group(1), raising=False)  # another test's, imported before
         try:
             load_config(str(folder / "config.yaml"))
         except Exception as error:  # noqa: BLE001 - the page and the block name the failure

@@ -4,6 +4,7 @@ import csv
 import dataclasses
 import os
 import re
+import sys
 import tempfile
 import typing
 
@@ -335,6 +336,7 @@ def test_a_task_of_ones_own_that_does_not_import_or_is_no_task_exits_2_naming_ta
     from pipeline.commands.cli import main as cli_main
 
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_tasks", raising=False)  # another test's my_tasks, imported before
     (tmp_path / "my_tasks.py").write_text("class NotATask:\n    pass\n")
     (tmp_path / "c.yaml").write_text(required_keys() + f"task: {{type: {task_type!r}, label: tips}}\n")
     capsys.readouterr()
