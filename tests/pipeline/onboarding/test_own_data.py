@@ -299,7 +299,10 @@ def test_a_csv_becomes_a_pushed_gated_model_in_three_commands_with_no_code(tmp_p
     _user_command(folder, "prepare-data", "--csv", csv_file, "--data", "data/" + example)
     decided = _user_command(folder, "init", "--data", "data/" + example, *init_args)
     assert f"task: {task}" in decided
-    summary = _user_command(folder, "run", "--config", "fares.yaml" if example == "taxi_fare" else f"{example}.yaml")
+    config = folder / ("fares.yaml" if example == "taxi_fare" else f"{example}.yaml")
+    if example == "taxi_fare":  # 15,002 rows: the plan's first epochs (the quality bench scores the whole plan)
+        config.write_text(config.read_text().replace("epochs: ", "epochs: 6  # was ", 1))
+    summary = _user_command(folder, "run", "--config", config.name)
     assert "blessed: yes" in summary and f"training: {task}" in summary, summary
     pushed = next(line.split("pushed to: ", 1)[1] for line in summary.splitlines() if "pushed to: " in line)
     assert pushed.startswith(str(folder)) and os.path.exists(os.path.join(pushed, "model.tflite"))
