@@ -52,9 +52,10 @@ class Defaults:
     # graph whose size, compile time and memory do not grow with the columns
     wide_numbers: int = 32
     wide_bins_total: int = 8192
-    # a first layer whose members' own kernels over the shared features would pass this many weights shares one
-    # kernel among the members, each scaling its inputs and adding its bias (TabM's BatchEnsemble form): a step
-    # then updates M times fewer weights (on 1,000 numeric columns, 8 members: about 8x faster on a CPU)
+    # a first layer whose members' own kernels over the shared features would pass this many weights gives each
+    # fold copy one kernel its members share, each member scaling its inputs and adding its bias (TabM's
+    # BatchEnsemble form): a step then updates members / copies times fewer of them (none fewer at 8 members in
+    # 8 folds; 8 times fewer without folds)
     shared_kernel_weights: int = 4_000_000
     # an integer read as a number is also read as a code when, over its values seen at least code_least_rows
     # times, the reliability of the label's per-value means is at least code_reliability and the correlation of

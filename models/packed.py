@@ -36,29 +36,35 @@ class PackedDense(keras.layers.Layer):
     a random sign (TabM's adapter), applied to the kernel rather than to the inputs (the same function,
     one product).
 
-    With `shared_kernel` (shared [N, D] features and `input_scale` only), the members share one kernel [D, units]
-    and each keeps its own input scale and bias (TabM's BatchEnsemble form): M times fewer weights to update at
-    each step, for a first layer over thousands of features."""
+    With `kernel_groups` G (shared [N, D] features and `input_scale` only; G divides M), the members come in G
+    groups of contiguous members, each group sharing one kernel, [G, D, units], and each member keeping its own
+    input scales and bias (TabM's BatchEnsemble form within a group): M / G times fewer weights to update at each
+    step, for a first layer over thousands of features. The Trainer's fold copies are such groups (a kernel
+    shared across copies would learn from the records a copy is scored on out of fold). In the device model the
+    scaling is a MUL on the features, not folded into the kernel."""
 
     def __init__(self, members: int, units: int, activation=None, use_bias: bool = True, input_scale: bool = False,
-                 batch_major: bool = False, kernel_limit: float | None = None, shared_kernel: bool = False,
+                 batch_major: bool = False, kernel_limit: float | None = None, kernel_groups: int = 0,
                  **kwargs):
         super().__init__(**kwargs)
-        if shared_kernel and not input_scale:
-            raise ValueError("PackedDense: a shared kernel needs input_scale (the members' own scales)")
+        if kernel_groups and not input_scale:
+            raise ValueError("PackedDense: kernels shared by groups of members need input_scale (the members' own "
+                             "scales)")
+        if kernel_groups and members % kernel_groups:
+            raise ValueError(f"PackedDense: {members} members do not divide into {kernel_groups} kernel groups")
         self.members, self.units = int(members), int(units)
         self.activation = keras.activations.get(activation)
         self.use_bias, self.input_scale, self.batch_major = bool(use_bias), bool(input_scale), bool(batch_major)
-        self.kernel_limit, self.shared_kernel = kernel_limit, bool(shared_kernel)
+        self.kernel_limit, self.kernel_groups = kernel_limit, int(kernel_groups)
 
     def build(self, input_shape):
         self.shared = len(input_shape) == 2
-        if self.shared_kernel and not self.shared:
-            raise ValueError(f"{self.name}: a shared kernel reads features the members share, [N, D]; got "
+        if self.kernel_groups and not self.shared:
+            raise ValueError(f"{self.name}: kernels shared by groups read features the members share, [N, D]; got "
                              f"{tuple(input_shape)}")
         features = int(input_shape[-1])
         limit = self.kernel_limit or math.sqrt(6.0 / (features + self.units))
-        shape = (features, self.units) if self.shared_kernel else (self.members, features, self.units)
+        shape = (self.kernel_groups or self.members, features, self.units)
         self.kernel = self.add_weight(shape=shape, name="kernel",
                                       initializer=keras.initializers.RandomUniform(-limit, limit))
         if self.input_scale:
@@ -67,9 +73,10 @@ class PackedDense(keras.layers.Layer):
             self.bias = self.add_weight(shape=(self.members, 1, self.units), name="bias", initializer="zeros")
 
     def call(self, x):
-        if self.shared_kernel:  # each member's scaled copy of the features, one product: [M * N, D] x [D, units]
+        if self.kernel_groups:  # each member's scaled features, one product per group: [G, M/G * N, D] x [G, D, units]
             scaled = keras.ops.expand_dims(x, 0) * keras.ops.cast(keras.ops.expand_dims(self.scale, 1), x.dtype)
-            y = keras.ops.matmul(keras.ops.reshape(scaled, (-1, x.shape[-1])), keras.ops.cast(self.kernel, x.dtype))
+            grouped = keras.ops.reshape(scaled, (self.kernel_groups, -1, x.shape[-1]))
+            y = keras.ops.matmul(grouped, keras.ops.cast(self.kernel, x.dtype))
             return self._finish(keras.ops.reshape(y, (self.members, -1, self.units)))
         kernel = self.kernel
         if self.input_scale:
@@ -100,7 +107,7 @@ class PackedDense(keras.layers.Layer):
         return {**super().get_config(), "members": self.members, "units": self.units,
                 "activation": keras.activations.serialize(self.activation), "use_bias": self.use_bias,
                 "input_scale": self.input_scale, "batch_major": self.batch_major, "kernel_limit": self.kernel_limit,
-                "shared_kernel": self.shared_kernel}
+                "kernel_groups": self.kernel_groups}
 
 
 @keras.saving.register_keras_serializable(package="models.packed")

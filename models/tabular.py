@@ -25,7 +25,8 @@ The lower-case names below are entries of the task's row of the defaults table (
   Vocabulary of their values (up to max_vocabulary; a missing value out of vocabulary) through an embedding
   (and with target_statistics their smoothed label means).
 Then a packed ensemble (components/core/packing.py, models/packed.py: TabM's packed form) of
-Defaults.members_for(copies) networks (at least members), each with weights of its own (embeddings included) and
+Defaults.members_for(copies) networks (at least members), each with weights of its own (embeddings included; past
+shared_kernel_weights, the members of one fold copy share their first layer's kernel over the numbers) and
 hidden_units dense layers (128x128, regression 256x256) with dropout, computed together as one network whose every
 layer is one batched product over the members; each member's output is a sigmoid (binary), a softmax (multiclass)
 or, for regression, a value in the training labels' scale, after `task.label_transform` (log: log(1 + label), for a
@@ -307,8 +308,8 @@ class SchemaModel:
         tensors -> the members' task outputs [N, M, width], float32 whatever precision policy the trainer sets.
         Each input is named by the preprocessing layer that computes it, which tells its kind: a Vocabulary's
         index goes through an embedding per member (the columns of one width looked up together), a float tensor
-        in as it is, shared by the members (through one kernel they share, each member scaling its inputs, when
-        their own kernels would pass the defaults' shared_kernel_weights)."""
+        in as it is, shared by the members (through one kernel per fold copy that its members share, each member
+        scaling its inputs, when the members' own kernels would pass the defaults' shared_kernel_weights)."""
         inputs = {name: keras.Input(shape=tensor.shape[1:], name=name, dtype=tensor.dtype)
                   for name, tensor in preprocessing.output.items()}
         row = self.defaults
@@ -335,10 +336,11 @@ class SchemaModel:
             if features:
                 joined = features[0] if len(features) == 1 else keras.layers.Concatenate(
                     name=_LAYER.format(f"features.{part}"))(features)
-                shared_kernel = part == "numbers" and (members * int(joined.shape[-1]) * widths[0]
-                                                       > row.shared_kernel_weights)
+                grouped = part == "numbers" and members > copies and (members * int(joined.shape[-1]) * widths[0]
+                                                                      > row.shared_kernel_weights)
                 first.append(PackedDense(members, widths[0], use_bias=not first, input_scale=True,
-                                         shared_kernel=shared_kernel, name=_LAYER.format(f"hidden_1.{part}"))(joined))
+                                         kernel_groups=max(1, copies) if grouped else 0,
+                                         name=_LAYER.format(f"hidden_1.{part}"))(joined))
         hidden = first[0] if len(first) == 1 else keras.layers.Add(name=_LAYER.format("hidden_1"))(first)
         hidden = keras.layers.Activation("relu", name=_LAYER.format("relu_1"))(hidden)
         hidden = keras.layers.Dropout(row.dropout, name=_LAYER.format("dropout_1"))(hidden)

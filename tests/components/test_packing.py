@@ -159,24 +159,27 @@ def test_a_members_output_layer_of_the_wrong_width_is_named():
     assert isinstance(pack(module, None, 2).layers[-1], MembersOutput)
 
 
-def test_a_shared_kernel_gives_each_member_its_own_input_scales_and_bias_over_one_kernel(tmp_path):
-    """PackedDense(shared_kernel=True): member j computes (x * scale_j) @ kernel + bias_j with one kernel for all,
-    and saves and loads as it computes; it refuses inputs it cannot share."""
+def test_kernels_shared_by_groups_give_each_member_its_own_input_scales_and_bias_over_its_groups_kernel(tmp_path):
+    """PackedDense(kernel_groups=G): member j computes (x * scale_j) @ kernel[j // (M / G)] + bias_j, its group's
+    kernel shared by the group's members only, and saves and loads as it computes; it refuses what it cannot
+    share."""
     rng = np.random.default_rng(4)
     x = rng.normal(size=(6, 5)).astype(np.float32)
     inputs = keras.Input(shape=(5,))
-    layer = PackedDense(3, 4, input_scale=True, shared_kernel=True, name="first")
+    layer = PackedDense(4, 3, input_scale=True, kernel_groups=2, name="first")
     model = keras.Model(inputs, layer(inputs))
-    layer.bias.assign(rng.normal(size=(3, 1, 4)).astype(np.float32))
+    layer.bias.assign(rng.normal(size=(4, 1, 3)).astype(np.float32))
     kernel, scale, bias = (np.asarray(w) for w in (layer.kernel, layer.scale, layer.bias))
-    assert kernel.shape == (5, 4) and scale.shape == (3, 5)
-    expected = np.stack([(x * scale[j]) @ kernel + bias[j] for j in range(3)])
+    assert kernel.shape == (2, 5, 3) and scale.shape == (4, 5)
+    expected = np.stack([(x * scale[j]) @ kernel[j // 2] + bias[j] for j in range(4)])
     np.testing.assert_allclose(model(x).numpy(), expected, rtol=1e-5, atol=1e-6)
-    model.save(tmp_path / "shared.keras")
-    loaded = keras.saving.load_model(tmp_path / "shared.keras")
-    assert loaded.get_layer("first").shared_kernel
+    model.save(tmp_path / "grouped.keras")
+    loaded = keras.saving.load_model(tmp_path / "grouped.keras")
+    assert loaded.get_layer("first").kernel_groups == 2
     np.testing.assert_allclose(loaded(x).numpy(), expected, rtol=1e-5, atol=1e-6)
-    with pytest.raises(ValueError, match="needs input_scale"):
-        PackedDense(3, 4, shared_kernel=True)
+    with pytest.raises(ValueError, match="need input_scale"):
+        PackedDense(4, 3, kernel_groups=2)
+    with pytest.raises(ValueError, match="do not divide"):
+        PackedDense(4, 3, input_scale=True, kernel_groups=3)
     with pytest.raises(ValueError, match="features the members share"):
-        PackedDense(3, 4, input_scale=True, shared_kernel=True)(keras.Input(shape=(2, 5)))
+        PackedDense(4, 3, input_scale=True, kernel_groups=2)(keras.Input(shape=(2, 5)))

@@ -408,8 +408,9 @@ def test_a_wide_tables_numbers_are_encoded_as_one_tensor_the_same_way_each_colum
     """Past the defaults' wide_numbers numeric columns, the numbers go through a handful of layers as one tensor
     (the graph no longer grows with the columns), and each column's encoding is the one it would get alone: the
     same missing indicator, fill, robust scale and piecewise-linear bins. Past the defaults' shared_kernel_weights
-    the members share the first layer's kernel over the numbers, each with its own input scales and bias. The
-    device model converts with builtins and serves what the SavedModel serves."""
+    the members of one fold copy share the first layer's kernel over the numbers, each with its own input scales
+    and bias, and no kernel is shared across copies. The device model converts with builtins and serves what the
+    SavedModel serves, in float32 and in full int8 within the ladder's tolerance."""
     from models.layers import PiecewiseLinearColumns, RobustScaleColumns
 
     columns = defaults_for("binary").wide_numbers + 8
@@ -428,11 +429,17 @@ def test_a_wide_tables_numbers_are_encoded_as_one_tensor_the_same_way_each_colum
     module = configured()
     preprocessing = module.build_preprocessing(table)
     first = module.build_model(preprocessing).get_layer("tabular.hidden_1.numbers")
-    assert not first.shared_kernel and first.kernel.shape[0] == module.defaults.members  # under the threshold
+    assert not first.kernel_groups and first.kernel.shape[0] == module.defaults.members  # under the threshold
     features = int(preprocessing.output["tabular.numbers.piecewise"].shape[-1]) + 2 * columns
+    width = module.defaults.hidden_units[0]
     from models import defaults
-    with defaults.overridden(shared_kernel_weights=module.defaults.members * features * 128 - 1):
+    with defaults.overridden(shared_kernel_weights=module.defaults.members * features * width - 1):
         module = configured()
+    preprocessing = module.build_preprocessing(table)
+    for copies, groups in ((2, 2), (module.defaults.members, 0)):  # one member per copy: nothing to share
+        first = build_model(module, preprocessing, copies).get_layer("tabular.hidden_1.numbers")
+        assert first.kernel_groups == groups
+        assert first.kernel.shape[0] == (groups or module.defaults.members_for(copies))
     computing = [layer.name for layer in preprocessing.layers if not isinstance(layer, keras.layers.InputLayer)]
     assert len(computing) <= 5, computing
     scale = next(layer for layer in preprocessing.layers if isinstance(layer, RobustScaleColumns))
@@ -452,7 +459,7 @@ def test_a_wide_tables_numbers_are_encoded_as_one_tensor_the_same_way_each_colum
         np.testing.assert_array_equal(outputs["tabular.numbers.missing"][:, index], ~np.isfinite(values))
     model = module.build_model(preprocessing)
     first = model.get_layer("tabular.hidden_1.numbers")
-    assert first.shared_kernel and tuple(first.kernel.shape) == (features, 128)  # one kernel for every member
+    assert tuple(first.kernel.shape) == (1, features, width)  # no folds: one kernel for every member
     assert tuple(first.scale.shape) == (module.defaults.members, features)
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss=module.make_loss())
     model.fit(preprocessing(_features(table, module)), _label(table, module), batch_size=64, epochs=2, verbose=0)
@@ -461,8 +468,11 @@ def test_a_wide_tables_numbers_are_encoded_as_one_tensor_the_same_way_each_colum
     flatbuffer = tflite.convert(saved, "float32")
     assert not any(op.startswith("Flex") for op in tflite.operators(flatbuffer))
     rows = {name: values[:20] for name, values in table.items() if name in module.INPUTS}
-    np.testing.assert_allclose(_device_outputs(flatbuffer, rows, key),
-                               model(preprocessing(_features(rows, module))).numpy(), rtol=1e-4, atol=1e-5)
+    expected = model(preprocessing(_features(rows, module))).numpy()
+    np.testing.assert_allclose(_device_outputs(flatbuffer, rows, key), expected, rtol=1e-4, atol=1e-5)
+    representative = {name: values[:200] for name, values in table.items() if name in module.INPUTS}
+    full_int8 = tflite.convert(saved, "full_int8", representative)  # the members' scaling a MUL on int8 features
+    assert np.abs(_device_outputs(full_int8, rows, key) - expected).mean() <= OUTPUT_TOLERANCE["full_int8"]
 
 
 def test_the_model_ready_tensors_follow_the_columns_order_whatever_their_kind(tmp_path):

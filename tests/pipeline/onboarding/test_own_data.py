@@ -300,7 +300,7 @@ def test_a_csv_becomes_a_pushed_gated_model_in_three_commands_with_no_code(tmp_p
     decided = _user_command(folder, "init", "--data", "data/" + example, *init_args)
     assert f"task: {task}" in decided
     config = folder / ("fares.yaml" if example == "taxi_fare" else f"{example}.yaml")
-    if example == "taxi_fare":  # 15,002 rows: the plan's first epochs (the quality bench scores the whole plan)
+    if example == "taxi_fare":  # 15,002 rows: a plan of 6 epochs (the quality bench scores init's whole plan)
         config.write_text(config.read_text().replace("epochs: ", "epochs: 6  # was ", 1))
     summary = _user_command(folder, "run", "--config", config.name)
     assert "blessed: yes" in summary and f"training: {task}" in summary, summary
