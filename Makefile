@@ -34,7 +34,7 @@ docs: venv
 	$(PY) -m mkdocs build --strict --quiet
 
 # The edit loop: everything but the real DAG runs (e2e) and real model training (training), with fewer fuzzed
-# files; about 3 minutes on an idle 2-core machine. `make test` runs it all.
+# files; about 7 minutes on an idle 2-core machine. `make test` runs it all.
 test-fast: venv
 	FUZZ_EXAMPLES=15 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not e2e and not training" tests
 
