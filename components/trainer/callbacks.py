@@ -249,12 +249,12 @@ def _mean(total: list[np.ndarray], count: int, like: list[np.ndarray]) -> list[n
 
 class ProgressLine(keras.callbacks.Callback):
     """Logs one line at the end of an interval at least `every` seconds after the fit began or after the last
-    such line: `Progress: interval i of n, <monitor> <value> (best <value> at interval b), s s fitting`. A fit
-    shorter than `every` logs nothing."""
+    such line: `Progress: interval i of n, <metric> <value> (best <value> at interval b), s s fitting`, the metric
+    the KeepBest `best` watches (none without it). A fit shorter than `every` logs nothing."""
 
-    def __init__(self, intervals: int, monitor: str | None = None, best=None, every: float = 30.0):
+    def __init__(self, intervals: int, best: KeepBest | None = None, every: float = 30.0):
         super().__init__()
-        self.intervals, self.monitor, self.best, self.every = intervals, monitor, best, every
+        self.intervals, self.best, self.every = intervals, best, every
 
     def on_train_begin(self, logs=None):
         self._began = self._last = time.monotonic()
@@ -264,9 +264,10 @@ class ProgressLine(keras.callbacks.Callback):
         if now - self._last < self.every:
             return
         self._last = now
-        value = (logs or {}).get(self.monitor) if self.monitor else None
-        score = f", {self.monitor.removeprefix('val_')} {float(value):.4f}" if value is not None else ""
-        if score and self.best is not None and self.best.best_value is not None:
+        monitor = self.best.monitor if self.best else None
+        value = (logs or {}).get(monitor) if monitor else None
+        score = f", {monitor.removeprefix('val_')} {float(value):.4f}" if value is not None else ""
+        if score and self.best.best_value is not None:
             score += f" (best {self.best.best_value:.4f} at interval {self.best.best_interval})"
         logging.info("%sinterval %d of %d%s, %.0f s fitting", PROGRESS, epoch + 1, self.intervals, score,
                      now - self._began)

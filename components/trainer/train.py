@@ -418,7 +418,7 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
     callbacks = [*([best] if best else []), *([budget] if budget else []), checkpoints,
                  training_callbacks.StopOnDivergence(plan.steps_per_interval),
                  meter, loss_scale,
-                 *([training_callbacks.ProgressLine(plan.intervals, best.monitor if best else None, best)]
+                 *([training_callbacks.ProgressLine(plan.intervals, best)]
                    if is_chief() else []),
                  keras.callbacks.TensorBoard(_log_dir(job.run_dir, is_chief()), profile_batch=_profile_window(settings)),
                  *extra_callbacks]

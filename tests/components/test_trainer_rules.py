@@ -296,7 +296,7 @@ def test_a_long_fit_prints_progress_lines_under_the_trainers_name(every, lines):
     try:
         reporter.emit(logger.makeRecord("absl", 20, __file__, 1, "Component Trainer is running.", (), None))
         model.fit(data, steps_per_epoch=2, epochs=3, validation_data=data.take(1), verbose=0,
-                  callbacks=[best, ProgressLine(3, "val_loss", best, every=every)])
+                  callbacks=[best, ProgressLine(3, best, every=every)])
     finally:
         logger.removeHandler(reporter)
         absl_logging.set_verbosity(verbosity)
