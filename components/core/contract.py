@@ -30,6 +30,7 @@ PUSHED_MODEL = "pushed_model"  # PushedModel: the AtomicPusher's output
 INPUT_BASE = "input_base"
 EVAL_FRACTION = "eval_fraction"
 SPAN_WINDOW = "span_window"
+SPLIT_LEAVES_OUT = "split_leaves_out"  # the features the eval split's hash leaves out (the label's), comma-separated
 INPUT_FINGERPRINT = "input_fingerprint"
 SETTINGS = "settings"  # each step's StepSettings (components/settings.py) as JSON: a parameter, or a custom_config key
 PUSH_DIR = "push_dir"

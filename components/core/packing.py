@@ -9,7 +9,7 @@ in the SavedModel and in the device model. A module that builds one plain networ
 built once per copy, the copies side by side (`pack`).
 
 With k-fold bagging (train.folds k > 1) there are k copies. The training split's records are dealt into k
-folds by a keyed hash of each record's bytes (`fold_of`: the same fold in every pass, run and worker), and
+folds by a keyed hash of each record's features, its label's left out (`fold_of`: the same fold in every pass, run and worker), and
 copy g's members train on the records outside fold g only, so their predictions on fold g are out of fold:
 every interval is validated on the whole training split, each record scored by the copy that never trained
 on it. A batch's fold ids ride in Keras's sample-weight slot (float, one per example). Without fold ids (one
@@ -18,18 +18,23 @@ they stay diverse), and metrics score the members' mean, which is what is served
 """
 from __future__ import annotations
 
+from typing import Iterable
+
 import keras
 import tensorflow as tf
+
+from components.core.record_keys import features_bucket
 
 FOLD_KEY = [0xF01D, 0xBA66]  # the keyed hash of the folds: independent of ingestion's split and of the holdout's
 FOLD_BUCKETS = 1 << 20
 COPY_NAME = "packed.copy_{}"  # a network built once per copy: its name (a '.', so that no column's can be it)
 
 
-def fold_of(records: tf.Tensor, folds: int) -> tf.Tensor:
-    """Input: serialized records (any shape) and the number of folds. Output: each record's fold, int32 in
-    [0, folds): a keyed hash of its bytes, the same on every pass, worker and run."""
-    bucket = tf.strings.to_hash_bucket_strong(records, FOLD_BUCKETS, FOLD_KEY)
+def fold_of(records: tf.Tensor, folds: int, leave_out: Iterable[str] = ()) -> tf.Tensor:
+    """Input: serialized records (any shape), the number of folds and the features the hash leaves out (the
+    label's sources). Output: each record's fold, int32 in [0, folds): a keyed hash of its other features
+    (components.core.record_keys), the same on every pass, worker and run."""
+    bucket = features_bucket(records, FOLD_BUCKETS, FOLD_KEY, leave_out)
     return tf.cast(bucket % folds, tf.int32)
 
 

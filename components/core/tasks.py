@@ -726,10 +726,13 @@ LEGACY_TASK = BINARY  # a report or model from before reports named their task: 
 
 @dataclasses.dataclass(frozen=True)
 class PredictionTarget:
-    """What the models of a run predict: the label key, the task and the class names (from the model module)."""
+    """What the models of a run predict: the label key, the task and the class names (from the model module),
+    and the features the label is read from that the model does not read: what the eval split, the folds and
+    the validation holdout leave out of a record's hash (components.core.record_keys)."""
     label_key: str
     task_name: str
     classes: tuple[str, ...] = ()
+    label_sources: tuple[str, ...] = ()
 
     @property
     def task(self) -> Task:
@@ -739,14 +742,17 @@ class PredictionTarget:
     def of(cls, module) -> "PredictionTarget":
         """What a model module's models predict (components.core.model_module.ModelModule); TaskError for a TASK
         that names no task."""
-        return cls(module.LABEL_KEY, task_declared(module.TASK).name, tuple(module.CLASSES))
+        sources = tuple(sorted(set(module.LABEL_INPUTS) - set(module.INPUTS)))
+        return cls(module.LABEL_KEY, task_declared(module.TASK).name, tuple(module.CLASSES), sources)
 
     def to_json(self) -> dict:
-        return {"label_key": self.label_key, "task": self.task_name, "classes": list(self.classes)}
+        return {"label_key": self.label_key, "task": self.task_name, "classes": list(self.classes),
+                "label_sources": list(self.label_sources)}
 
     @classmethod
     def from_json(cls, value: dict) -> "PredictionTarget":
-        return cls(value["label_key"], value.get("task", LEGACY_TASK), tuple(value.get("classes", ())))
+        return cls(value["label_key"], value.get("task", LEGACY_TASK), tuple(value.get("classes", ())),
+                   tuple(value.get("label_sources", ())))
 
     def mismatch(self, facts) -> str:
         """Why a model described by `facts` (components.core.records.ModelFacts) cannot be compared with this

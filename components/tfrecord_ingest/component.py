@@ -21,6 +21,7 @@ class TFRecordIngestSpec(ComponentSpec):
         contract.INPUT_BASE: ExecutionParameter(type=str),
         contract.EVAL_FRACTION: ExecutionParameter(type=float),
         contract.SPAN_WINDOW: ExecutionParameter(type=int),  # how many of the latest spans to read
+        contract.SPLIT_LEAVES_OUT: ExecutionParameter(type=str, optional=True),
         # Digest of the input files: new data changes it, so the cache is not reused for new data.
         contract.INPUT_FINGERPRINT: ExecutionParameter(type=str),
     }
@@ -32,8 +33,9 @@ class TFRecordIngest(base_component.BaseComponent):
     SPEC_CLASS = TFRecordIngestSpec
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
 
-    def __init__(self, input_base: str, eval_fraction: float, input_fingerprint: str, span_window: int = 1):
+    def __init__(self, input_base: str, eval_fraction: float, input_fingerprint: str, span_window: int = 1,
+                 split_leaves_out: tuple[str, ...] = ()):
         super().__init__(spec=TFRecordIngestSpec(
             input_base=input_base, eval_fraction=eval_fraction, input_fingerprint=input_fingerprint,
-            span_window=span_window,
+            span_window=span_window, split_leaves_out=",".join(split_leaves_out),
             examples=types.Channel(type=standard_artifacts.Examples)))

@@ -33,8 +33,10 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         examples = artifact_utils.get_single_instance(output_dict[contract.EXAMPLES])
         spans = spans_module.resolve_spans(exec_properties[contract.INPUT_BASE],
                                       int(exec_properties.get(contract.SPAN_WINDOW) or 1))
+        leave_out = tuple(name for name in (exec_properties.get(contract.SPLIT_LEAVES_OUT) or "").split(",") if name)
         report = ingest([span_dir for _, span_dir in spans], examples.uri,
-                        float(exec_properties[contract.EVAL_FRACTION]), make_pipeline=self._make_beam_pipeline)
+                        float(exec_properties[contract.EVAL_FRACTION]), make_pipeline=self._make_beam_pipeline,
+                        leave_out=leave_out)
         examples.split_names = artifact_utils.encode_split_names(list(SPLITS))
         examples.span = spans[-1][0]
         examples_utils.set_payload_format(examples, example_gen_pb2.PayloadFormat.FORMAT_TF_EXAMPLE)
@@ -53,9 +55,10 @@ class Executor(base_beam_executor.BaseBeamExecutor):
 
 
 def ingest(input_dirs: list[str], output_uri: str, eval_fraction: float,
-           make_pipeline: Callable[[], beam.Pipeline] = beam.Pipeline) -> dict[str, Any]:
-    """Input: directories of TFRecord files (the spans read), the output folder, the eval fraction, and the
-    Beam pipeline to run in (the executor's: its runner and options). Output: per-split counts and per-file
+           make_pipeline: Callable[[], beam.Pipeline] = beam.Pipeline, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Input: directories of TFRecord files (the spans read), the output folder, the eval fraction, the
+    Beam pipeline to run in (the executor's: its runner and options) and the features the split's hash
+    leaves out (tfrecord_files.split_of). Output: per-split counts and per-file
     record counts; splits written under `output_uri`, one gzip shard per input file and split.
 
     Each input file is one unit of work (TFRecord files cannot be split, gzip ones least of all): a Beam
@@ -72,7 +75,7 @@ def ingest(input_dirs: list[str], output_uri: str, eval_fraction: float,
              | "ListFiles" >> beam.Create(list(enumerate(files)))
              | "OneFilePerWorker" >> beam.Reshuffle()
              | "CheckSplitWrite" >> beam.Map(lambda indexed: ingest_file(
-                    indexed[0], indexed[1], len(files), output_uri, eval_fraction))
+                    indexed[0], indexed[1], len(files), output_uri, eval_fraction, leave_out))
              | "WriteSummary" >> beam.Map(lambda summary: artifact_files.write_json(
                     os.path.join(summaries_dir, f"{summary['index']:05d}.json"), summary)))
     summaries = sorted((artifact_files.read_json(os.path.join(summaries_dir, f"{index:05d}.json"))
@@ -93,8 +96,10 @@ def ingest(input_dirs: list[str], output_uri: str, eval_fraction: float,
     return {"input_dirs": input_dirs, "files": per_file, "counts": counts, "eval_fraction": eval_fraction}
 
 
-def ingest_file(index: int, path: str, file_count: int, output_uri: str, eval_fraction: float) -> dict[str, Any]:
-    """Input: one input file (its position among `file_count`), the output folder and the eval fraction.
+def ingest_file(index: int, path: str, file_count: int, output_uri: str, eval_fraction: float,
+                leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Input: one input file (its position among `file_count`), the output folder, the eval fraction and the
+    features the split's hash leaves out.
     Output: its summary {index, path, records, counts per split, bad_count, bad (the first few, as text)};
     writes its valid records to `Split-<split>/` shard `index` of each split that gets any. Idempotent: a
     retried bundle rewrites the same shards."""
@@ -117,7 +122,7 @@ def ingest_file(index: int, path: str, file_count: int, output_uri: str, eval_fr
             if reason:
                 note(tfrecord_files.BadRecord(path, record_index, reason))
                 continue
-            split = tfrecord_files.split_of(record, eval_fraction)
+            split = tfrecord_files.split_of(record, eval_fraction, leave_out)
             if split not in writers:
                 shard = SHARD_NAME.format(index=index, count=file_count)
                 writers[split] = tf.io.TFRecordWriter(os.path.join(output_uri, f"Split-{split}", shard), "GZIP")

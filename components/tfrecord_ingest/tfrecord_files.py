@@ -5,15 +5,15 @@ Nothing here depends on TFX, so each piece is testable on its own.
 from __future__ import annotations
 
 import gzip
-import hashlib
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import tensorflow as tf
 from google.protobuf import message as proto_message
 from google.protobuf import unknown_fields
 
 from components.core.datasets import record_dataset
+from components.core.record_keys import features_digest
 from components.tfrecord_ingest.spans import IngestionError
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -132,10 +132,11 @@ def _has_unknown_fields(example: tf.train.Example) -> bool:
     return any(len(unknown_fields.UnknownFieldSet(feature)) for feature in example.features.feature.values())
 
 
-def split_of(record: bytes, eval_fraction: float) -> str:
-    """Input: a serialized record and the eval fraction. Output: 'train' or 'eval', by a hash of the bytes.
+def split_of(record: bytes, eval_fraction: float, leave_out: Iterable[str] = ()) -> str:
+    """Input: a serialized record, the eval fraction and the features the hash leaves out (the label's
+    sources). Output: 'train' or 'eval', by a hash of its other features (components.core.record_keys).
 
-    Deterministic across runs and machines; identical records always land in the same split.
+    Deterministic across runs and machines; records that differ only in what is left out land in the same split.
     """
-    bucket = int.from_bytes(hashlib.blake2b(record, digest_size=8).digest(), "big") % SPLIT_BUCKETS
+    bucket = int.from_bytes(features_digest(record, leave_out), "big") % SPLIT_BUCKETS
     return "eval" if bucket < round(eval_fraction * SPLIT_BUCKETS) else "train"

@@ -24,6 +24,7 @@ import tensorflow as tf
 from absl import logging
 
 from components.core.packing import fold_of
+from components.core.record_keys import features_bucket
 from components.core.datasets import record_dataset, without_autotuning
 
 MEMORY, DISK = "memory", "disk"  # where a split's preprocessed tensors are cached
@@ -51,7 +52,7 @@ def make_dataset(file_patterns: list[str], feature_spec: dict[str, tf.io.FixedLe
                  label_fn=None, input_names=None, preprocess=None, shuffle_buffer: int = 0, repeat: bool = False,
                  cache: bool = False, cache_file: str = "", seed: int | None = None,
                  shard_by_data: bool = False, holdout_share: float = 0.0, holdout: bool = False,
-                 folds: int = 0) -> tf.data.Dataset:
+                 folds: int = 0, leave_out: tuple[str, ...] = ()) -> tf.data.Dataset:
     """Input: TFRecord file patterns (gzip when named *.gz) and a feature spec.
 
     Output: batches of parsed features (dict), or (features, label) when `label_fn` maps parsed features to
@@ -66,7 +67,8 @@ def make_dataset(file_patterns: list[str], feature_spec: dict[str, tf.io.FixedLe
     builds and caches the whole split, then takes every n-th batch). `holdout_share` > 0 keeps the records of
     the holdout (`holdout` True: in_holdout) or the rest (False). `folds` > 1 (with `label_fn`) adds each
     record's fold (components.core.packing.fold_of) as a third element, (features, label, fold), in the slot
-    Keras reads sample weights from, where a fold bag reads it.
+    Keras reads sample weights from, where a fold bag reads it. The holdout's and the folds' hashes leave the
+    features `leave_out` names out (the label's sources: components.core.record_keys).
     """
     files = list_files(file_patterns)
     compression = record_compression(files)
@@ -76,7 +78,7 @@ def make_dataset(file_patterns: list[str], feature_spec: dict[str, tf.io.FixedLe
         lambda path: tf.data.TFRecordDataset(path, compression_type=compression),
         cycle_length=min(len(files), 4), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     if holdout_share:
-        dataset = dataset.filter(lambda record: tf.equal(in_holdout(record, holdout_share), holdout))
+        dataset = dataset.filter(lambda record: tf.equal(in_holdout(record, holdout_share, leave_out), holdout))
     if not cache:
         if shuffle_buffer:
             dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
@@ -87,7 +89,7 @@ def make_dataset(file_patterns: list[str], feature_spec: dict[str, tf.io.FixedLe
 
     def parse(serialized):
         features = tf.io.parse_example(serialized, feature_spec)
-        return (features, tf.cast(fold_of(serialized, folds), tf.float32)) if with_folds else features
+        return (features, tf.cast(fold_of(serialized, folds, leave_out), tf.float32)) if with_folds else features
 
     dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     if label_fn is not None:
@@ -197,10 +199,11 @@ HOLDOUT_BUCKETS = 1_000_000
 HOLDOUT_KEY = [0x7AB1E, 0x5EED]  # the keyed hash's key: independent of how ingestion split the records
 
 
-def in_holdout(record: tf.Tensor, share: float) -> tf.Tensor:
-    """True for a serialized record in the holdout: a keyed hash of its bytes falls in the first `share` of
-    HOLDOUT_BUCKETS. The same record is in it on every pass, every worker and every run."""
-    bucket = tf.strings.to_hash_bucket_strong(record, HOLDOUT_BUCKETS, HOLDOUT_KEY)
+def in_holdout(record: tf.Tensor, share: float, leave_out: tuple[str, ...] = ()) -> tf.Tensor:
+    """True for a serialized record in the holdout: a keyed hash of its features but those `leave_out` names
+    (components.core.record_keys) falls in the first `share` of HOLDOUT_BUCKETS. The same record is in it on
+    every pass, every worker and every run."""
+    bucket = features_bucket(record, HOLDOUT_BUCKETS, HOLDOUT_KEY, leave_out)
     return tf.less(bucket, int(share * HOLDOUT_BUCKETS))
 
 
@@ -239,11 +242,12 @@ def _packing(element_spec):
     return pack, unpack
 
 
-def count_records(file_patterns: list[str], holdout_share: float) -> int:
-    """Input: TFRecord file patterns and a holdout share. Output: how many of their records are in_holdout."""
+def count_records(file_patterns: list[str], holdout_share: float, leave_out: tuple[str, ...] = ()) -> int:
+    """Input: TFRecord file patterns, a holdout share and the features its hash leaves out. Output: how many
+    of their records are in_holdout."""
     files = list_files(file_patterns)
     records = record_dataset(files, record_compression(files))
-    held_out = records.filter(lambda record: in_holdout(record, holdout_share))
+    held_out = records.filter(lambda record: in_holdout(record, holdout_share, leave_out))
     return int(held_out.reduce(np.int64(0), lambda count, _: count + 1))
 
 

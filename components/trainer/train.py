@@ -23,7 +23,7 @@ from absl import logging
 from components.core import artifact_files, contract
 from components.core.model_module import ModelModule, load_model_module, task_of
 from components.core.records import TrainingReport, read_model_facts, write_model_facts
-from components.core.tasks import LabelSummary
+from components.core.tasks import LabelSummary, PredictionTarget
 from components.settings import FOLDS_MIN_RECORDS, TaskConfig, TrainConfig
 from components.trainer import callbacks as training_callbacks
 from components.trainer.checkpoints import checkpointed_interval, repair_checkpoint
@@ -127,7 +127,8 @@ class TrainingSetup:
                             cache=split is not None, cache_file=self.input_cache.cache_file(split) if split else "",
                             seed=self.settings.seed, shard_by_data=self.multi_worker,
                             holdout_share=share if split in ("train", "validation") else 0.0,
-                            holdout=split == "validation", folds=self.folds if split in ("train", "folds") else 0)
+                            holdout=split == "validation", folds=self.folds if split in ("train", "folds") else 0,
+                            leave_out=PredictionTarget.of(module).label_sources)
 
 
 @dataclasses.dataclass
@@ -317,7 +318,8 @@ def set_up(job: TrainingJob) -> TrainingSetup:
         logging.warning("train.time_budget_seconds %g is not applied with several workers (they must agree on "
                         "the epoch that ends training): the plan's epochs bound it", settings.time_budget_seconds)
         settings = dataclasses.replace(settings, time_budget_seconds=0.0)
-    held_out = count_records(job.train_files, settings.validation_share) if settings.validation_share else 0
+    held_out = (count_records(job.train_files, settings.validation_share, PredictionTarget.of(model_module).label_sources)
+                if settings.validation_share else 0)
     if settings.validation_share and not 0 < held_out < labels["train"].examples:
         raise ValueError(f"train.validation_share {settings.validation_share:g} holds out {held_out} of the "
                          f"{labels['train'].examples} training records: too few to validate on, or to train on")

@@ -121,7 +121,8 @@ def data_nodes(config: PipelineConfig, data_fingerprint: str) -> DataNodes:
     """TFRecordIngest -> StatisticsGen -> ImportSchemaGen -> ExampleValidator -> ValidationGate (blocking
     anomalies; drift from the statistics of the data the served model was trained on)."""
     ingest = TFRecordIngest(input_base=config.data_root, eval_fraction=config.ingest.eval_fraction,
-                            span_window=config.ingest.span_window, input_fingerprint=data_fingerprint)
+                            span_window=config.ingest.span_window, input_fingerprint=data_fingerprint,
+                            split_leaves_out=prediction_target(config).label_sources)
     examples = ingest.outputs[contract.EXAMPLES]
     statistics_gen = StatisticsGen(examples=examples)
     statistics = statistics_gen.outputs[contract.STATISTICS]

@@ -339,7 +339,7 @@ def test_training_with_a_validation_share_validates_on_held_out_training_records
                weight_decay=0.001)
     report = train(job).to_json()
     assert fed and all(patterns == files["train_files"] for patterns in fed)
-    held_out = input_pipeline.count_records(files["train_files"], 0.2)
+    held_out = input_pipeline.count_records(files["train_files"], 0.2, ("tips",))  # the label's source left out
     assert report["validation_examples"] == held_out and 0 < held_out < report["labels"]["train"]["examples"]
     curve = report["history"]["val_auc"]
     assert len(curve) == report["intervals_run"] == len(report["history"]["loss"]) <= report["intervals"]

@@ -395,6 +395,9 @@ def test_the_pipeline_process_loads_the_model_module_once(monkeypatch):
         for node in pipeline.components}
     targets = {node_id: record["target"] for node_id, record in records.items() if record}
     assert set(targets) == {"Trainer", "Fp32BaselineTrainer", "PrecisionEvaluator", "ModelExport"}
-    assert all(target == {"label_key": "big_tipper", "task": "binary", "classes": ["not_big_tipper", "big_tipper"]}
-               for target in targets.values())
+    assert all(target == {"label_key": "big_tipper", "task": "binary", "classes": ["not_big_tipper", "big_tipper"],
+                          "label_sources": ["tips"]} for target in targets.values())
+    # the eval split's hash leaves out what the label is read from and the model does not read (fare it reads)
+    ingest = {node.id: node for node in pipeline.components}["TFRecordIngest"]
+    assert ingest.exec_properties["split_leaves_out"] == "tips"
     assert records["Fp32BaselineTrainer"]["section"]["precision"] == "float32"  # its overrides, in its record

@@ -23,7 +23,7 @@ from components.core import contract
 from components.tfrecord_ingest.tfrecord_files import split_of
 from components.trainer.checkpoints import BACKUP_METADATA
 from pipeline.commands.cli import main as cli_main
-from pipeline.config import load_config
+from pipeline.config import load_config, prediction_target
 from tests.config_text import required_keys, taxi_config_text
 from pipeline.runs.run_facts import NOT_STARTED_PREFIX
 from pipeline.runs.run_guard import LOCK_FILE, LOCKED_EXIT_CODE
@@ -249,8 +249,10 @@ def test_schema_faults_stop_the_run_before_training_naming_each_feature(unchange
 
 
 def test_empty_eval_split_stops_the_run_before_training(unchanged_production, capsys, tmp_path):
+    config = unchanged_production.config
+    leave_out = prediction_target(config).label_sources
     examples = [e for e in _span_examples(unchanged_production)
-                if split_of(e.SerializeToString(), unchanged_production.config.ingest.eval_fraction) == "train"]
+                if split_of(e.SerializeToString(), config.ingest.eval_fraction, leave_out) == "train"]
     write_records(tmp_path / "data" / "span-2" / "part.tfrecord.gz", examples, "GZIP")
     models_before = count_outputs(unchanged_production.config, "Trainer", contract.MODEL)
 

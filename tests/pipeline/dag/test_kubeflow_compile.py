@@ -125,13 +125,15 @@ def test_each_step_gets_its_settings_as_one_record_in_the_compiled_spec(compiled
             text = json.loads(parameters["custom_config"]["runtimeValue"]["constant"])["settings"]
         return StepSettings.from_json(text, section, task)
 
-    target = PredictionTarget("big_tipper", "binary", ("not_big_tipper", "big_tipper"))
+    target = PredictionTarget("big_tipper", "binary", ("not_big_tipper", "big_tipper"), ("tips",))
     for task, section, expected in (("PrecisionEvaluator", EvaluateConfig, config.evaluate),
                                     ("ModelExport", ExportConfig, config.export),
                                     ("Trainer", TrainConfig, config.train)):
         assert record(task, section) == StepSettings(expected, config.task, "models.taxi", target), task
     assert record("Fp32BaselineTrainer", TrainConfig).section.precision == "float32"
     assert not {"model_module", "task"} & set(tasks["ModelExport"]["inputs"]["parameters"])
+    # ingestion's split leaves the label's sources out of its hash in the pod too
+    assert tasks["TFRecordIngest"]["inputs"]["parameters"]["split_leaves_out"]["runtimeValue"]["constant"] == "tips"
 
 
 def test_a_step_that_lost_its_resources_fails_the_check(compiled):

@@ -265,7 +265,7 @@ def test_a_span_of_three_rows_is_named_trains_one_model_if_accepted_and_never_be
         assert _cli("prepare-data", "--csv", "two.csv", "--data", "data", "--span", 2)[0] == 0
         records = tf.data.TFRecordDataset(sorted(map(str, (tmp_path / "data" / "span-2").glob("*.gz"))),
                                           compression_type="GZIP").as_numpy_iterator()
-        if len({split_of(record, 1 / 3) for record in records}) == 2:
+        if len({split_of(record, 1 / 3, ("y",)) for record in records}) == 2:
             break
     code, out, err = _cli("run", "--config", "data.yaml")
     assert code == 1 and re.search(r"span 2 holds 3 record\(s\) \(train \d, eval \d\), against span 1's 400 "

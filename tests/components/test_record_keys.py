@@ -1,0 +1,77 @@
+"""The eval split, the folds and the validation holdout hash a record's features, its label left out: a repeated
+feature vector lands on one side whatever its labels (real TensorFlow and protobuf, no stand-ins)."""
+import numpy as np
+import tensorflow as tf
+
+from components.core.packing import fold_of
+from components.core.record_keys import features_bucket, features_digest
+from components.tfrecord_ingest import executor
+from components.tfrecord_ingest.tfrecord_files import split_of
+from components.trainer.input_pipeline import count_records, in_holdout
+
+
+def _record(x: float, kind: bytes, label: int, reverse: bool = False) -> bytes:
+    """A serialized tf.Example of x, kind and y; `reverse` lists its features in the other order."""
+    features = {"kind": tf.train.Feature(bytes_list=tf.train.BytesList(value=[kind])),
+                "x": tf.train.Feature(float_list=tf.train.FloatList(value=[x])),
+                "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))}
+    entries = [tf.train.Features(feature={name: feature}).SerializeToString(deterministic=True)
+               for name, feature in sorted(features.items(), reverse=reverse)]  # one map entry each
+    body = b"".join(entries)  # a Features message is its entries side by side, in any order
+    return b"\n" + _varint(len(body)) + body
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+# 40 feature vectors, each written 10 times with labels 0 and 1: a table of coarse, repeated cells
+VECTORS = [(float(i % 8), b"k%d" % (i // 8)) for i in range(40)]
+RECORDS = [_record(x, kind, copy % 2) for x, kind in VECTORS for copy in range(10)]
+
+
+def test_a_record_whose_label_differs_hashes_as_its_twin_whatever_order_it_lists_its_features_in():
+    one, other, reordered = _record(2.0, b"a", 0), _record(2.0, b"a", 1), _record(2.0, b"a", 1, reverse=True)
+    assert tf.train.Example.FromString(reordered) == tf.train.Example.FromString(other) and reordered != other
+    assert features_digest(one, ("y",)) == features_digest(other, ("y",)) == features_digest(reordered, ("y",))
+    assert features_digest(one) != features_digest(other)  # nothing left out: the bytes
+    buckets = features_bucket(tf.constant([one, other, reordered]), 1000, [1, 2], ("y",)).numpy()
+    assert len(set(buckets)) == 1
+    assert features_bucket(tf.constant([_record(2.0, b"b", 0)]), 1000, [1, 2], ("y",)).numpy()[0] != buckets[0]
+    # any shape in, the same shape out
+    assert features_bucket(tf.constant([[one, other]]), 1000, [1, 2], ("y",)).shape == (1, 2)
+
+
+def test_split_folds_and_holdout_keep_each_repeated_vector_on_one_side_and_still_spread_the_vectors():
+    splits = [split_of(record, 0.3, ("y",)) for record in RECORDS]
+    folds = fold_of(tf.constant(RECORDS), 4, ("y",)).numpy()
+    held = in_holdout(tf.constant(RECORDS), 0.3, ("y",)).numpy()
+    for vector in range(len(VECTORS)):
+        copies = slice(vector * 10, vector * 10 + 10)
+        assert len(set(splits[copies])) == len(set(folds[copies])) == len(set(held[copies])) == 1, vector
+    per_vector = slice(0, None, 10)
+    assert set(splits[per_vector]) == {"train", "eval"} and len(set(folds[per_vector])) == 4
+    assert 0 < held[per_vector].sum() < len(VECTORS)
+    # with the label hashed too, the copies of a vector were dealt to both splits by their label
+    assert any(len({split_of(record, 0.3) for record in RECORDS[v * 10:v * 10 + 10]}) == 2 for v in range(40))
+
+
+def test_ingestion_and_the_trainers_holdout_count_leave_the_named_features_out(tmp_path):
+    data = tmp_path / "in"
+    data.mkdir()
+    with tf.io.TFRecordWriter(str(data / "part.tfrecord")) as writer:
+        for record in RECORDS:
+            writer.write(record)
+    report = executor.ingest([str(data)], str(tmp_path / "out"), 0.3, leave_out=("y",))
+    evaluation = [bytes(r) for r in tf.data.TFRecordDataset(
+        tf.io.gfile.glob(str(tmp_path / "out" / "Split-eval" / "*")), compression_type="GZIP").as_numpy_iterator()]
+    assert report["counts"]["eval"] == len(evaluation) and len(evaluation) % 10 == 0
+    labels = [tf.train.Example.FromString(r).features.feature["y"].int64_list.value[0] for r in evaluation]
+    assert np.mean(labels) == 0.5  # every vector in the eval split brought both of its labels
+    held = in_holdout(tf.constant(RECORDS), 0.3, ("y",)).numpy()
+    assert count_records([str(data / "part.tfrecord")], 0.3, ("y",)) == held.sum()
