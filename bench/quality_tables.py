@@ -9,8 +9,7 @@ The rule, written down before any default was chosen or scored on the check set:
   chosen for mixed tasks (8 binary, 8 multi-class, 8 regression), sizes (406 to 100,004 rows) and shapes
   (hour-level date-times, high-cardinality strings, missing labels, wide and narrow tables); none is a table of
   the tuning set or a copy of one, and in none do more than 0.3% of the labelled rows repeat their feature cells
-  under another label (the eval split hashes each whole record, label included, so such rows would put a
-  feature vector's labels on different sides of the split). The list is fixed: no table leaves it, and a table
+  under another label (such rows measure how a split deals a repeated feature vector more than the model). The list is fixed: no table leaves it, and a table
   added later joins the tuning set.
 - The **tuning set** is every other table: the 30 tables earlier rounds were tuned and checked on (both halves of
   the earlier rule, which split them by the first byte of the SHA-256 of the name). Defaults are measured and
