@@ -445,6 +445,20 @@ def record_table(name: str, result: dict, code: str) -> None:
             "runs": figures["runs"], "failures": result["failures"]}, code=code)
 
 
+def record_merged(documents: list[dict], results: dict) -> None:
+    """Appends the merged figures (merge_results) as each table's record, when every document was measured by one
+    checkout at one commit that it still holds (seeds run in several calls of the same code); says why not
+    otherwise."""
+    codes = {(document.get("code"), document.get("code_version")) for document in documents}
+    (code, version), = codes if len(codes) == 1 else ((None, None),)
+    if not code or not version or _code_version(code) != version:
+        print("merged figures not recorded: the documents were not all measured by one checkout at the commit it "
+              f"holds now ({sorted(str(item) for item in codes)})")
+        return
+    for name, result in results.items():
+        record_table(name, result, code)
+
+
 def merge_results(documents: list[dict]) -> dict:
     """Input: the JSON documents (`--json`) of bench runs of the same prepared data, e.g. seed 0 in one run and
     seeds 1 and 2 in another. Output: the results one run of all of them would have given: per table and
@@ -706,6 +720,7 @@ def main() -> None:
         if args.json:
             with open(args.json, "w") as handle:
                 json.dump({"merged": args.merge, "tables": results}, handle, indent=2)
+        record_merged(documents, results)
         _print_closing(results)
         return
     warnings.filterwarnings("ignore", category=FutureWarning)  # google-* packages' notices on import

@@ -45,3 +45,31 @@ def test_a_table_whose_yardsticks_were_never_measured_keeps_the_reason(bench):
     merged = bench.merge_results([_document(bench, [_run(0, 0.8)])] * 2)["credit"]
     assert merged["yardsticks"] == {"error": "no successful schema-driven run"}
     assert merged["models"][bench.SCHEMA]["value"]["n"] == 1  # the same seed twice: one run
+
+
+def test_merged_runs_of_one_checkout_are_recorded_as_one_table_and_of_several_not(bench, tmp_path, monkeypatch,
+                                                                                 capsys):
+    import json
+    import subprocess
+
+    monkeypatch.setenv("BENCH_RECORDS", "on")
+    monkeypatch.setenv("BENCH_RESULTS_DIR", str(tmp_path / "results"))
+    code = tmp_path / "code"
+    code.mkdir()
+    for command in (["init", "-q"], ["-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty",
+                                     "-m", "x"]):
+        subprocess.run(["git", "-C", str(code), *command], check=True)
+    version = bench._code_version(str(code))
+    first, later = _document(bench, [_run(0, 0.80)], lightgbm=0.79), _document(bench, [_run(1, 0.82), _run(2, 0.84)])
+    for document in (first, later):
+        document.update(code=str(code), code_version=version)
+    bench.record_merged([first, later], bench.merge_results([first, later]))
+    [line] = (tmp_path / "results" / "tabular_quality.jsonl").read_text().splitlines()
+    record = json.loads(line)
+    assert record["measurement"] == "credit" and [run["seed"] for run in record["figures"]["runs"]] == [0, 1, 2]
+    assert record["commit"].startswith(version) and record["figures"]["yardsticks"]["lightgbm"] == 0.79
+
+    later["code_version"] = "0000000"  # another commit's runs: nothing recorded, and it says why
+    bench.record_merged([first, later], bench.merge_results([first, later]))
+    assert len((tmp_path / "results" / "tabular_quality.jsonl").read_text().splitlines()) == 1
+    assert "merged figures not recorded" in capsys.readouterr().out
