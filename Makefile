@@ -36,7 +36,7 @@ docs: venv
 # The edit loop: everything but the real DAG runs (e2e) and real model training (training), with fewer fuzzed
 # files; about 7 minutes on an idle 2-core machine. `make test` runs it all.
 test-fast: venv
-	FUZZ_EXAMPLES=15 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not e2e and not training" tests
+	FUZZ_EXAMPLES=15 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not e2e and not training and not slow" tests
 
 # The whole pipeline on the taxi sample 1, 10 and 100 times over: per-step seconds, examples/s, peak RSS
 # (about 20 minutes here; COPIES=1,10 for a quick look). A benchmark, not a test.

@@ -92,6 +92,7 @@ def test_stale_staging_is_removed_only_when_certainly_dead(model_files, tmp_path
                                                    unparsable_fresh.name])
 
 
+@pytest.mark.slow
 def test_concurrent_pushers_to_one_directory_each_publish_a_whole_version(model_files, tmp_path, tree_digest):
     push_dir = str(tmp_path / "serving")
     os.makedirs(push_dir)
@@ -281,6 +282,7 @@ def test_on_an_object_store_two_claims_on_one_number_both_withdraw_and_neither_w
 
 # A real S3 server ---------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_on_s3_concurrent_pushers_each_publish_a_whole_version_and_other_tools_versions_stay(s3_server, tmp_path):
     """Three pushers (processes, as pods would be) race on one serving prefix of an S3 server, beside a
     version another tool wrote long ago (no claim, no marker): each publishes its own whole version, none

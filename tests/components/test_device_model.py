@@ -26,6 +26,8 @@ from components.trainer.export import export_serving_model
 from components.trainer.train import TrainingJob, train
 from pipeline.config import load_config
 
+pytestmark = pytest.mark.slow  # a model trained and converted per module: minutes, not in make test-fast
+
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

@@ -59,6 +59,7 @@ def _epochs(dataset, examples, epochs=3):
 
 
 @pytest.mark.parametrize("where", [MEMORY, DISK])
+@pytest.mark.slow
 def test_the_cached_path_feeds_the_same_examples_as_the_streamed_one_in_every_pass(files, preprocessing, tmp_path,
                                                                                  where):
     cache_file = str(tmp_path / "train") if where == DISK else ""

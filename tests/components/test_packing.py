@@ -76,6 +76,7 @@ def test_a_copys_members_do_not_learn_from_the_records_of_its_own_fold(module):
         assert unchanged == (member // per_copy == 1), member
 
 
+@pytest.mark.slow
 def test_validation_scores_each_record_by_its_copys_members_and_the_mean_is_served_and_saved(tmp_path):
     keras.utils.set_random_seed(2)
     model = pack(PACKED, None, 4)
@@ -118,6 +119,7 @@ def test_one_layer_per_depth_holds_every_member_and_the_graph_does_not_grow_with
     assert len(set(sizes.values())) == 1, sizes  # the same layers and tensors whatever the members
 
 
+@pytest.mark.slow
 def test_a_training_step_runs_far_fewer_ops_packed_than_per_copy():
     """The ops one training step executes (a GPU launches a kernel for each): the packed network's do not grow
     with the copies, a network per copy's do."""

@@ -29,6 +29,8 @@ from components.precision_evaluator import executor as evaluator_executor
 from components.trainer.train import TrainingJob, train
 from pipeline.config import load_config
 
+pytestmark = pytest.mark.slow  # a model trained and converted per module: minutes, not in make test-fast
+
 
 TAXI_TARGET = PredictionTarget("big_tipper", "binary", ("not_big_tipper", "big_tipper"))
 

@@ -5,6 +5,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from pipeline.config import PROJECT_ROOT
 
 LOAD_TENSORFLOW_IO = "import tensorflow_io, sys; assert 'tensorflow_io' in sys.modules\n"
@@ -21,6 +23,7 @@ def _python(code: str, **kwargs) -> subprocess.CompletedProcess:
                           cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300, **kwargs)
 
 
+@pytest.mark.slow
 def test_native_stdio_and_atexit_handlers_are_flushed_and_run_and_the_status_kept():
     result = _python("""
         import atexit, ctypes
@@ -36,6 +39,7 @@ def test_native_stdio_and_atexit_handlers_are_flushed_and_run_and_the_status_kep
     assert "pure virtual method called" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_message_is_printed_with_status_1_and_interrupts_end_with_130():
     result = _python("""
         from components.process_exit import exit_past_native_teardown
@@ -54,6 +58,7 @@ def test_a_message_is_printed_with_status_1_and_interrupts_end_with_130():
     assert interrupted.returncode == 130 and interrupted.stderr.strip().endswith("interrupted"), interrupted.stderr
 
 
+@pytest.mark.slow
 def test_a_reader_that_went_away_does_not_bring_the_abort_back():
     """`python -m pipeline ... | head -1`: stdout's reader is gone when the process flushes at exit."""
     process = subprocess.Popen(

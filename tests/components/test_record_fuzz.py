@@ -9,6 +9,7 @@ import gzip
 import os
 import tempfile
 
+import pytest
 import tensorflow as tf
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -58,12 +59,14 @@ def test_check_example_returns_a_reason_or_none_for_any_bytes(record):
 
 @FUZZ.__class__(FUZZ, max_examples=FILES_PER_TEST)
 @given(st.binary(max_size=400))
+@pytest.mark.slow
 def test_random_files_are_read_or_rejected_with_the_file_named(content):
     _ingest_bytes(content)
 
 
 @FUZZ.__class__(FUZZ, max_examples=FILES_PER_TEST)
 @given(st.lists(st.binary(max_size=80), min_size=1, max_size=8), st.booleans())
+@pytest.mark.slow
 def test_well_framed_random_payloads_are_checked_record_by_record(payloads, zipped):
     result = _ingest_bytes(_framed(payloads, "GZIP" if zipped else None))
     if isinstance(result, tfrecord_files.IngestionError):
@@ -74,6 +77,7 @@ def test_well_framed_random_payloads_are_checked_record_by_record(payloads, zipp
 
 @FUZZ.__class__(FUZZ, max_examples=FILES_PER_TEST)
 @given(st.data())
+@pytest.mark.slow
 def test_damaged_valid_files_name_the_file(data):
     zipped = data.draw(st.booleans())
     payloads = [_example(float(i)) for i in range(20)]

@@ -216,6 +216,7 @@ def test_infinite_numbers_are_missing_in_keras(device_model):
     assert indicator(tf.constant([largest, -largest, np.inf, 0], tf.float32)).numpy().tolist() == [0, 0, 1, 0]
 
 
+@pytest.mark.slow
 def test_a_date_converts_with_builtins_and_scores_as_keras_in_float32_and_full_int8(device_model):
     model_module, preprocessing, model, saved, sample, rows = device_model
     expected = _keras_probabilities(preprocessing, model, rows)
@@ -257,6 +258,7 @@ AWKWARD = {"features": "FLOAT", "fare": "FLOAT", "fare_missing": "FLOAT", "fare.
 # Keras warns, when it loads a model whose input dict's keys (the columns) differ from its inputs' names (their
 # internal names), that they should match: they differ on purpose (components/core/feature_names.py).
 @pytest.mark.filterwarnings("ignore:When providing `inputs` as a dict:UserWarning")
+@pytest.mark.slow
 def test_columns_of_any_name_build_train_and_survive_saving(tmp_path):
     model_module = _model(tmp_path, AWKWARD, dates=["sold at"])
     sample = _sample(model_module, 64)

@@ -212,6 +212,7 @@ def _device_outputs(flatbuffer: bytes, rows: dict[str, np.ndarray], key: str) ->
     ("binary", "none", 1, ""), ("multiclass", "none", 1, ""), ("regression", "none", 1, ""),
     ("regression", "log", 1, ""), ("binary", "none", 4, ""), ("multiclass", "none", 3, ""),
     ("regression", "log", 4, ""), ("binary", "none", 4, "48 bins"), ("regression", "log", 4, "48 bins")])
+@pytest.mark.slow
 def test_the_device_model_converts_with_builtins_and_int8_stays_within_the_ladders_tolerance(tmp_path, task, transform,
                                                                                            folds, candidate):
     """The schema-driven model alone, and bagged over folds as the Trainer serves it; in the default number
@@ -246,6 +247,7 @@ def test_the_device_model_converts_with_builtins_and_int8_stays_within_the_ladde
         assert np.abs(got - expected).mean() / spread <= OUTPUT_TOLERANCE[variant], variant
 
 
+@pytest.mark.slow
 def test_float16_and_full_int8_read_numbers_beyond_float16s_range_and_keep_the_output_layer_float(tmp_path):
     """Bagged over 3 folds, a number of about 1.7e9 (a date's seconds since 1970) that float16 cannot hold, and a
     price label: the float16 variant stores the core's weights in float16 but the preprocessing's constants in
@@ -301,6 +303,7 @@ def test_float16_and_full_int8_read_numbers_beyond_float16s_range_and_keep_the_o
 
 
 @pytest.mark.parametrize("folds", [1, 4])
+@pytest.mark.slow
 def test_mixed_bfloat16_trains_the_packed_ensemble_with_float32_encodings_and_outputs(tmp_path, folds):
     module = _module(tmp_path, "binary")
     table = _table(600, "binary")
@@ -322,6 +325,7 @@ def test_mixed_bfloat16_trains_the_packed_ensemble_with_float32_encodings_and_ou
 
 
 @pytest.mark.parametrize("folds", [1, 3])
+@pytest.mark.slow
 def test_a_warm_start_from_the_served_files_predicts_as_the_served_model(tmp_path, folds):
     (tmp_path / "served").mkdir()
     module, table, preprocessing, model = _trained(tmp_path / "served", "regression", "log", epochs=2, folds=folds)
@@ -343,6 +347,7 @@ def test_a_warm_start_from_the_served_files_predicts_as_the_served_model(tmp_pat
                                model(preprocessing(features)).numpy(), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_string_cell_prepare_data_reads_as_missing_is_served_as_missing(tmp_path):
     """A client sends a row as the CSV holds it ("None", "NA", "n/a"...): the SavedModel's preprocessing and the
     device model answer as for the missing value training saw (""), not as for an unknown category; a category
@@ -404,6 +409,7 @@ def test_the_description_names_the_columns_read_as_codes_and_keeps_a_modules_own
     assert finer.DESCRIPTION != module.DESCRIPTION and module.DESCRIPTION.startswith("mine: ")
 
 
+@pytest.mark.slow
 def test_a_wide_tables_numbers_are_encoded_as_one_tensor_the_same_way_each_column_alone_is(tmp_path):
     """Past the defaults' wide_numbers numeric columns, the numbers go through a handful of layers as one tensor
     (the graph no longer grows with the columns), and each column's encoding is the one it would get alone: the

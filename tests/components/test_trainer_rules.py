@@ -237,6 +237,7 @@ def test_the_fp32_baseline_is_not_trained_again_when_the_candidate_trained_in_pl
      "    return features['payment_type']\n",
      r"label 'payment_type': make_label returns strings; a regression task needs float32 labels"),
 ], ids=["binary_with_3_outputs", "regression_with_string_label"])
+@pytest.mark.slow
 def test_a_model_whose_output_or_labels_do_not_fit_its_task_stops_before_training(files, tmp_path, monkeypatch,
                                                                                   module_text, message):
     """What only TensorFlow can tell (the labels' dtype, the model's output width) is checked by the Trainer
@@ -251,6 +252,7 @@ def test_a_model_whose_output_or_labels_do_not_fit_its_task_stops_before_trainin
     assert not (tmp_path / "out" / "serving").exists()
 
 
+@pytest.mark.slow
 def test_a_training_split_too_small_for_its_folds_trains_one_model_and_says_so(files, tmp_path):
     from components.settings import FOLDS_MIN_RECORDS
     from components.trainer.train import one_model_when_few

@@ -2,12 +2,15 @@
 import csv
 import os
 
+import pytest
 import tensorflow as tf
 import tensorflow_data_validation as tfdv
 
 from components.validation_gate import drift
 from components.validation_gate import executor as gate
 from pipeline.onboarding.example_data import bundled_taxi_csv, row_to_example
+
+pytestmark = pytest.mark.slow  # TFDV statistics of real spans: seconds each, not in make test-fast
 
 SCHEMA = os.path.join(os.path.dirname(__file__), "..", "..", "schemas", "taxi", "schema.pbtxt")
 

@@ -70,6 +70,7 @@ def _command(folder, *argv, **environment) -> subprocess.CompletedProcess:
                           timeout=300, env={**os.environ, **environment})
 
 
+@pytest.mark.slow
 def test_a_command_prints_no_tensorflow_registration_noise_whatever_log_level_the_caller_exported(tmp_path):
     (tmp_path / "empty").mkdir()  # init reads the data with TensorFlow's libraries before it finds no file
     for level in ("0", "1", "2", "3"):

@@ -165,6 +165,7 @@ def test_a_malformed_tf_config_is_an_error_finding_naming_the_variable(monkeypat
 LOGGING_VARIABLES = ("TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL", "TF_CPP_VMODULE", "PYTHONWARNINGS")
 
 
+@pytest.mark.slow
 def test_the_doctor_command_runs_in_a_fresh_process(tmp_path):
     # As a user runs it: without whatever logging settings the test's caller exported (a user who exports
     # TF_CPP_MIN_LOG_LEVEL gets what they asked for).

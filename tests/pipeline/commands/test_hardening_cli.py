@@ -260,6 +260,7 @@ def test_the_line_filter_drops_only_native_info_and_warning_lines():
     assert target.getvalue() == b"".join(lines[5:])
 
 
+@pytest.mark.slow
 def test_a_quiet_command_line_drops_native_info_lines_but_not_errors_even_on_a_crash():
     result = subprocess.run([sys.executable, "-c", QUIET_PROCESS], capture_output=True, text=True, timeout=300,
                             cwd=PROJECT_ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})

@@ -144,6 +144,7 @@ def test_a_step_that_lost_its_resources_fails_the_check(compiled):
         check_resources(broken, config)
 
 
+@pytest.mark.slow
 def test_compile_refuses_paths_that_mean_nothing_in_a_pod(tmp_path):
     result = subprocess.run([sys.executable, "-m", "pipeline", "compile", "--image", "img", "--pipeline-root",
                              "gs://b/r", "--output", str(tmp_path / "p.json"), "--serving-dir", "/srv",
@@ -164,6 +165,7 @@ def test_a_local_run_records_absolute_artifact_uris_whatever_the_working_directo
     assert pipeline.pipeline_info.pipeline_root == str(tmp_path / "out" / "pipeline")
 
 
+@pytest.mark.slow
 def test_multi_worker_training_compiles_to_a_vertex_custom_job_with_a_chief_and_workers(tmp_path):
     config = load_config(data_root="gs://bucket/taxi", serving_dir="/mnt/serving", resources={
         "training_workers": 3, "vertex_project": "my-project", "training": {"accelerator_count": 2}})

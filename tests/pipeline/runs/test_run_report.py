@@ -299,6 +299,7 @@ def test_a_run_without_a_validation_slice_labels_its_one_score_as_the_eval_split
     assert [c.get_label() for c in auc.collections] == ["Trainer eval split"]
 
 
+@pytest.mark.slow
 def test_a_wide_tables_histograms_draw_the_flagged_features_first_and_the_caption_says_how_many_of_all():
     from tensorflow_metadata.proto.v0 import statistics_pb2
     from pipeline.runs.run_report import FIGURE_FEATURES, _features_to_draw, _histogram_figure
