@@ -48,7 +48,7 @@ def features_bucket(records: tf.Tensor, buckets: int, key: list[int], leave_out:
                                        [tf.string])  # [N, most features], "" past a record's own
     kept = tf.not_equal(entries, "")
     for name in leave_out:  # a map entry starts with its key: tag 1, the key's length, the key
-        prefix = b"\n" + _varint(len(name.encode())) + name.encode()
+        prefix = b"\n" + protobuf_varint(len(name.encode())) + name.encode()
         kept &= tf.not_equal(tf.strings.substr(entries, 0, len(prefix)), prefix)
     hashed = tf.strings.to_hash_bucket_strong(entries, ENTRY_BUCKETS, key)
     summed = tf.reduce_sum(tf.where(kept, hashed, tf.zeros_like(hashed)), axis=-1)
@@ -56,7 +56,7 @@ def features_bucket(records: tf.Tensor, buckets: int, key: list[int], leave_out:
     return tf.reshape(bucket, tf.shape(records))
 
 
-def _varint(value: int) -> bytes:
+def protobuf_varint(value: int) -> bytes:
     """Protobuf's base-128 varint of a non-negative int."""
     out = bytearray()
     while True:

@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from components.core.packing import fold_of
-from components.core.record_keys import features_bucket, features_digest
+from components.core.record_keys import features_bucket, features_digest, protobuf_varint
 from components.tfrecord_ingest import executor
 from components.tfrecord_ingest.tfrecord_files import split_of
 from components.trainer.input_pipeline import count_records, in_holdout
@@ -18,16 +18,7 @@ def _record(x: float, kind: bytes, label: int, reverse: bool = False) -> bytes:
     entries = [tf.train.Features(feature={name: feature}).SerializeToString(deterministic=True)
                for name, feature in sorted(features.items(), reverse=reverse)]  # one map entry each
     body = b"".join(entries)  # a Features message is its entries side by side, in any order
-    return b"\n" + _varint(len(body)) + body
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
+    return b"\n" + protobuf_varint(len(body)) + body
 
 
 # 40 feature vectors, each written 10 times with labels 0 and 1: a table of coarse, repeated cells
