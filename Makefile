@@ -33,8 +33,8 @@ test: venv
 docs: venv
 	$(PY) -m mkdocs build --strict --quiet
 
-# The edit loop: everything but the real DAG runs (e2e) and real model training (training), with fewer fuzzed
-# files; about 7 minutes on an idle 2-core machine. `make test` runs it all.
+# The edit loop: everything but the real DAG runs (e2e), real model training (training) and the tests of more
+# than a few seconds (slow), with fewer fuzzed files; a few minutes on an idle 2-core machine. `make test` runs it all.
 test-fast: venv
 	FUZZ_EXAMPLES=15 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not e2e and not training and not slow" tests
 
