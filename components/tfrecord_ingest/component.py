@@ -7,6 +7,8 @@ Produces: `examples` (standard Examples: Split-train / Split-eval, gzip TFRecord
 read) with custom properties `train_examples`, `eval_examples`, `input_files`, `input_dir`, `spans`,
 `input_fingerprint`, and `ingest_report.json` beside the splits.
 """
+import json
+
 from tfx import types
 from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import standard_artifacts
@@ -37,5 +39,5 @@ class TFRecordIngest(base_component.BaseComponent):
                  split_leaves_out: tuple[str, ...] = ()):
         super().__init__(spec=TFRecordIngestSpec(
             input_base=input_base, eval_fraction=eval_fraction, input_fingerprint=input_fingerprint,
-            span_window=span_window, split_leaves_out=",".join(split_leaves_out),
+            span_window=span_window, split_leaves_out=json.dumps(list(split_leaves_out)),
             examples=types.Channel(type=standard_artifacts.Examples)))

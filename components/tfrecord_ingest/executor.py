@@ -1,6 +1,7 @@
 """TFRecord ingestion executor: checked, split and counted tf.Examples as a standard Examples artifact."""
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Callable
 
@@ -33,7 +34,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         examples = artifact_utils.get_single_instance(output_dict[contract.EXAMPLES])
         spans = spans_module.resolve_spans(exec_properties[contract.INPUT_BASE],
                                       int(exec_properties.get(contract.SPAN_WINDOW) or 1))
-        leave_out = tuple(name for name in (exec_properties.get(contract.SPLIT_LEAVES_OUT) or "").split(",") if name)
+        leave_out = tuple(json.loads(exec_properties.get(contract.SPLIT_LEAVES_OUT) or "[]"))
         report = ingest([span_dir for _, span_dir in spans], examples.uri,
                         float(exec_properties[contract.EVAL_FRACTION]), make_pipeline=self._make_beam_pipeline,
                         leave_out=leave_out)
@@ -55,7 +56,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
 
 
 def ingest(input_dirs: list[str], output_uri: str, eval_fraction: float,
-           make_pipeline: Callable[[], beam.Pipeline] = beam.Pipeline, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
+           make_pipeline: Callable[[], beam.Pipeline] = beam.Pipeline,
+           leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
     """Input: directories of TFRecord files (the spans read), the output folder, the eval fraction, the
     Beam pipeline to run in (the executor's: its runner and options) and the features the split's hash
     leaves out (tfrecord_files.split_of). Output: per-split counts and per-file

@@ -10,11 +10,11 @@ from components.tfrecord_ingest.tfrecord_files import split_of
 from components.trainer.input_pipeline import count_records, in_holdout
 
 
-def _record(x: float, kind: bytes, label: int, reverse: bool = False) -> bytes:
-    """A serialized tf.Example of x, kind and y; `reverse` lists its features in the other order."""
+def _record(x: float, kind: bytes, label: int, reverse: bool = False, label_name: str = "y") -> bytes:
+    """A serialized tf.Example of x, kind and the label; `reverse` lists its features in the other order."""
     features = {"kind": tf.train.Feature(bytes_list=tf.train.BytesList(value=[kind])),
                 "x": tf.train.Feature(float_list=tf.train.FloatList(value=[x])),
-                "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))}
+                label_name: tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))}
     entries = [tf.train.Features(feature={name: feature}).SerializeToString(deterministic=True)
                for name, feature in sorted(features.items(), reverse=reverse)]  # one map entry each
     body = b"".join(entries)  # a Features message is its entries side by side, in any order
@@ -66,3 +66,23 @@ def test_ingestion_and_the_trainers_holdout_count_leave_the_named_features_out(t
     assert np.mean(labels) == 0.5  # every vector in the eval split brought both of its labels
     held = in_holdout(tf.constant(RECORDS), 0.3, ("y",)).numpy()
     assert count_records([str(data / "part.tfrecord")], 0.3, ("y",)) == held.sum()
+
+
+def test_the_executor_reads_the_features_to_leave_out_whatever_their_names_hold(tmp_path):
+    from tfx.types import standard_artifacts
+
+    from components.core import contract
+
+    data = tmp_path / "in"
+    data.mkdir()
+    named = [_record(x, kind, copy % 2, label_name="y, z") for x, kind in VECTORS for copy in range(10)]
+    assert tf.train.Example.FromString(named[0]).features.feature["y, z"].int64_list.value == [0]
+    with tf.io.TFRecordWriter(str(data / "part.tfrecord")) as writer:
+        for record in named:
+            writer.write(record)
+    examples = standard_artifacts.Examples()
+    examples.uri = str(tmp_path / "artifact")
+    executor.Executor().Do({}, {contract.EXAMPLES: [examples]}, {
+        contract.INPUT_BASE: str(data), contract.EVAL_FRACTION: 0.3, contract.INPUT_FINGERPRINT: "x",
+        contract.SPLIT_LEAVES_OUT: '["y, z"]'})
+    assert examples.get_int_custom_property("eval_examples") % 10 == 0  # each vector's ten copies on one side

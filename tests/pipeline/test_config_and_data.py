@@ -399,5 +399,5 @@ def test_the_pipeline_process_loads_the_model_module_once(monkeypatch):
                           "label_sources": ["tips"]} for target in targets.values())
     # the eval split's hash leaves out what the label is read from and the model does not read (fare it reads)
     ingest = {node.id: node for node in pipeline.components}["TFRecordIngest"]
-    assert ingest.exec_properties["split_leaves_out"] == "tips"
+    assert json.loads(ingest.exec_properties["split_leaves_out"]) == ["tips"]
     assert records["Fp32BaselineTrainer"]["section"]["precision"] == "float32"  # its overrides, in its record

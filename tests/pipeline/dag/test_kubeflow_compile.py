@@ -133,7 +133,7 @@ def test_each_step_gets_its_settings_as_one_record_in_the_compiled_spec(compiled
     assert record("Fp32BaselineTrainer", TrainConfig).section.precision == "float32"
     assert not {"model_module", "task"} & set(tasks["ModelExport"]["inputs"]["parameters"])
     # ingestion's split leaves the label's sources out of its hash in the pod too
-    assert tasks["TFRecordIngest"]["inputs"]["parameters"]["split_leaves_out"]["runtimeValue"]["constant"] == "tips"
+    assert tasks["TFRecordIngest"]["inputs"]["parameters"]["split_leaves_out"]["runtimeValue"]["constant"] == '["tips"]'
 
 
 def test_a_step_that_lost_its_resources_fails_the_check(compiled):
