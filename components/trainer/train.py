@@ -82,6 +82,8 @@ class TrainingSetup:
     # training records that validate every interval: held out (settings.validation_share), or all of them,
     # each scored out of fold (settings.folds)
     validation_examples: int = 0
+    # the features the folds' and the holdout's hashes leave out: the label's sources (PredictionTarget.label_sources)
+    leave_out: tuple[str, ...] = ()
     sample: dict | None = None  # the training rows the preprocessing was fitted to (None: the warm start's)
     plan_examples: dict[str, int] = dataclasses.field(default_factory=dict)  # records per split fit reads
     variant: str = ""  # the model module's candidate built ("": a module without candidates)
@@ -128,7 +130,7 @@ class TrainingSetup:
                             seed=self.settings.seed, shard_by_data=self.multi_worker,
                             holdout_share=share if split in ("train", "validation") else 0.0,
                             holdout=split == "validation", folds=self.folds if split in ("train", "folds") else 0,
-                            leave_out=PredictionTarget.of(module).label_sources)
+                            leave_out=self.leave_out)
 
 
 @dataclasses.dataclass
@@ -318,8 +320,8 @@ def set_up(job: TrainingJob) -> TrainingSetup:
         logging.warning("train.time_budget_seconds %g is not applied with several workers (they must agree on "
                         "the epoch that ends training): the plan's epochs bound it", settings.time_budget_seconds)
         settings = dataclasses.replace(settings, time_budget_seconds=0.0)
-    held_out = (count_records(job.train_files, settings.validation_share, PredictionTarget.of(model_module).label_sources)
-                if settings.validation_share else 0)
+    leave_out = PredictionTarget.of(model_module).label_sources
+    held_out = count_records(job.train_files, settings.validation_share, leave_out) if settings.validation_share else 0
     if settings.validation_share and not 0 < held_out < labels["train"].examples:
         raise ValueError(f"train.validation_share {settings.validation_share:g} holds out {held_out} of the "
                          f"{labels['train'].examples} training records: too few to validate on, or to train on")
@@ -329,7 +331,8 @@ def set_up(job: TrainingJob) -> TrainingSetup:
     setup = TrainingSetup(settings, device, strategy_choice, strategy, model_module, warm, preprocessing, labels,
                           training_plan(examples["train"], settings, replicas),
                           PreprocessedCache(memory_budget_bytes(settings.cache_max_mb), job.scratch_dir),
-                          multi_worker, validation_examples=validating, sample=sample, plan_examples=examples,
+                          multi_worker, validation_examples=validating, leave_out=leave_out, sample=sample,
+                          plan_examples=examples,
                           variant=variant or next(iter(getattr(model_module, "CANDIDATES", ())), ""),
                           folds_note=folds_note)
     place_input_cache(job, setup)
