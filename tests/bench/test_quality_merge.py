@@ -41,6 +41,27 @@ def test_merged_runs_are_summarized_as_one_call_of_all_of_them(bench):
     assert bench.goal_lines({"credit": merged})[0].startswith("within goal of LightGBM: 1 of 1 tables")
 
 
+def test_a_call_without_yardsticks_keeps_the_earlier_calls(bench):
+    first = _document(bench, [_run(0, 0.80)], lightgbm=0.79)
+    later = _document(bench, [_run(1, 0.82), _run(2, 0.84)])
+    later["tables"]["credit"]["yardsticks"] = dict(bench.NOT_MEASURED)
+    merged = bench.merge_results([first, later])["credit"]
+    assert merged["yardsticks"]["lightgbm"] == 0.79 and merged["models"][bench.SCHEMA]["value"]["n"] == 3
+    alone = bench.merge_results([later])["credit"]
+    assert alone["yardsticks"] == bench.NOT_MEASURED  # never measured: the reason stays
+
+
+def test_a_calls_document_is_replaced_whole_after_each_table(bench, tmp_path):
+    import json
+
+    path = str(tmp_path / "figures.json")
+    bench.write_document(path, {"code_version": "abc", "tables": {"credit": {"models": {}}}})
+    bench.write_document(path, {"code_version": "abc", "tables": {"credit": {"models": {}}, "wage": {"models": {}}}})
+    document = json.loads((tmp_path / "figures.json").read_text())
+    assert list(document["tables"]) == ["credit", "wage"] and document["date"].endswith("+00:00")
+    assert [item.name for item in tmp_path.iterdir()] == ["figures.json"]  # no partial file left
+
+
 def test_a_table_whose_yardsticks_were_never_measured_keeps_the_reason(bench):
     merged = bench.merge_results([_document(bench, [_run(0, 0.8)])] * 2)["credit"]
     assert merged["yardsticks"] == {"error": "no successful schema-driven run"}

@@ -76,6 +76,14 @@ def test_catboost_takes_strings_as_categories_with_a_fixed_seed(quick):
     assert quick.CATBOOST_SETTINGS["thread_count"] == 2 and quick.CATBOOST_SETTINGS["random_seed"] == 0
 
 
+def test_strings_beyond_ascii_are_read_as_utf8(bench):
+    features = {"title": np.array(["Amélie (2001)".encode(), b"Heat (1995)", "東京物語".encode()], dtype=object),
+                "count": np.array([1, -(2 ** 63), 3], dtype=np.int64)}
+    frame = bench._frame(features)
+    assert list(frame["title"]) == ["Amélie (2001)", "Heat (1995)", "東京物語"]
+    assert str(frame["title"].dtype) == "category" and np.isnan(frame["count"][1])
+
+
 def test_a_class_missing_from_training_gets_probability_zero(quick):
     (train_x, train_y), (eval_x, eval_y) = _split("multiclass", 300, 0), _split("multiclass", 100, 1)
     keep = train_y != 2
