@@ -16,6 +16,7 @@ by name, so normalization runs in float32 and the core's first op quantizes its 
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.metadata
 import re
@@ -237,11 +238,69 @@ def _calibration_value(value: bytes) -> np.ndarray:
     return np.array([value], dtype=np.bytes_)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Code:
+    builtinCode: int
+    deprecatedBuiltinCode: int
+    customCode: bytes | None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tensor:
+    name: bytes
+    type: int
+    buffer: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Operator:
+    opcodeIndex: int
+    inputs: list[int]
+    outputs: list[int]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Graph:
+    tensors: list[_Tensor]
+    operators: list[_Operator]
+    outputs: list[int]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Model:
+    """What the report's questions read of a .tflite file, named as in TFLite's object API: operator codes, each
+    subgraph's tensors (name, type, buffer), operators and outputs, and each buffer's size in bytes (None when it
+    holds no data)."""
+    operatorCodes: list[_Code]
+    subgraphs: list[_Graph]
+    buffer_sizes: list[int | None]
+
+
+def _numbers(length: int, as_numpy) -> list[int]:
+    return [int(value) for value in as_numpy()] if length else []
+
+
 @functools.lru_cache(maxsize=8)  # the report asks several questions of each variant's file
-def _model(flatbuffer: bytes):
-    """The parsed flatbuffer (TFLite's object API); callers only read it."""
-    from tensorflow.lite.tools import flatbuffer_utils
-    return flatbuffer_utils.convert_bytearray_to_object(bytearray(flatbuffer))
+def _model(flatbuffer: bytes) -> _Model:
+    """The structure of a .tflite file (_Model), read in place: TFLite's object API would copy every field of
+    every op, tensor and buffer into Python objects first, seconds for a model of a few hundred ops."""
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    root = schema.Model.GetRootAs(flatbuffer, 0)
+    codes = [root.OperatorCodes(i) for i in range(root.OperatorCodesLength())]
+    graphs = []
+    for g in range(root.SubgraphsLength()):
+        graph = root.Subgraphs(g)
+        tensors = [graph.Tensors(i) for i in range(graph.TensorsLength())]
+        operators = [graph.Operators(i) for i in range(graph.OperatorsLength())]
+        graphs.append(_Graph(
+            [_Tensor(tensor.Name(), tensor.Type(), tensor.Buffer()) for tensor in tensors],
+            [_Operator(op.OpcodeIndex(), _numbers(op.InputsLength(), op.InputsAsNumpy),
+                       _numbers(op.OutputsLength(), op.OutputsAsNumpy)) for op in operators],
+            _numbers(graph.OutputsLength(), graph.OutputsAsNumpy)))
+    buffers = [root.Buffers(i) for i in range(root.BuffersLength())]
+    return _Model([_Code(code.BuiltinCode(), code.DeprecatedBuiltinCode(), code.CustomCode()) for code in codes],
+                  graphs, [None if buffer.DataIsNone() else buffer.DataLength() for buffer in buffers])
 
 
 def _is_preprocessing(name: str) -> bool:
@@ -381,15 +440,15 @@ def weight_bytes(flatbuffer: bytes) -> dict[str, int]:
             return any(_is_preprocessing(graph.tensors[index].name.decode()) for index in outputs)
 
         for index, tensor in enumerate(graph.tensors):
-            data = model.buffers[tensor.buffer].data if tensor.buffer < len(model.buffers) else None
-            if data is None or index in produced:
+            size = model.buffer_sizes[tensor.buffer] if tensor.buffer < len(model.buffer_sizes) else None
+            if size is None or index in produced:
                 continue
             uses = {preprocessing_consumer(op) for op in consumers.get(index, [])} or {False}
             buffer_use.setdefault(tensor.buffer, set()).update(uses)
     totals = {"weight_bytes": 0, "preprocessing_bytes": 0}
     for buffer, uses in buffer_use.items():
         key = "preprocessing_bytes" if uses == {True} else "weight_bytes"
-        totals[key] += len(model.buffers[buffer].data)
+        totals[key] += model.buffer_sizes[buffer]
     return totals
 
 
