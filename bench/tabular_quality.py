@@ -448,7 +448,7 @@ NOT_MEASURED = {"error": "not measured in this call (--no-yardsticks)"}
 TABLE_FACTS = ("source", "label", "rows", "task", "columns", "metric", "trivial", "yardsticks", "command_seconds")
 
 
-def record_table(name: str, result: dict, code: str) -> None:
+def record_table(name: str, result: dict, code: str, **details) -> None:
     """Appends a table's figures (bench_table's result) as one record per model: the measurement is the table's
     name for the schema-driven model, "NAME, MODEL" for another; its figures hold "half" (the table's set,
     TUNING or CHECK, by bench/quality_tables.py's rule), the model, the table's facts (TABLE_FACTS, among them
@@ -457,21 +457,51 @@ def record_table(name: str, result: dict, code: str) -> None:
     for model, figures in result["models"].items():
         records.append("tabular_quality", name if model == SCHEMA else f"{name}, {model}", {
             "half": half_of(name), "model": model, **{key: result.get(key) for key in TABLE_FACTS},
-            "runs": figures["runs"], "failures": result["failures"]}, code=code)
+            "runs": figures["runs"], "failures": result["failures"]}, code=code, **details)
 
 
-def record_merged(documents: list[dict], results: dict) -> None:
+def record_merged(documents: list[dict], results: dict, paths: list[str] | None = None) -> None:
     """Appends the merged figures (merge_results) as each table's record, when every document was measured by one
     checkout at one commit that it still holds (seeds run in several calls of the same code); says why not
-    otherwise."""
+    otherwise. The record's command is the merge with the documents' file names (`paths`), its note the calls
+    merged (call_description)."""
     codes = {(document.get("code"), document.get("code_version")) for document in documents}
     (code, version), = codes if len(codes) == 1 else ((None, None),)
     if not code or not version or _code_version(code) != version:
         print("merged figures not recorded: the documents were not all measured by one checkout at the commit it "
               f"holds now ({sorted(str(item) for item in codes)})")
         return
+    argv = [os.path.relpath(__file__, PROJECT_ROOT), "--merge", *(os.path.basename(path) for path in paths or [])]
+    note = (f"The runs of {len(documents)} calls merged: "
+            + "; ".join(f"`{call_description(document)}`" for document in documents) + ".")
     for name, result in results.items():
-        record_table(name, result, code)
+        record_table(name, result, code, note=note, argv=argv)
+
+
+PATH_OPTIONS = ("--work", "--json", "--data-from", "--code")  # their values: a machine's folders, not kept
+
+
+def call_description(document: dict) -> str:
+    """A bench call's options as its JSON document keeps them (its command line, else the options the document
+    names), each folder given to PATH_OPTIONS written as the option's name in capitals."""
+    argv = document.get("argv") or [
+        *(("--half", document["half"]) if document.get("half") else ()),
+        "--seeds", str(document.get("seeds")), "--first-seed", str(document.get("first_seed", 0)),
+        *(("--no-yardsticks",) if any((table.get("yardsticks") or {}) == NOT_MEASURED
+                                      for table in document.get("tables", {}).values()) else ())]
+    plain = []
+    for index, argument in enumerate(argv):
+        name, _, value = argument.partition("=")
+        if index and argv[index - 1] in PATH_OPTIONS:
+            argument = _placeholder(argv[index - 1])
+        elif name in PATH_OPTIONS and value:
+            argument = f"{name}={_placeholder(name)}"
+        plain.append(argument)
+    return " ".join(plain)
+
+
+def _placeholder(option: str) -> str:
+    return option.lstrip("-").replace("-", "_").upper()
 
 
 def merge_results(documents: list[dict]) -> dict:
@@ -740,7 +770,7 @@ def main() -> None:
         if args.json:
             with open(args.json, "w") as handle:
                 json.dump({"merged": args.merge, "tables": results}, handle, indent=2)
-        record_merged(documents, results)
+        record_merged(documents, results, args.merge)
         _print_closing(results)
         return
     warnings.filterwarnings("ignore", category=FutureWarning)  # google-* packages' notices on import
@@ -755,7 +785,8 @@ def main() -> None:
         results[name] = bench_table(args.code, name, TABLES[name], work, args.seeds, args.data_from,
                                     args.hand_written, args.first_seed, args.yardsticks)
         if args.json:  # first, after each table: a figure the printing cannot print, or a stopped call's, is kept
-            write_document(args.json, {"code": args.code, "code_version": version, "seeds": args.seeds,
+            write_document(args.json, {"argv": sys.argv[1:], "code": args.code, "code_version": version,
+                                       "seeds": args.seeds,
                                        "first_seed": args.first_seed, "work": work, "half": args.half,
                                        "data_from": args.data_from, "tables": results})
         print_table(name, results[name])

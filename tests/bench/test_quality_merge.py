@@ -82,12 +82,20 @@ def test_merged_runs_of_one_checkout_are_recorded_as_one_table_and_of_several_no
         subprocess.run(["git", "-C", str(code), *command], check=True)
     version = bench._code_version(str(code))
     first, later = _document(bench, [_run(0, 0.80)], lightgbm=0.79), _document(bench, [_run(1, 0.82), _run(2, 0.84)])
+    later["tables"]["credit"]["yardsticks"] = dict(bench.NOT_MEASURED)
     for document in (first, later):
         document.update(code=str(code), code_version=version)
-    bench.record_merged([first, later], bench.merge_results([first, later]))
+    first["argv"] = ["--half", "check", "--seeds", "1", "--first-seed", "0", "--work", str(tmp_path / "w"),
+                     f"--json={tmp_path / 'w.json'}"]  # a call that kept its command; the later one did not
+    later.update(seeds=2, first_seed=1)
+    bench.record_merged([first, later], bench.merge_results([first, later]),
+                        [str(tmp_path / "first.json"), str(tmp_path / "later.json")])
     [line] = (tmp_path / "results" / "tabular_quality.jsonl").read_text().splitlines()
     record = json.loads(line)
     assert record["measurement"] == "credit" and [run["seed"] for run in record["figures"]["runs"]] == [0, 1, 2]
+    assert record["command"] == "python bench/tabular_quality.py --merge first.json later.json"
+    assert record["note"] == ("The runs of 2 calls merged: `--half check --seeds 1 --first-seed 0 --work WORK "
+                              "--json=JSON`; `--seeds 2 --first-seed 1 --no-yardsticks`.")
     assert record["commit"].startswith(version) and record["figures"]["yardsticks"]["lightgbm"] == 0.79
 
     later["code_version"] = "0000000"  # another commit's runs: nothing recorded, and it says why
