@@ -58,6 +58,7 @@ import glob
 import json
 import os
 import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -452,15 +453,17 @@ def record_table(name: str, result: dict, code: str, **details) -> None:
     """Appends a table's figures (bench_table's result) as one record per model: the measurement is the table's
     name for the schema-driven model, "NAME, MODEL" for another; its figures hold "half" (the table's set,
     TUNING or CHECK, by bench/quality_tables.py's rule), the model, the table's facts (TABLE_FACTS, among them
-    "yardsticks": LightGBM's, CatBoost's and the linear model's figures and the boosters' seconds), the runs and
-    the failures."""
+    "yardsticks": LightGBM's, CatBoost's and the linear model's figures and the boosters' seconds, left out when
+    this call did not fit them, so that the page pools an earlier call's), the runs and the failures."""
+    facts = {key: result.get(key) for key in TABLE_FACTS
+             if not (key == "yardsticks" and result.get(key) == NOT_MEASURED)}  # pooled: an earlier call's stay
     for model, figures in result["models"].items():
         records.append("tabular_quality", name if model == SCHEMA else f"{name}, {model}", {
-            "half": half_of(name), "model": model, **{key: result.get(key) for key in TABLE_FACTS},
+            "half": half_of(name), "model": model, **facts,
             "runs": figures["runs"], "failures": result["failures"]}, code=code, **details)
 
 
-def record_merged(documents: list[dict], results: dict, paths: list[str] | None = None) -> None:
+def record_merged(documents: list[dict], results: dict, paths: list[str]) -> None:
     """Appends the merged figures (merge_results) as each table's record, when every document was measured by one
     checkout at one commit that it still holds (seeds run in several calls of the same code); says why not
     otherwise. The record's command is the merge with the documents' file names (`paths`), its note the calls
@@ -471,7 +474,7 @@ def record_merged(documents: list[dict], results: dict, paths: list[str] | None 
         print("merged figures not recorded: the documents were not all measured by one checkout at the commit it "
               f"holds now ({sorted(str(item) for item in codes)})")
         return
-    argv = [os.path.relpath(__file__, PROJECT_ROOT), "--merge", *(os.path.basename(path) for path in paths or [])]
+    argv = [os.path.relpath(__file__, PROJECT_ROOT), "--merge", *(os.path.basename(path) for path in paths)]
     note = (f"The runs of {len(documents)} calls merged: "
             + "; ".join(f"`{call_description(document)}`" for document in documents) + ".")
     for name, result in results.items():
@@ -485,8 +488,10 @@ def call_description(document: dict) -> str:
     """A bench call's options as its JSON document keeps them (its command line, else the options the document
     names), each folder given to PATH_OPTIONS written as the option's name in capitals."""
     argv = document.get("argv") or [
-        *(("--half", document["half"]) if document.get("half") else ()),
-        "--seeds", str(document.get("seeds")), "--first-seed", str(document.get("first_seed", 0)),
+        *(("--half", document["half"]) if document.get("half") else ("--tables", ",".join(document["tables"]))),
+        *(("--seeds", str(document["seeds"])) if document.get("seeds") is not None else ()),
+        "--first-seed", str(document.get("first_seed", 0)),
+        *(("--data-from", document["data_from"]) if document.get("data_from") else ()),
         *(("--no-yardsticks",) if any((table.get("yardsticks") or {}) == NOT_MEASURED
                                       for table in document.get("tables", {}).values()) else ())]
     plain = []
@@ -497,7 +502,7 @@ def call_description(document: dict) -> str:
         elif name in PATH_OPTIONS and value:
             argument = f"{name}={_placeholder(name)}"
         plain.append(argument)
-    return " ".join(plain)
+    return shlex.join(plain)
 
 
 def _placeholder(option: str) -> str:
@@ -719,7 +724,8 @@ def _code_version(code: str) -> str:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)  # a folder's option by its whole name (call_description)
     parser.add_argument("--tables", default="", help=f"comma-separated subset of {', '.join(TABLES)} "
                                                      "(default: the --half)")
     parser.add_argument("--half", choices=(TUNING, CHECK), default="",
@@ -768,8 +774,7 @@ def main() -> None:
                 documents.append(json.load(handle))
         results = merge_results(documents)
         if args.json:
-            with open(args.json, "w") as handle:
-                json.dump({"merged": args.merge, "tables": results}, handle, indent=2)
+            write_document(args.json, {"argv": sys.argv[1:], "merged": args.merge, "tables": results})
         record_merged(documents, results, args.merge)
         _print_closing(results)
         return
@@ -800,9 +805,13 @@ def write_document(path: str, document: dict) -> None:
     """Writes a call's figures (`document` with the date now) to `path` as JSON, replacing it whole: a reader never
     sees half a file."""
     document = {**document, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    with open(path + ".partial", "w") as handle:
-        json.dump(document, handle, indent=2)
-    os.replace(path + ".partial", path)
+    try:
+        with open(path + ".partial", "w") as handle:
+            json.dump(document, handle, indent=2)
+        os.replace(path + ".partial", path)
+    finally:
+        if os.path.exists(path + ".partial"):
+            os.remove(path + ".partial")
 
 
 def _print_closing(results: dict) -> None:

@@ -255,52 +255,53 @@ class _Tensor:
 @dataclasses.dataclass(frozen=True)
 class _Operator:
     opcodeIndex: int
-    inputs: list[int]
-    outputs: list[int]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
 
 
 @dataclasses.dataclass(frozen=True)
 class _Graph:
-    tensors: list[_Tensor]
-    operators: list[_Operator]
-    outputs: list[int]
+    tensors: tuple[_Tensor, ...]
+    operators: tuple[_Operator, ...]
+    outputs: tuple[int, ...]
 
 
 @dataclasses.dataclass(frozen=True)
 class _Model:
     """What the report's questions read of a .tflite file, named as in TFLite's object API: operator codes, each
     subgraph's tensors (name, type, buffer), operators and outputs, and each buffer's size in bytes (None when it
-    holds no data)."""
-    operatorCodes: list[_Code]
-    subgraphs: list[_Graph]
-    buffer_sizes: list[int | None]
+    holds no data in the file: none at all, or, in a file of over 2 GB, data stored after the flatbuffer)."""
+    operatorCodes: tuple[_Code, ...]
+    subgraphs: tuple[_Graph, ...]
+    buffer_sizes: tuple[int | None, ...]
 
 
-def _numbers(length: int, as_numpy) -> list[int]:
-    return [int(value) for value in as_numpy()] if length else []
+def _int_vector(length: int, as_numpy) -> tuple[int, ...]:
+    """A flatbuffer vector of integers as a tuple (the generated `XAsNumpy()` gives the int 0 for an absent one)."""
+    return tuple(int(value) for value in as_numpy()) if length else ()
 
 
 @functools.lru_cache(maxsize=8)  # the report asks several questions of each variant's file
 def _model(flatbuffer: bytes) -> _Model:
     """The structure of a .tflite file (_Model), read in place: TFLite's object API would copy every field of
-    every op, tensor and buffer into Python objects first, seconds for a model of a few hundred ops."""
+    every op, tensor and buffer into Python objects first (up to a second for a model of a few hundred ops)."""
     from tensorflow.lite.python import schema_py_generated as schema
 
     root = schema.Model.GetRootAs(flatbuffer, 0)
     codes = [root.OperatorCodes(i) for i in range(root.OperatorCodesLength())]
     graphs = []
-    for g in range(root.SubgraphsLength()):
-        graph = root.Subgraphs(g)
+    for index in range(root.SubgraphsLength()):
+        graph = root.Subgraphs(index)
         tensors = [graph.Tensors(i) for i in range(graph.TensorsLength())]
         operators = [graph.Operators(i) for i in range(graph.OperatorsLength())]
         graphs.append(_Graph(
-            [_Tensor(tensor.Name(), tensor.Type(), tensor.Buffer()) for tensor in tensors],
-            [_Operator(op.OpcodeIndex(), _numbers(op.InputsLength(), op.InputsAsNumpy),
-                       _numbers(op.OutputsLength(), op.OutputsAsNumpy)) for op in operators],
-            _numbers(graph.OutputsLength(), graph.OutputsAsNumpy)))
+            tuple(_Tensor(tensor.Name(), tensor.Type(), tensor.Buffer()) for tensor in tensors),
+            tuple(_Operator(op.OpcodeIndex(), _int_vector(op.InputsLength(), op.InputsAsNumpy),
+                            _int_vector(op.OutputsLength(), op.OutputsAsNumpy)) for op in operators),
+            _int_vector(graph.OutputsLength(), graph.OutputsAsNumpy)))
     buffers = [root.Buffers(i) for i in range(root.BuffersLength())]
-    return _Model([_Code(code.BuiltinCode(), code.DeprecatedBuiltinCode(), code.CustomCode()) for code in codes],
-                  graphs, [None if buffer.DataIsNone() else buffer.DataLength() for buffer in buffers])
+    return _Model(tuple(_Code(code.BuiltinCode(), code.DeprecatedBuiltinCode(), code.CustomCode()) for code in codes),
+                  tuple(graphs), tuple(None if buffer.DataIsNone() else buffer.DataLength() for buffer in buffers))
 
 
 def _is_preprocessing(name: str) -> bool:

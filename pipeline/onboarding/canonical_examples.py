@@ -1,10 +1,10 @@
 """Serialized tf.Examples in one canonical byte form: the features sorted by name.
 
 tfx-bsl's encoder writes a record's features in the order of a hash map whose seed changes from call to call,
-so the same row could come out as different bytes in two calls, and ingestion splits records by a hash of
-their bytes: the same CSV, prepared twice, would be split two ways, and two identical rows could land one in
-each split. `canonical(records)` re-serializes them deterministically. The tf.Example message is declared
-here (wire-compatible, in a pool of its own) so that prepare-data still runs without importing TensorFlow.
+so the same row could come out as different bytes in two calls: the same CSV, prepared twice, would give
+different files, and two equal rows two different records. `canonical(records)` re-serializes them
+deterministically. The tf.Example message is declared here (wire-compatible, in a pool of its own) so that
+prepare-data still runs without importing TensorFlow.
 """
 from __future__ import annotations
 

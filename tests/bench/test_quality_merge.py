@@ -87,7 +87,7 @@ def test_merged_runs_of_one_checkout_are_recorded_as_one_table_and_of_several_no
         document.update(code=str(code), code_version=version)
     first["argv"] = ["--half", "check", "--seeds", "1", "--first-seed", "0", "--work", str(tmp_path / "w"),
                      f"--json={tmp_path / 'w.json'}"]  # a call that kept its command; the later one did not
-    later.update(seeds=2, first_seed=1)
+    later.update(seeds=2, first_seed=1, data_from=str(tmp_path / "earlier"))  # a call that kept only its options
     bench.record_merged([first, later], bench.merge_results([first, later]),
                         [str(tmp_path / "first.json"), str(tmp_path / "later.json")])
     [line] = (tmp_path / "results" / "tabular_quality.jsonl").read_text().splitlines()
@@ -95,10 +95,24 @@ def test_merged_runs_of_one_checkout_are_recorded_as_one_table_and_of_several_no
     assert record["measurement"] == "credit" and [run["seed"] for run in record["figures"]["runs"]] == [0, 1, 2]
     assert record["command"] == "python bench/tabular_quality.py --merge first.json later.json"
     assert record["note"] == ("The runs of 2 calls merged: `--half check --seeds 1 --first-seed 0 --work WORK "
-                              "--json=JSON`; `--seeds 2 --first-seed 1 --no-yardsticks`.")
+                              "--json=JSON`; `--tables credit --seeds 2 --first-seed 1 --data-from DATA_FROM --no-yardsticks`.")
     assert record["commit"].startswith(version) and record["figures"]["yardsticks"]["lightgbm"] == 0.79
 
+    bench.record_table("credit", later["tables"]["credit"], str(code))  # the later call's own record
+    own = json.loads((tmp_path / "results" / "tabular_quality.jsonl").read_text().splitlines()[1])
+    assert "yardsticks" not in own["figures"]  # not fitted in that call: the page pools the earlier call's
+
     later["code_version"] = "0000000"  # another commit's runs: nothing recorded, and it says why
-    bench.record_merged([first, later], bench.merge_results([first, later]))
-    assert len((tmp_path / "results" / "tabular_quality.jsonl").read_text().splitlines()) == 1
+    bench.record_merged([first, later], bench.merge_results([first, later]), ["first.json", "later.json"])
+    assert len((tmp_path / "results" / "tabular_quality.jsonl").read_text().splitlines()) == 2
     assert "merged figures not recorded" in capsys.readouterr().out
+
+
+def test_later_seeds_are_asked_for_without_yardsticks_and_folders_by_their_whole_option(bench, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["tabular_quality.py", "--tables", "credit", "--first-seed", "1",
+                                     "--no-yardsticks"])
+    args = bench.parse_args()
+    assert args.yardsticks is False and args.first_seed == 1 and args.tables == ["credit"]
+    monkeypatch.setattr("sys.argv", ["tabular_quality.py", "--tables", "credit", "--wor", "/elsewhere"])
+    with pytest.raises(SystemExit):  # an abbreviated folder option would escape call_description's placeholders
+        bench.parse_args()
