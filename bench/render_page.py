@@ -27,7 +27,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import quality_tables  # noqa: E402
 import records  # noqa: E402
 import tabular_quality as quality  # noqa: E402
-from scale import STEPS  # noqa: E402
 
 PAGE = os.path.join(records.PROJECT_ROOT, "docs", "benchmarks.md")
 IMAGES = os.path.join(records.PROJECT_ROOT, "docs", "images")
@@ -691,15 +690,8 @@ class Page:
                        ("Trainer input wait", lambda s: percent(s, "input_wait_fraction")),
                        ("Trainer examples/s", lambda s: per_run(s, "trainer_examples_per_s", ",.0f"))],
                       self.sessions("scale", "whole_run_s", order=_by("series", "rows")))
-        lines += self.picture("scale.png", scale_picture_data(self.records("scale")), draw_scale,
-                              "Whole-run seconds against rows at 1x, 10x and 100x")
-        stepped = self.sessions("scale", "steps_s", order=_by("series", "rows"))
-        steps = [step for step in STEPS if any(session.values(f"steps_s.{step}") for session in stepped)]
-        if stepped:
-            lines += ["Seconds per step, in the newest runs that recorded them:", ""]
-            lines += table([series, rows] + [(step, lambda s, step=step: per_run(s, f"steps_s.{step}", ".1f"))
-                                             for step in steps], stepped)
-        return lines
+        return lines + self.picture("scale.png", scale_picture_data(self.records("scale")), draw_scale,
+                                    "Whole-run seconds against rows at 1x, 10x and 100x")
 
     def demo(self) -> list[str]:
         lines = table([("", lambda s: "wall time"),
@@ -728,18 +720,7 @@ class Page:
                        ("input wait", lambda s: percent(s, "input_wait_fraction")),
                        ("Trainer s", lambda s: per_run(s, "trainer_s", ".0f"))],
                       self.sessions("trainer_throughput", "host_examples_per_s", "ratio", order=_by("model", "rows")))
-        return lines + table([model, ("plain loop (ex/s)", lambda s: per_run(s, "plain_examples_per_s", ",.0f")),
-                              ("Trainer, float32 (ex/s)", lambda s: per_run(s, "float32_examples_per_s", ",.0f")),
-                              ("Trainer, automatic (ex/s)", lambda s: per_run(s, "auto_examples_per_s", ",.0f")),
-                              ("automatic choice", lambda s: ", ".join(dict.fromkeys(
-                                  run["auto"] for run in s.figures["runs"] if run.get("auto"))) or MISSING),
-                              ("input wait", lambda s: percent(s, "input_wait_fraction"))],
-                             self.sessions("trainer_throughput", "float32_examples_per_s", order=_by("model")))
-
-    def halves(self) -> list[str]:
-        return [f"- **{half.capitalize()} set ({len(names)})**: {', '.join(names)}."
-                for half, names in ((half, quality_tables.tables_in(half))
-                                    for half in (quality_tables.TUNING, quality_tables.CHECK))]
+        return lines
 
     def quality(self) -> list[str]:
         found, lines = self.records("tabular_quality"), []
