@@ -722,6 +722,11 @@ class Page:
                       self.sessions("trainer_throughput", "host_examples_per_s", "ratio", order=_by("model", "rows")))
         return lines
 
+    def halves(self) -> list[str]:
+        return [f"- **{half.capitalize()} set ({len(names)})**: {', '.join(names)}."
+                for half, names in ((half, quality_tables.tables_in(half))
+                                    for half in (quality_tables.TUNING, quality_tables.CHECK))]
+
     def quality(self) -> list[str]:
         found, lines = self.records("tabular_quality"), []
         everything, hand = quality_scored(found), quality_scored(found, quality.HAND)

@@ -494,6 +494,12 @@ def call_description(document: dict) -> str:
         *(("--data-from", document["data_from"]) if document.get("data_from") else ()),
         *(("--no-yardsticks",) if any((table.get("yardsticks") or {}) == NOT_MEASURED
                                       for table in document.get("tables", {}).values()) else ())]
+    return shlex.join(without_folders(argv))
+
+
+def without_folders(argv: list[str]) -> list[str]:
+    """A call's arguments with each folder or file given to PATH_OPTIONS written as the option's name in capitals
+    (`--work W` -> `--work WORK`): what its records keep of the command, no machine's paths."""
     plain = []
     for index, argument in enumerate(argv):
         name, _, value = argument.partition("=")
@@ -502,7 +508,7 @@ def call_description(document: dict) -> str:
         elif name in PATH_OPTIONS and value:
             argument = f"{name}={_placeholder(name)}"
         plain.append(argument)
-    return shlex.join(plain)
+    return plain
 
 
 def _placeholder(option: str) -> str:
@@ -795,7 +801,7 @@ def main() -> None:
                                        "first_seed": args.first_seed, "work": work, "half": args.half,
                                        "data_from": args.data_from, "tables": results})
         print_table(name, results[name])
-        record_table(name, results[name], args.code)
+        record_table(name, results[name], args.code, argv=[sys.argv[0], *without_folders(sys.argv[1:])])
     if args.json:
         print(f"\nwrote {args.json}")
     _print_closing(results)

@@ -116,3 +116,9 @@ def test_later_seeds_are_asked_for_without_yardsticks_and_folders_by_their_whole
     monkeypatch.setattr("sys.argv", ["tabular_quality.py", "--tables", "credit", "--wor", "/elsewhere"])
     with pytest.raises(SystemExit):  # an abbreviated folder option would escape call_description's placeholders
         bench.parse_args()
+
+
+def test_a_calls_record_keeps_its_command_without_the_machines_folders(bench):
+    argv = ["--tables", "credit", "--work", "/data/runs/w", "--json=/data/runs/w.json", "--data-from", "/x"]
+    assert bench.without_folders(argv) == ["--tables", "credit", "--work", "WORK", "--json=JSON", "--data-from",
+                                           "DATA_FROM"]
