@@ -10,11 +10,11 @@ built once per copy, the copies side by side (`pack`).
 
 With k-fold bagging (train.folds k > 1) there are k copies. The training split's records are dealt into k
 folds by a keyed hash of each record's features, its label's left out (`fold_of`: the same fold in every
-pass, run and worker), and copy g's members train on the records outside fold g only, so their predictions on fold g are out of fold:
-every interval is validated on the whole training split, each record scored by the copy that never trained
-on it. A batch's fold ids ride in Keras's sample-weight slot (float, one per example). Without fold ids (one
-copy, or the eval split) every member counts: training minimizes the mean of the members' losses (so that
-they stay diverse), and metrics score the members' mean, which is what is served (`served`).
+pass, run and worker), and copy g's members train on the records outside fold g only, so their predictions on
+fold g are out of fold: every interval is validated on the whole training split, each record scored by the copy
+that never trained on it. A batch's fold ids ride in Keras's sample-weight slot (float, one per example).
+Without fold ids (one copy, or the eval split) every member counts: training minimizes the mean of the members'
+losses (so that they stay diverse), and metrics score the members' mean, which is what is served (`served`).
 """
 from __future__ import annotations
 
