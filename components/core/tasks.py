@@ -511,7 +511,10 @@ class RegressionTask(Task):
     head_name = "prediction"
     float_device_output = True
     LABEL_TRANSFORMS = ("none", "log")
-    LOG_LABEL_SKEW = 0.5  # init proposes the log transform from this Pearson skewness of a label >= 0 on
+    # init proposes the log transform for a label >= 0 from this skewness, Pearson's (3 (mean - median) / std) or
+    # the deciles' ((q90 + q10 - 2 median) / (q90 - q10)): a far tail inflates the std and hides from the first
+    # (a count that is 0 in half the records and in the thousands in a few), the second does not see it
+    LOG_LABEL_SKEW = 0.5
 
     def class_problem(self, classes):
         return f"a regression task has no CLASSES, got {classes!r}" if classes else ""
@@ -526,14 +529,17 @@ class RegressionTask(Task):
                             f"{', '.join(self.LABEL_TRANSFORMS)}")
 
     def propose_settings(self, label_numbers):
-        """log for a label >= 0 with a long right tail (Pearson's skewness 3 (mean - median) / std at least
+        """log for a label >= 0 with a long right tail (Pearson's or the deciles' skewness at least
         LOG_LABEL_SKEW), else none."""
         if label_numbers is None:
             return {"label_transform": ("none", "no statistics of the label")}
         numbers = label_numbers
         skew = 3 * (numbers.mean - numbers.median) / numbers.std if numbers.std > 0 else 0.0
         facts = f"least {numbers.least:g}, median {numbers.median:g}, mean {numbers.mean:g}, skewness {skew:.2f}"
-        if numbers.least >= 0 and skew >= self.LOG_LABEL_SKEW:
+        decile_skew = numbers.decile_skewness()
+        if decile_skew is not None:
+            facts += f", deciles' skewness {decile_skew:.2f}"
+        if numbers.least >= 0 and max(skew, decile_skew or 0.0) >= self.LOG_LABEL_SKEW:
             return {"label_transform": ("log", f"a label >= 0 with a long right tail: {facts}")}
         return {"label_transform": ("none", facts)}
 
@@ -677,11 +683,21 @@ def task_declared(declared: "Task | str") -> Task:
 
 @dataclasses.dataclass(frozen=True)
 class LabelNumbers:
-    """A numeric label's statistics in init's sample, what propose_settings decides from."""
+    """A numeric label's statistics in init's sample, what propose_settings decides from; the 10th and 90th
+    percentiles None where unknown."""
     least: float
     median: float
     mean: float
     std: float
+    tenth: float | None = None
+    ninetieth: float | None = None
+
+    def decile_skewness(self) -> float | None:
+        """(q90 + q10 - 2 median) / (q90 - q10), in [-1, 1]: 0 for a symmetric label, towards 1 the longer the right
+        tail beyond the median; None without the percentiles or when they are equal."""
+        if self.tenth is None or self.ninetieth is None or self.ninetieth <= self.tenth:
+            return None
+        return (self.ninetieth + self.tenth - 2 * self.median) / (self.ninetieth - self.tenth)
 
 
 def task_for_label(kind: str, distinct: int, whole: bool) -> Task:

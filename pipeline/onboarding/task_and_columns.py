@@ -109,9 +109,21 @@ def seconds_advice(column: Column) -> str:
 
 
 def label_numbers(statistics, label: str) -> LabelNumbers | None:
-    """A numeric label's least, median, mean and spread from the sample's TFDV statistics (None: none)."""
+    """A numeric label's least, median, mean, spread and 10th and 90th percentiles (from the quantiles
+    histogram) in the sample's TFDV statistics (None: none)."""
     feature = next((f for f in statistics.datasets[0].features if f.path.step[-1:] == [label]), None)
     if feature is None or not feature.HasField("num_stats"):
         return None
     numbers = feature.num_stats
-    return LabelNumbers(numbers.min, numbers.median, numbers.mean, numbers.std_dev)
+    return LabelNumbers(numbers.min, numbers.median, numbers.mean, numbers.std_dev, *_tenth_and_ninetieth(numbers))
+
+
+def _tenth_and_ninetieth(numbers) -> tuple[float | None, float | None]:
+    """The 10th and 90th percentiles from a TFDV NumericStatistics' quantiles histogram (equal-count buckets:
+    bucket i starts at quantile i / n); (None, None) without one of at least 10 buckets."""
+    quantiles = next((h for h in numbers.histograms if h.type == h.QUANTILES), None)
+    buckets = list(quantiles.buckets) if quantiles is not None else []
+    if len(buckets) < 10:
+        return None, None
+    tenth = round(len(buckets) / 10)
+    return buckets[tenth].low_value, buckets[len(buckets) - tenth].low_value

@@ -365,6 +365,15 @@ def test_init_trains_a_long_tailed_label_at_or_above_zero_as_its_log_and_others_
     assert proposed(rng.uniform(1.0, 9.0, 3000))["label_transform"][0] == "none"
     shifted = rng.lognormal(2.0, 0.9, 3000) - 5.0  # as skewed, but below 0: log(1 + label) would not exist
     assert proposed(shifted)["label_transform"][0] == "none"
+    # a count that is 0 in 43% of the records and past 100,000 in a few: the far tail inflates the std, so
+    # Pearson's skewness stays low, and the deciles' skewness sees the tail
+    counts = rng.poisson(np.exp(rng.normal(0.0, 3.0, 3000)))
+    transform, why = proposed(counts)["label_transform"]
+    pearson, deciles = (float(v) for v in re.findall(r"skewness (-?[\d.]+)", why))
+    assert transform == "log" and pearson < 0.5 <= deciles, why
+    tenth, median, ninetieth = np.quantile(prices, [0.1, 0.5, 0.9])
+    numbers = label_numbers(_label_statistics(prices), "y")
+    assert numbers.tenth == pytest.approx(tenth, rel=0.02) and numbers.ninetieth == pytest.approx(ninetieth, rel=0.02)
     assert proposed(prices, "binary") == {}  # a classifier takes no label transform
 
 
