@@ -318,11 +318,10 @@ def test_a_model_that_predicts_a_constant_is_refused_by_the_trivial_predictor_ga
     record (tests/pipeline/constant_model.py): no bar is configured, and the trivial-predictor gate refuses
     it in every task; nothing is pushed."""
     monkeypatch.chdir(tmp_path)
-    if task == "regression":
-        csv_file, init_args = bundled_taxi_csv(), ["--label", "fare", "--exclude", "tips"]
-    else:  # penguins: the species (3 classes), or the sex (2; rows without it left out)
-        csv_file, init_args = PENGUINS_CSV, ["--label", "species" if task == "multiclass" else "sex"]
-    assert cli_main(["prepare-data", "--csv", csv_file, "--data", "data/table", "--require", init_args[1]]) == 0
+    # penguins: the species (3 classes), the sex (2; rows without it left out) or the body mass in grams
+    label = {"binary": "sex", "multiclass": "species", "regression": "body_mass_g"}[task]
+    init_args = ["--label", label]
+    assert cli_main(["prepare-data", "--csv", PENGUINS_CSV, "--data", "data/table", "--require", label]) == 0
     assert cli_main(["init", "--data", "data/table", *init_args]) == 0
     config = (tmp_path / "table.yaml").read_text()
     assert f"type: {task}" in config and "absolute_bar: null" in config
