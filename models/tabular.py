@@ -309,7 +309,8 @@ class SchemaModel:
         Each input is named by the preprocessing layer that computes it, which tells its kind: a Vocabulary's
         index goes through an embedding per member (the columns of one width looked up together), a float tensor
         in as it is, shared by the members (through one kernel per fold copy that its members share, each member
-        scaling its inputs, when the members' own kernels would pass the defaults' shared_kernel_weights)."""
+        scaling its inputs, when the members' own kernels would pass the defaults' shared_kernel_weights: with
+        one member per copy, each keeps its kernel and scales its inputs, a product that reads the kernel once)."""
         inputs = {name: keras.Input(shape=tensor.shape[1:], name=name, dtype=tensor.dtype)
                   for name, tensor in preprocessing.output.items()}
         row = self.defaults
@@ -336,8 +337,8 @@ class SchemaModel:
             if features:
                 joined = features[0] if len(features) == 1 else keras.layers.Concatenate(
                     name=_LAYER.format(f"features.{part}"))(features)
-                grouped = part == "numbers" and members > copies and (members * int(joined.shape[-1]) * widths[0]
-                                                                      > row.shared_kernel_weights)
+                grouped = part == "numbers" and (members * int(joined.shape[-1]) * widths[0]
+                                                 > row.shared_kernel_weights)
                 first.append(PackedDense(members, widths[0], use_bias=not first, input_scale=True,
                                          kernel_groups=max(1, copies) if grouped else 0,
                                          name=_LAYER.format(f"hidden_1.{part}"))(joined))

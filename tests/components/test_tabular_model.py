@@ -442,10 +442,10 @@ def test_a_wide_tables_numbers_are_encoded_as_one_tensor_the_same_way_each_colum
     with defaults.overridden(shared_kernel_weights=module.defaults.members * features * width - 1):
         module = configured()
     preprocessing = module.build_preprocessing(table)
-    for copies, groups in ((2, 2), (module.defaults.members, 0)):  # one member per copy: nothing to share
+    # one member per copy: a kernel each (nothing to share), the scales on the inputs all the same
+    for copies in (2, module.defaults.members):
         first = build_model(module, preprocessing, copies).get_layer("tabular.hidden_1.numbers")
-        assert first.kernel_groups == groups
-        assert first.kernel.shape[0] == (groups or module.defaults.members_for(copies))
+        assert first.kernel_groups == copies and first.kernel.shape[0] == copies
     computing = [layer.name for layer in preprocessing.layers if not isinstance(layer, keras.layers.InputLayer)]
     assert len(computing) <= 5, computing
     scale = next(layer for layer in preprocessing.layers if isinstance(layer, RobustScaleColumns))
@@ -478,6 +478,19 @@ def test_a_wide_tables_numbers_are_encoded_as_one_tensor_the_same_way_each_colum
     np.testing.assert_allclose(_device_outputs(flatbuffer, rows, key), expected, rtol=1e-4, atol=1e-5)
     representative = {name: values[:200] for name, values in table.items() if name in module.INPUTS}
     full_int8 = tflite.convert(saved, "full_int8", representative)  # the members' scaling a MUL on int8 features
+    assert np.abs(_device_outputs(full_int8, rows, key) - expected).mean() <= OUTPUT_TOLERANCE["full_int8"]
+    # bagged over as many folds as members: a kernel per member, its scales on the inputs, as the Trainer serves it
+    copies = module.defaults.members
+    bagged = build_model(module, preprocessing, copies)
+    bagged.compile(optimizer=keras.optimizers.Adam(0.01), loss=module.make_loss())
+    bagged.fit(preprocessing(_features(table, module)), _label(table, module), batch_size=64, epochs=2, verbose=0,
+               sample_weight=np.arange(800, dtype=np.float32) % copies)
+    bagged = served(bagged)
+    saved = tflite.write_device_savedmodel(preprocessing, bagged, module.INPUTS, key, str(tmp_path / "bagged"))
+    expected = bagged(preprocessing(_features(rows, module))).numpy()
+    np.testing.assert_allclose(_device_outputs(tflite.convert(saved, "float32"), rows, key), expected, rtol=1e-4,
+                               atol=1e-5)
+    full_int8 = tflite.convert(saved, "full_int8", representative)
     assert np.abs(_device_outputs(full_int8, rows, key) - expected).mean() <= OUTPUT_TOLERANCE["full_int8"]
 
 
