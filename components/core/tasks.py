@@ -512,8 +512,9 @@ class RegressionTask(Task):
     float_device_output = True
     LABEL_TRANSFORMS = ("none", "log")
     # init proposes the log transform for a label >= 0 from this skewness, Pearson's (3 (mean - median) / std) or
-    # the deciles' ((q90 + q10 - 2 median) / (q90 - q10)): a far tail inflates the std and hides from the first
-    # (a count that is 0 in half the records and in the thousands in a few), the second does not see it
+    # the deciles' ((q90 + q10 - 2 median) / (q90 - q10)): a far tail inflates the std, so Pearson's stays low
+    # for a count that is 0 in half the records and in the thousands in a few; the deciles', blind to the far
+    # tail, does not
     LOG_LABEL_SKEW = 0.5
 
     def class_problem(self, classes):
