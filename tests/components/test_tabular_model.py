@@ -442,7 +442,7 @@ def test_a_wide_tables_numbers_are_encoded_as_one_tensor_the_same_way_each_colum
     with defaults.overridden(shared_kernel_weights=module.defaults.members * features * width - 1):
         module = configured()
     preprocessing = module.build_preprocessing(table)
-    # one member per copy: a kernel each (nothing to share), the scales on the inputs all the same
+    # a kernel per copy that its members share (one member per copy: a kernel each), the scales on the inputs
     for copies in (2, module.defaults.members):
         first = build_model(module, preprocessing, copies).get_layer("tabular.hidden_1.numbers")
         assert first.kernel_groups == copies and first.kernel.shape[0] == copies
