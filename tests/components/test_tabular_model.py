@@ -467,31 +467,31 @@ def test_a_wide_tables_numbers_are_encoded_as_one_tensor_the_same_way_each_colum
     first = model.get_layer("tabular.hidden_1.numbers")
     assert tuple(first.kernel.shape) == (1, features, width)  # no folds: one kernel for every member
     assert tuple(first.scale.shape) == (module.defaults.members, features)
-    model.compile(optimizer=keras.optimizers.Adam(0.01), loss=module.make_loss())
-    model.fit(preprocessing(_features(table, module)), _label(table, module), batch_size=64, epochs=2, verbose=0)
     key = tasks.task_named("binary").prediction_key
-    saved = tflite.write_device_savedmodel(preprocessing, model, module.INPUTS, key, str(tmp_path / "device"))
-    flatbuffer = tflite.convert(saved, "float32")
-    assert not any(op.startswith("Flex") for op in tflite.operators(flatbuffer))
     rows = {name: values[:20] for name, values in table.items() if name in module.INPUTS}
-    expected = model(preprocessing(_features(rows, module))).numpy()
-    np.testing.assert_allclose(_device_outputs(flatbuffer, rows, key), expected, rtol=1e-4, atol=1e-5)
     representative = {name: values[:200] for name, values in table.items() if name in module.INPUTS}
-    full_int8 = tflite.convert(saved, "full_int8", representative)  # the members' scaling a MUL on int8 features
-    assert np.abs(_device_outputs(full_int8, rows, key) - expected).mean() <= OUTPUT_TOLERANCE["full_int8"]
+
+    def trained(network, **fit):
+        network.compile(optimizer=keras.optimizers.Adam(0.01), loss=module.make_loss())
+        network.fit(preprocessing(_features(table, module)), _label(table, module), batch_size=64, epochs=2,
+                    verbose=0, **fit)
+        return network
+
+    def device_model_serves_it(served_model, folder: str):
+        saved = tflite.write_device_savedmodel(preprocessing, served_model, module.INPUTS, key, str(tmp_path / folder))
+        flatbuffer = tflite.convert(saved, "float32")
+        assert not any(op.startswith("Flex") for op in tflite.operators(flatbuffer))
+        expected = served_model(preprocessing(_features(rows, module))).numpy()
+        np.testing.assert_allclose(_device_outputs(flatbuffer, rows, key), expected, rtol=1e-4, atol=1e-5)
+        full_int8 = tflite.convert(saved, "full_int8", representative)  # the members' scaling a MUL on int8 features
+        assert np.abs(_device_outputs(full_int8, rows, key) - expected).mean() <= OUTPUT_TOLERANCE["full_int8"]
+
+    device_model_serves_it(trained(model), "device")
     # bagged over as many folds as members: a kernel per member, its scales on the inputs, as the Trainer serves it
     copies = module.defaults.members
-    bagged = build_model(module, preprocessing, copies)
-    bagged.compile(optimizer=keras.optimizers.Adam(0.01), loss=module.make_loss())
-    bagged.fit(preprocessing(_features(table, module)), _label(table, module), batch_size=64, epochs=2, verbose=0,
-               sample_weight=np.arange(800, dtype=np.float32) % copies)
-    bagged = served(bagged)
-    saved = tflite.write_device_savedmodel(preprocessing, bagged, module.INPUTS, key, str(tmp_path / "bagged"))
-    expected = bagged(preprocessing(_features(rows, module))).numpy()
-    np.testing.assert_allclose(_device_outputs(tflite.convert(saved, "float32"), rows, key), expected, rtol=1e-4,
-                               atol=1e-5)
-    full_int8 = tflite.convert(saved, "full_int8", representative)
-    assert np.abs(_device_outputs(full_int8, rows, key) - expected).mean() <= OUTPUT_TOLERANCE["full_int8"]
+    folds = np.arange(800, dtype=np.float32) % copies
+    bagged = trained(build_model(module, preprocessing, copies), sample_weight=folds)
+    device_model_serves_it(served(bagged), "bagged")
 
 
 def test_the_model_ready_tensors_follow_the_columns_order_whatever_their_kind(tmp_path):
