@@ -5,8 +5,10 @@
   producing tasks' outputs: name, the consumer's declared type, uri and the metadata the producer's
   executor output gave them; typed parameter values from the compiled constants; one output artifact per
   declared output under `<root>/<pipeline>/<run>/<task>/<key>`; a fresh output file), then runs the
-  container's exact command and arguments in a subprocess, with `{{$}}` replaced by that ExecutorInput, and
-  reads back the executor output it wrote;
+  container's exact command and arguments, with `{{$}}` replaced by that ExecutorInput, and reads back the
+  executor output it wrote. A step runs as a fork of an interpreter that has imported TFX's entrypoint
+  (warm_pods.py: the same command, environment and working directory, without the imports' seconds), or as a
+  new process when the launcher is told to run it so;
 - for a resolver task (which the KFP backend, not a container, runs), answers its compiled artifact query
   (`schema_title`, `state`, `metadata.<key>.number_value`, `name`, with `{{$.inputs...}}` filled from its
   input) from the artifacts earlier tasks produced, newest first, as TFX's stock strategies choose.
@@ -23,7 +25,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable
+from typing import Callable, Collection
+
+from tests.pipeline.dag.warm_pods import WarmPods
 
 
 @dataclasses.dataclass
@@ -55,10 +59,14 @@ def artifact_title(artifact_type: dict) -> str:
 
 
 class StepByStepLauncher:
-    def __init__(self, job: dict, env: dict[str, str], read: Callable[[str], bytes | None]):
+    def __init__(self, job: dict, env: dict[str, str], read: Callable[[str], bytes | None],
+                 new_processes: Collection[str] = ()):
         """`env`: the steps' environment (PYTHONPATH names the image's project folder); `read(uri)`: the bytes of
-        a file under the pipeline root, or None when there is none. Each step runs in a new empty working
-        directory, as in a new pod, and must leave nothing there."""
+        a file under the pipeline root, or None when there is none; `new_processes`: the steps that run as a new
+        Python process (the others fork from a warm interpreter). Each step runs in a new empty working
+        directory, as in a new pod, and must leave nothing there. `close()` ends the warm interpreter."""
+        self.new_processes = set(new_processes)
+        self._warm: WarmPods | None = None
         self.spec = job["pipelineSpec"]
         self.root = job["runtimeConfig"]["gcsOutputDirectory"]
         self.pipeline_name = self.spec["pipelineInfo"]["name"]
@@ -133,8 +141,12 @@ class StepByStepLauncher:
         if command[0] == "python":
             command = [sys.executable] + command[1:]
         with tempfile.TemporaryDirectory(prefix=f"{name}-pod-") as pod_disk:  # a new pod's local disk
-            completed = subprocess.run(command, cwd=pod_disk, env=self.env, capture_output=True, text=True,
-                                       timeout=1200)
+            if name in self.new_processes:
+                completed = subprocess.run(command, cwd=pod_disk, env=self.env, capture_output=True, text=True,
+                                           timeout=1200)
+            else:
+                self._warm = self._warm or WarmPods(self.env)
+                completed = self._warm.run(command, cwd=pod_disk, timeout=1200)
             if completed.returncode != 0:
                 raise StepFailed(f"{name} exited {completed.returncode}:\n{completed.stderr[-4000:]}")
             left = sorted(os.path.relpath(os.path.join(folder, file), pod_disk)
@@ -150,6 +162,11 @@ class StepByStepLauncher:
                 name=original["name"], title=artifact_title(original["type"]), uri=reported.get("uri") or original["uri"],
                 metadata={**original["metadata"], **reported.get("metadata", {})}, order=0))]
         return result
+
+    def close(self) -> None:
+        if self._warm:
+            self._warm.close()
+            self._warm = None
 
     def _record(self, artifact: Artifact) -> Artifact:
         artifact.order = len(self.store)

@@ -106,7 +106,12 @@ def run(compiled, s3, tmp_path_factory):
     _, first_job, _, _, _ = compiled
     env = {**os.environ, **s3.env, "PYTHONPATH": PROJECT_ROOT, "TF_CPP_MIN_LOG_LEVEL": "1",
            "TMPDIR": str(tmp_path_factory.mktemp("pod-tmp"))}  # the stock image's code only: no user folder
-    return StepByStepLauncher(first_job, env=env, read=s3.read).run("run-1")
+    # The Trainer, which imports the user's module from the staged copy, starts a new interpreter as a pod does.
+    launcher = StepByStepLauncher(first_job, env=env, read=s3.read, new_processes={"Trainer"})
+    try:
+        return launcher.run("run-1")
+    finally:
+        launcher.close()
 
 
 def _only(results, task, key):
