@@ -7,8 +7,8 @@
   declared output under `<root>/<pipeline>/<run>/<task>/<key>`; a fresh output file), then runs the
   container's exact command and arguments, with `{{$}}` replaced by that ExecutorInput, and reads back the
   executor output it wrote. A step runs as a fork of an interpreter that has imported TFX's entrypoint
-  (warm_pods.py: the same command, environment and working directory, without the imports' seconds), or as a
-  new process when the launcher is told to run it so;
+  (tests/warm_python.py: the same command, environment and working directory, without the imports' seconds),
+  or as a new process when the launcher is told to run it so;
 - for a resolver task (which the KFP backend, not a container, runs), answers its compiled artifact query
   (`schema_title`, `state`, `metadata.<key>.number_value`, `name`, with `{{$.inputs...}}` filled from its
   input) from the artifacts earlier tasks produced, newest first, as TFX's stock strategies choose.
@@ -27,7 +27,7 @@ import tempfile
 import time
 from typing import Callable, Collection
 
-from tests.pipeline.dag.warm_pods import WarmPods
+from tests.warm_python import KUBEFLOW_PRELOAD, WarmPython
 
 
 @dataclasses.dataclass
@@ -66,7 +66,7 @@ class StepByStepLauncher:
         Python process (the others fork from a warm interpreter). Each step runs in a new empty working
         directory, as in a new pod, and must leave nothing there. `close()` ends the warm interpreter."""
         self.new_processes = set(new_processes)
-        self._warm: WarmPods | None = None
+        self._warm: WarmPython | None = None
         self.spec = job["pipelineSpec"]
         self.root = job["runtimeConfig"]["gcsOutputDirectory"]
         self.pipeline_name = self.spec["pipelineInfo"]["name"]
@@ -145,7 +145,7 @@ class StepByStepLauncher:
                 completed = subprocess.run(command, cwd=pod_disk, env=self.env, capture_output=True, text=True,
                                            timeout=1200)
             else:
-                self._warm = self._warm or WarmPods(self.env)
+                self._warm = self._warm or WarmPython(self.env, KUBEFLOW_PRELOAD)
                 completed = self._warm.run(command, cwd=pod_disk, timeout=1200)
             if completed.returncode != 0:
                 raise StepFailed(f"{name} exited {completed.returncode}:\n{completed.stderr[-4000:]}")

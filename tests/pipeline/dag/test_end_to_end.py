@@ -10,7 +10,6 @@ import contextlib
 import io
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass, field
 
@@ -32,6 +31,7 @@ from pipeline.dag.local_runner import run_local
 from pipeline.runs import mlmd
 from pipeline.runs.run_facts import list_runs
 from tests.pipeline.span_files import count_outputs, private_copy, read_span, write_records
+from tests.warm_python import run_warm
 
 pytestmark = pytest.mark.e2e
 
@@ -389,8 +389,8 @@ def test_cli_exits_nonzero_and_names_the_bad_record(tmp_path):
     span.mkdir(parents=True)
     with tf.io.TFRecordWriter(str(span / "bad.tfrecord")) as writer:
         writer.write(b"\x08\x96\x01 definitely not an Example")
-    result = subprocess.run([sys.executable, "-m", "pipeline", "run", "--data", str(tmp_path / "data"),
-                             "--output", str(tmp_path / "out")], capture_output=True, text=True, timeout=600)
+    result = run_warm([sys.executable, "-m", "pipeline", "run", "--data", str(tmp_path / "data"),
+                       "--output", str(tmp_path / "out")], cwd=os.getcwd(), timeout=600)
     assert result.returncode == 1
     assert "bad.tfrecord: record 0: not a tf.Example" in result.stderr
     assert not os.path.exists(tmp_path / "out" / "serving")

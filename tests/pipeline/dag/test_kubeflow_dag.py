@@ -21,6 +21,7 @@ from tests.config_text import taxi_config_text
 from pipeline.onboarding.example_data import write_taxi_span
 from pipeline.dag.kubeflow_runner import compile_kubeflow
 from tests.pipeline.dag.kfp_launcher import StepByStepLauncher
+from tests.warm_python import run_warm
 
 pytestmark = pytest.mark.e2e
 
@@ -185,7 +186,6 @@ def test_second_run_warm_starts_evaluates_against_and_checks_drift_from_the_firs
 def test_a_local_run_with_its_artifacts_and_serving_dir_on_s3(s3, taxi_span_root, tmp_path):
     """`python -m pipeline run --pipeline-root s3://... --serving-dir s3://...`: LocalDagRunner with the local
     SQLite MLMD and every artifact on the bucket, the code path of a pod exercised in one process."""
-    import subprocess
     import sys
 
     output = tmp_path / "output"
@@ -196,7 +196,7 @@ def test_a_local_run_with_its_artifacts_and_serving_dir_on_s3(s3, taxi_span_root
         "train: {epochs: 3}\nevaluate: {absolute_bar: 0.8}\nexport: {latency_examples: 50}\n"
         f"beam_pipeline_args: [--direct_running_mode=in_memory, {', '.join(s3.beam_args)}]\n"))
     env = {**os.environ, **s3.env, "PYTHONPATH": PROJECT_ROOT}
-    result = subprocess.run(command, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    result = run_warm(command, cwd=PROJECT_ROOT, env=env, timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "blessed: yes" in result.stdout
     pushed_to = next(line.split("pushed to: ", 1)[1] for line in result.stdout.splitlines() if "pushed to: " in line)
@@ -204,6 +204,6 @@ def test_a_local_run_with_its_artifacts_and_serving_dir_on_s3(s3, taxi_span_root
     assert {COMPLETE_MARKER, "saved_model.pb", contract.PUSHED_TFLITE_FILE} <= set(s3.keys(pushed_to))
     assert not (output / "pipeline").exists()  # no artifact landed on the local disk
     assert s3.keys(f"s3://{BUCKET}/local-root/Trainer")  # TFX's layout under the bucket root
-    status = subprocess.run([sys.executable, "-m", "pipeline", "status", "--output", str(output)],
-                            cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    status = run_warm([sys.executable, "-m", "pipeline", "status", "--output", str(output)], cwd=PROJECT_ROOT,
+                      env=env, timeout=300)
     assert status.returncode == 0 and "complete" in status.stdout and pushed_to.rsplit("/", 1)[1] in status.stdout

@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 from pipeline.config import PROJECT_ROOT
+from tests.warm_python import run_warm
 
 pytestmark = pytest.mark.e2e
 
@@ -34,10 +35,10 @@ def _table(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _python_m_pipeline(folder, *argv, timeout=1500) -> subprocess.CompletedProcess:
-    """`python -m pipeline ARGV` in the user's folder, the project on the import path as installed."""
+    """`python -m pipeline ARGV` in the user's folder, the project on the import path as installed (forked from a
+    warm interpreter: tests/warm_python.py)."""
     env = {**os.environ, "PYTHONPATH": PROJECT_ROOT}
-    return subprocess.run([sys.executable, "-m", "pipeline", *argv], cwd=folder, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return run_warm([sys.executable, "-m", "pipeline", *argv], cwd=str(folder), env=env, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

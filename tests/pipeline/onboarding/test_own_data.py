@@ -5,7 +5,6 @@ import contextlib
 import io
 import os
 import re
-import subprocess
 import sys
 
 import pytest
@@ -15,6 +14,7 @@ from pipeline.commands.cli import main as cli_main
 from pipeline.config import PROJECT_ROOT
 from pipeline.onboarding.example_data import bundled_taxi_csv
 from tests.pipeline.span_files import read_span
+from tests.warm_python import run_warm
 
 PENGUINS_CSV = os.path.join(PROJECT_ROOT, "examples", "penguins.csv")
 
@@ -279,9 +279,9 @@ def test_init_refuses_an_empty_or_missing_folder_and_an_existing_config(penguin_
 # ------------------------------------------------------------------------ three commands, no code, as a user
 
 def _user_command(folder, *argv):
-    """`python -m pipeline ...` in the user's own folder, outside the repo, as a user types it."""
-    result = subprocess.run([sys.executable, "-m", "pipeline", *argv], cwd=folder, capture_output=True, text=True,
-                            timeout=1800)
+    """`python -m pipeline ...` in the user's own folder, outside the repo, as a user types it (forked from a warm
+    interpreter: tests/warm_python.py)."""
+    result = run_warm([sys.executable, "-m", "pipeline", *argv], cwd=str(folder), timeout=1800)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout
 

@@ -1,26 +1,31 @@
 """Test code: runs `python -m <module> <args>` commands as forks of one interpreter that has already imported
-TFX's Kubeflow entrypoint, so that a played step does not pay the 10 to 20 s of imports a new pod pays.
+the heavy modules (TensorFlow, TFX, Beam), so that a command a test plays does not pay the 10 to 20 s of imports a
+new process pays.
 
-`WarmPods(env).run(command, cwd, timeout)` behaves as `subprocess.run(command, cwd=cwd, env=env)` for a command
-of the form `python -m module args...`: the module runs as `__main__` with those arguments, in `cwd` (first on
-the import path, as `python -m` puts it), its standard output and error captured, its exit handlers run, its
-exit code returned. Each command forks from the same interpreter, which has run nothing but the imports: no step
-sees another's state. What a new process would add is only the time of the imports; the command, environment,
-working directory and exit code are the pod's.
+`WarmPython(env, preload).run(command, cwd, timeout)` behaves as `subprocess.run(command, cwd=cwd, env=env,
+capture_output=True, text=True)` for a command of the form `python -m module args...`: the module runs as
+`__main__` with those arguments, in `cwd` (first on the import path, as `python -m` puts it), its standard output
+and error captured, its exit handlers run, its exit code returned. Each command forks from the same interpreter,
+which has run nothing but the imports: no command sees another's state. What a new process would add is only the
+time of the imports; the command, environment, working directory and exit code are the same. A test that checks
+what a new interpreter does before or while it imports (what loads, what prints) starts a new process instead.
+`run_warm(command, cwd)` runs a command in the shared interpreter for the caller's environment and `CLI_PRELOAD`.
 """
-from __future__ import annotations
-
+import atexit
 import json
 import os
 import subprocess
 import sys
 import tempfile
 
-PRELOADED = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"
+KUBEFLOW_PRELOAD = ("tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",)  # a played pod's
+CLI_PRELOAD = ("tensorflow", "apache_beam", "tensorflow_data_validation", "tfx.components",
+               "tfx.orchestration.local.local_dag_runner")  # what `python -m pipeline run` imports
 
 SERVER = r'''
 import atexit, importlib, io, json, os, runpy, signal, sys, time, traceback
-importlib.import_module(sys.argv[1])
+for name in sys.argv[1:]:
+    importlib.import_module(name)
 replies = os.fdopen(os.dup(1), "w")  # the protocol's channel; what the imports or steps print goes to stderr
 os.dup2(2, 1)
 
@@ -73,10 +78,10 @@ for line in sys.stdin:
 '''
 
 
-class WarmPods:
-    def __init__(self, env: dict[str, str], preload: str = PRELOADED):
-        """`env`: every pod's environment; the interpreter starts with it and imports module `preload`."""
-        self._server = subprocess.Popen([sys.executable, "-c", SERVER, preload], env=env, cwd=tempfile.gettempdir(),
+class WarmPython:
+    def __init__(self, env: dict[str, str], preload: tuple[str, ...]):
+        """`env`: every command's environment; the interpreter starts with it and imports the modules `preload`."""
+        self._server = subprocess.Popen([sys.executable, "-c", SERVER, *preload], env=env, cwd=tempfile.gettempdir(),
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def run(self, command: list[str], cwd: str, timeout: float) -> subprocess.CompletedProcess:
@@ -100,3 +105,19 @@ class WarmPods:
     def close(self) -> None:
         self._server.stdin.close()
         self._server.wait(timeout=60)
+
+
+_SHARED: dict[tuple, WarmPython] = {}
+
+
+def run_warm(command: list[str], cwd: str, timeout: float = 1800, env: dict[str, str] | None = None,
+             preload: tuple[str, ...] = CLI_PRELOAD) -> subprocess.CompletedProcess:
+    """`WarmPython.run` in one interpreter per environment (default: this process's) and preload, started at the
+    first call and ended when this process exits."""
+    env = dict(os.environ if env is None else env)
+    key = (tuple(sorted(env.items())), preload)
+    if key not in _SHARED:
+        if not _SHARED:
+            atexit.register(lambda: [warm.close() for warm in _SHARED.values()])
+        _SHARED[key] = WarmPython(env, preload)
+    return _SHARED[key].run(command, cwd=cwd, timeout=timeout)

@@ -1,9 +1,9 @@
-"""The warm interpreter that plays the Kubeflow steps runs a `python -m` command as a new process would."""
+"""The warm interpreter that plays commands runs a `python -m` command as a new process would."""
 import os
 import subprocess
 import sys
 
-from tests.pipeline.dag.warm_pods import WarmPods
+from tests.warm_python import WarmPython
 
 PROBE = '''
 import atexit, os, sys
@@ -22,7 +22,7 @@ def test_a_forked_command_prints_exits_and_imports_from_its_folder_as_a_new_proc
     (pod / "probe.py").write_text(PROBE)
     (pod / "probe_sibling.py").write_text("")
     env = {**os.environ, "POD_VALUE": "from the environment"}
-    warm = WarmPods(env, preload="json")
+    warm = WarmPython(env, preload=("json",))
     try:
         for code in ("0", "3"):
             command = [sys.executable, "-m", "probe", code, "--flag=x"]
