@@ -120,23 +120,30 @@ def convert(saved_model_dir: str, variant: str, representative: dict[str, np.nda
     float16 stores the weights of all but those in float16; inputs and output stay float."""
     if variant not in TFLITE_VARIANTS:
         raise ValueError(f"unknown TFLite variant {variant!r} (known: {', '.join(TFLITE_VARIANTS)})")
+    if variant == "float16":  # the float32 file, its core's constants stored in float16: no second conversion
+        flatbuffer = _float16_core(float32_flatbuffer or convert(saved_model_dir, "float32"), float_output_layer)
+    else:
+        flatbuffer = _converted(saved_model_dir, variant, representative, float_output_layer)
+    outside = non_builtin_ops(flatbuffer)
+    if outside:
+        raise ConversionError(f"holds ops outside TFLite's builtins: {', '.join(outside)}")
+    return flatbuffer
+
+
+def _converted(saved_model_dir: str, variant: str, representative: dict[str, np.ndarray] | None,
+               float_output_layer: bool) -> bytes:
+    """The TFLite converter's file for float32, dynamic_int8 or full_int8 (convert's contract)."""
     converter = tf.lite.TFLiteConverter.from_saved_model(saved_model_dir,
                                                          signature_keys=[contract.SERVING_SIGNATURE])
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     converter.allow_custom_ops = False
     if variant != "float32":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    if variant == "float16":
-        converter.target_spec.supported_types = [tf.float16]
     try:
         with native_stderr_to_log(f"TFLite converter ({variant})"):
             if variant == "full_int8":
-                flatbuffer = _quantize_core(converter, representative, float_output_layer)
-            elif variant == "float16":
-                flatbuffer = _float16_core(float32_flatbuffer or convert(saved_model_dir, "float32"),
-                                           converter.convert(), float_output_layer)
-            else:
-                flatbuffer = converter.convert()
+                return _quantize_core(converter, representative, float_output_layer)
+            return converter.convert()
     except Exception as error:  # the converter raises its own ConverterError, with the ops in its notes
         text = "\n".join([str(error), *getattr(error, "__notes__", [])])
         missing = sorted(set(re.findall(r"'tf\.(\w+)' op is neither a custom op nor a flex op", text)))
@@ -144,10 +151,6 @@ def convert(saved_model_dir: str, variant: str, representative: dict[str, np.nda
             raise
         raise ConversionError(f"needs TensorFlow ops that TFLite's builtin kernels lack: {', '.join(missing)} "
                               "(the model module must use device-safe preprocessing layers)") from error
-    outside = non_builtin_ops(flatbuffer)
-    if outside:
-        raise ConversionError(f"holds ops outside TFLite's builtins: {', '.join(outside)}")
-    return flatbuffer
 
 
 def _quantize_core(converter, representative: dict[str, np.ndarray] | None, float_output_layer: bool) -> bytes:
@@ -175,10 +178,10 @@ def _quantize_core(converter, representative: dict[str, np.ndarray] | None, floa
                                       denylisted_nodes=denied)
 
 
-def _float16_core(float32_flatbuffer: bytes, converted: bytes, float_output_layer: bool) -> bytes:
+def _float16_core(float32_flatbuffer: bytes, float_output_layer: bool) -> bytes:
     """The float32 model with the core's constants stored in float16, each read through a DEQUANTIZE op, as
-    TFLite's float16 quantization stores them; `converted` is the converter's own float16 file, whose metadata
-    (minimum runtime, reduced-precision support) the result carries. The converter would store every constant
+    TFLite's float16 quantization stores them, with the metadata the converter gives a float16 file
+    (_float16_metadata). The converter would store every constant
     in float16, the preprocessing's too: a date's seconds since 1970 (about 1.7e9), a large median or a bin's
     edge overflow or round there, and the device model would read such a number wrongly. Here a constant stays
     float32 when a preprocessing op uses it (or, with `float_output_layer`, an op of the output layer), or when
@@ -220,13 +223,46 @@ def _float16_core(float32_flatbuffer: bytes, converted: bytes, float_output_laye
         graph.operators = added + graph.operators  # constants first: every op still follows its inputs
     for buffer in replaced - {tensor.buffer for graph in model.subgraphs for tensor in graph.tensors}:
         model.buffers[buffer].data = None
-    reference = flatbuffer_utils.convert_bytearray_to_object(bytearray(converted))
-    model.metadata = []
-    for entry in reference.metadata or []:
-        model.buffers.append(reference.buffers[entry.buffer])
-        entry.buffer = len(model.buffers) - 1
-        model.metadata.append(entry)
+    _float16_metadata(model)
     return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+
+
+DEQUANTIZE_FLOAT16_RUNTIME = (1, 15, 0)  # the first TFLite runtime with version 3 of DEQUANTIZE (float16 in)
+
+
+def _float16_metadata(model) -> None:
+    """Turns a float32 file's metadata (a TFLite model object) into what the converter writes for float16
+    quantization: the conversion options name PTQ_FLOAT16, `reduced_precision_support` says fp16accfp32
+    (float16 storage, float32 accumulation), and the minimum runtime is at least DEQUANTIZE's for float16."""
+    import flatbuffers
+    from tensorflow.lite.python import conversion_metadata_schema_py_generated as conversion
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    def store(name: bytes, data: bytes) -> None:
+        buffer = schema.BufferT()
+        buffer.data = np.frombuffer(data, dtype=np.uint8)
+        model.buffers.append(buffer)
+        entry = next((entry for entry in model.metadata or [] if entry.name == name), None)
+        if entry is None:
+            entry = schema.MetadataT()
+            entry.name = name
+            model.metadata = [*(model.metadata or []), entry]
+        entry.buffer = len(model.buffers) - 1
+
+    for entry in list(model.metadata or []):
+        data = bytes(model.buffers[entry.buffer].data)
+        if entry.name == b"CONVERSION_METADATA":
+            options = conversion.ConversionMetadataT.InitFromObj(conversion.ConversionMetadata.GetRootAs(data, 0))
+            options.options.modelOptimizationModes = [conversion.ModelOptimizationMode.PTQ_FLOAT16]
+            builder = flatbuffers.Builder(0)
+            builder.Finish(options.Pack(builder))
+            store(entry.name, bytes(builder.Output()))
+        elif entry.name == b"min_runtime_version":
+            version = data.rstrip(b"\0").decode()
+            if tuple(int(part) for part in version.split(".")) < DEQUANTIZE_FLOAT16_RUNTIME:
+                version = ".".join(map(str, DEQUANTIZE_FLOAT16_RUNTIME))
+            store(entry.name, version.encode().ljust(len(data), b"\0"))
+    store(b"reduced_precision_support", b"fp16accfp32")
 
 
 def _calibration_value(value: bytes) -> np.ndarray:

@@ -61,6 +61,22 @@ def _label(table, module) -> np.ndarray:
     return module.make_label({"label": tf.constant(table["label"])}).numpy()
 
 
+def _metadata(flatbuffer: bytes) -> dict:
+    """A .tflite file's metadata: name -> its bytes (the conversion options decoded, less the TF version)."""
+    from tensorflow.lite.python import conversion_metadata_schema_py_generated as conversion
+    from tensorflow.lite.tools import flatbuffer_utils
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(flatbuffer))
+    entries = {}
+    for entry in model.metadata:
+        data = bytes(model.buffers[entry.buffer].data)
+        if entry.name == b"CONVERSION_METADATA":
+            options = conversion.ConversionMetadata.GetRootAs(data, 0).Options()
+            data = (tuple(options.ModelOptimizationModesAsNumpy()) if options.ModelOptimizationModesLength() else (),
+                    options.AllowCustomOps(), options.EnableSelectTfOps())
+        entries[entry.name.decode()] = data
+    return entries
+
+
 def test_robust_scale_keeps_the_order_bounds_outliers_and_fits_quantile_edges():
     values = np.random.default_rng(1).lognormal(2.0, 1.0, 5000)
     layer = RobustScale.fitted(values, 8, name="fare.scaled")
@@ -287,6 +303,10 @@ def test_float16_and_full_int8_read_numbers_beyond_float16s_range_and_keep_the_o
     assert not tflite.non_builtin_ops(float16)
     # ModelExport hands float16 the float32 variant it converted already: the same model comes out
     assert tflite.convert(saved, "float16", float_output_layer=True, float32_flatbuffer=float32) == float16
+    # with the metadata the converter's own float16 quantization writes (not run for the variant)
+    converter = tf.lite.TFLiteConverter.from_saved_model(saved, signature_keys=["serving_default"])
+    converter.optimizations, converter.target_spec.supported_types = [tf.lite.Optimize.DEFAULT], [tf.float16]
+    assert _metadata(float16) == _metadata(converter.convert()) != _metadata(float32)
 
     representative = {name: values[:200] for name, values in train.items() if name in module.INPUTS}
     full_int8 = tflite.convert(saved, "full_int8", representative, float_output_layer=True)
