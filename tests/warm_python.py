@@ -9,7 +9,8 @@ and error captured, its exit handlers run, its exit code returned. Each command 
 which has run nothing but the imports: no command sees another's state. What a new process would add is only the
 time of the imports; the command, environment, working directory and exit code are the same. A test that checks
 what a new interpreter does before or while it imports (what loads, what prints) starts a new process instead.
-`run_warm(command, cwd)` runs a command in the shared interpreter for the caller's environment and `CLI_PRELOAD`.
+`run_warm(command, cwd)` runs a command with the caller's environment in a shared interpreter that imported
+`CLI_PRELOAD`.
 """
 import atexit
 import json
@@ -23,7 +24,7 @@ CLI_PRELOAD = ("tensorflow", "apache_beam", "tensorflow_data_validation", "tfx.c
                "tfx.orchestration.local.local_dag_runner")  # what `python -m pipeline run` imports
 
 SERVER = r'''
-import atexit, importlib, io, json, os, runpy, signal, sys, time, traceback
+import atexit, importlib, io, json, os, runpy, signal, sys, tempfile, time, traceback
 for name in sys.argv[1:]:
     importlib.import_module(name)
 replies = os.fdopen(os.dup(1), "w")  # the protocol's channel; what the imports or steps print goes to stderr
@@ -33,6 +34,9 @@ os.dup2(2, 1)
 def child(request):
     code = 1
     try:
+        os.environ.clear()
+        os.environ.update(request["env"])
+        tempfile.tempdir = None  # found again from TMPDIR and the others, as a new process finds it
         os.chdir(request["cwd"])
         for fd, path in ((0, os.devnull), (1, request["stdout"]), (2, request["stderr"])):
             os.dup2(os.open(path, os.O_RDONLY if fd == 0 else os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
@@ -80,18 +84,24 @@ for line in sys.stdin:
 
 class WarmPython:
     def __init__(self, env: dict[str, str], preload: tuple[str, ...]):
-        """`env`: every command's environment; the interpreter starts with it and imports the modules `preload`."""
+        """`env`: the interpreter's environment (each command's by default); it imports the modules `preload`."""
+        self.env = dict(env)
         self._server = subprocess.Popen([sys.executable, "-c", SERVER, *preload], env=env, cwd=tempfile.gettempdir(),
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
-    def run(self, command: list[str], cwd: str, timeout: float) -> subprocess.CompletedProcess:
-        """Input: `[python, -m, module, *args]`, the working directory, seconds before the command is killed.
-        Output: what `subprocess.run(..., capture_output=True, text=True)` returns; TimeoutExpired past `timeout`."""
+    def run(self, command: list[str], cwd: str, timeout: float,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """Input: `[python, -m, module, *args]`, the working directory, seconds before the command is killed and
+        the command's environment (default: the interpreter's), which must give the same PYTHONPATH: the import
+        path was set when the interpreter started. Output: what `subprocess.run(..., capture_output=True,
+        text=True)` returns; TimeoutExpired past `timeout`."""
         assert command[1] == "-m", f"only `python -m module` commands run warm: {command[:3]}"
+        env = dict(self.env if env is None else env)
+        assert env.get("PYTHONPATH") == self.env.get("PYTHONPATH"), "a warm interpreter keeps its import path"
         with tempfile.TemporaryDirectory(prefix="warm-pod-") as captured:
             stdout, stderr = os.path.join(captured, "stdout"), os.path.join(captured, "stderr")
-            request = {"module": command[2], "args": command[3:], "cwd": cwd, "stdout": stdout, "stderr": stderr,
-                       "timeout": timeout}
+            request = {"module": command[2], "args": command[3:], "cwd": cwd, "env": env, "stdout": stdout,
+                       "stderr": stderr, "timeout": timeout}
             self._server.stdin.write(json.dumps(request) + "\n")
             self._server.stdin.flush()
             reply = self._server.stdout.readline()
@@ -103,21 +113,26 @@ class WarmPython:
                 return subprocess.CompletedProcess(command, code, out.read(), err.read())
 
     def close(self) -> None:
-        self._server.stdin.close()
-        self._server.wait(timeout=60)
+        if self._server.poll() is None:
+            self._server.stdin.close()
+            self._server.wait(timeout=60)
 
 
-_SHARED: dict[tuple, WarmPython] = {}
+_SHARED: dict[tuple, WarmPython] = {}  # at most one: each holds the memory of its imports
 
 
 def run_warm(command: list[str], cwd: str, timeout: float = 1800, env: dict[str, str] | None = None,
              preload: tuple[str, ...] = CLI_PRELOAD) -> subprocess.CompletedProcess:
-    """`WarmPython.run` in one interpreter per environment (default: this process's) and preload, started at the
-    first call and ended when this process exits."""
+    """`WarmPython.run` with the environment `env` (default: this process's at the call) in an interpreter shared
+    by the calls with the same PYTHONPATH and preload: started at the first such call, ended by a call that needs
+    another or when this process exits."""
     env = dict(os.environ if env is None else env)
-    key = (tuple(sorted(env.items())), preload)
+    key = (env.get("PYTHONPATH"), preload)
     if key not in _SHARED:
         if not _SHARED:
             atexit.register(lambda: [warm.close() for warm in _SHARED.values()])
+        for warm in _SHARED.values():
+            warm.close()
+        _SHARED.clear()
         _SHARED[key] = WarmPython(env, preload)
-    return _SHARED[key].run(command, cwd=cwd, timeout=timeout)
+    return _SHARED[key].run(command, cwd=cwd, timeout=timeout, env=env)
