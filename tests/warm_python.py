@@ -24,7 +24,7 @@ CLI_PRELOAD = ("tensorflow", "apache_beam", "tensorflow_data_validation", "tfx.c
                "tfx.orchestration.local.local_dag_runner")  # what `python -m pipeline run` imports
 
 SERVER = r'''
-import atexit, importlib, io, json, os, runpy, signal, sys, tempfile, time, traceback
+import atexit, importlib, json, os, runpy, signal, sys, tempfile, time, traceback
 for name in sys.argv[1:]:
     importlib.import_module(name)
 replies = os.fdopen(os.dup(1), "w")  # the protocol's channel; what the imports or steps print goes to stderr
