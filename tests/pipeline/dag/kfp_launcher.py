@@ -27,7 +27,7 @@ import tempfile
 import time
 from typing import Callable, Collection
 
-from tests.warm_python import KUBEFLOW_PRELOAD, WarmPython
+from tests.warm_python import KUBEFLOW_PRELOAD, run_warm
 
 
 @dataclasses.dataclass
@@ -63,10 +63,9 @@ class StepByStepLauncher:
                  new_processes: Collection[str] = ()):
         """`env`: the steps' environment (PYTHONPATH names the image's project folder); `read(uri)`: the bytes of
         a file under the pipeline root, or None when there is none; `new_processes`: the steps that run as a new
-        Python process (the others fork from a warm interpreter). Each step runs in a new empty working
-        directory, as in a new pod, and must leave nothing there. `close()` ends the warm interpreter."""
+        Python process (the others fork from a warm interpreter, tests/warm_python.run_warm). Each step runs in a
+        new empty working directory, as in a new pod, and must leave nothing there."""
         self.new_processes = set(new_processes)
-        self._warm: WarmPython | None = None
         self.spec = job["pipelineSpec"]
         self.root = job["runtimeConfig"]["gcsOutputDirectory"]
         self.pipeline_name = self.spec["pipelineInfo"]["name"]
@@ -145,8 +144,7 @@ class StepByStepLauncher:
                 completed = subprocess.run(command, cwd=pod_disk, env=self.env, capture_output=True, text=True,
                                            timeout=1200)
             else:
-                self._warm = self._warm or WarmPython(self.env, KUBEFLOW_PRELOAD)
-                completed = self._warm.run(command, cwd=pod_disk, timeout=1200)
+                completed = run_warm(command, cwd=pod_disk, timeout=1200, env=self.env, preload=KUBEFLOW_PRELOAD)
             if completed.returncode != 0:
                 raise StepFailed(f"{name} exited {completed.returncode}:\n{completed.stderr[-4000:]}")
             left = sorted(os.path.relpath(os.path.join(folder, file), pod_disk)
@@ -162,11 +160,6 @@ class StepByStepLauncher:
                 name=original["name"], title=artifact_title(original["type"]), uri=reported.get("uri") or original["uri"],
                 metadata={**original["metadata"], **reported.get("metadata", {})}, order=0))]
         return result
-
-    def close(self) -> None:
-        if self._warm:
-            self._warm.close()
-            self._warm = None
 
     def _record(self, artifact: Artifact) -> Artifact:
         artifact.order = len(self.store)

@@ -59,9 +59,7 @@ def play(s3, tmp_path_factory):
                            image_project_root=PROJECT_ROOT)  # the image's /pipeline is this checkout here
     env = {**os.environ, **s3.env, "PYTHONPATH": PROJECT_ROOT, "TF_CPP_MIN_LOG_LEVEL": "1",
            "TMPDIR": str(tmp_path_factory.mktemp("pod-tmp"))}  # the pods' temporary folder, checked below
-    launcher = StepByStepLauncher(job, env=env, read=s3.read)
-    yield launcher
-    launcher.close()
+    return StepByStepLauncher(job, env=env, read=s3.read)
 
 
 @pytest.fixture(scope="module")

@@ -107,11 +107,7 @@ def run(compiled, s3, tmp_path_factory):
     env = {**os.environ, **s3.env, "PYTHONPATH": PROJECT_ROOT, "TF_CPP_MIN_LOG_LEVEL": "1",
            "TMPDIR": str(tmp_path_factory.mktemp("pod-tmp"))}  # the stock image's code only: no user folder
     # The Trainer, which imports the user's module from the staged copy, starts a new interpreter as a pod does.
-    launcher = StepByStepLauncher(first_job, env=env, read=s3.read, new_processes={"Trainer"})
-    try:
-        return launcher.run("run-1")
-    finally:
-        launcher.close()
+    return StepByStepLauncher(first_job, env=env, read=s3.read, new_processes={"Trainer"}).run("run-1")
 
 
 def _only(results, task, key):
