@@ -238,16 +238,14 @@ def _float16_metadata(model) -> None:
     from tensorflow.lite.python import conversion_metadata_schema_py_generated as conversion
     from tensorflow.lite.python import schema_py_generated as schema
 
-    def store(name: bytes, data: bytes) -> None:
-        buffer = schema.BufferT()
-        buffer.data = np.frombuffer(data, dtype=np.uint8)
-        model.buffers.append(buffer)
+    def store(name: bytes, data: bytes) -> None:  # in the entry's own buffer, or a new entry and buffer
         entry = next((entry for entry in model.metadata or [] if entry.name == name), None)
         if entry is None:
+            model.buffers.append(schema.BufferT())
             entry = schema.MetadataT()
-            entry.name = name
+            entry.name, entry.buffer = name, len(model.buffers) - 1
             model.metadata = [*(model.metadata or []), entry]
-        entry.buffer = len(model.buffers) - 1
+        model.buffers[entry.buffer].data = np.frombuffer(data, dtype=np.uint8)
 
     for entry in list(model.metadata or []):
         data = bytes(model.buffers[entry.buffer].data)
