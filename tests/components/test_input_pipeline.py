@@ -4,7 +4,6 @@ the estimated size and leaves no cache file behind, also when training fails. Re
 3,000-row taxi span; the tests that train are marked `training`."""
 import collections
 import os
-import subprocess
 import sys
 
 import keras
@@ -22,6 +21,7 @@ from components.trainer.input_pipeline import (DISK, MEMORY, PreprocessedCache, 
                                                make_dataset, memory_budget_bytes, row_batches)
 from components.trainer.train import ADAPT_SAMPLE_SIZE, TrainingJob, read_sample, train
 from tests.components.training import settings as _settings
+from tests.warm_python import run_warm
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -426,11 +426,10 @@ def test_training_with_folds_validates_every_training_record_out_of_fold_and_ser
     model = load_keras_model(os.path.join(folder, contract.MODEL_READY_FILE))
     assert [layer.copies for layer in model.layers if isinstance(layer, MembersOutput)] == [3]
     # a process of its own (ModelExport's container) loads it with the model module's imports alone
-    loaded = subprocess.run([sys.executable, "-c", "import sys; import models.taxi; "
-                             "from components.core.task_layers import load_keras_model; "
-                             "print(load_keras_model(sys.argv[1]).output.shape)",
-                             os.path.join(folder, contract.MODEL_READY_FILE)],
-                            capture_output=True, text=True, cwd=PROJECT_ROOT, env={**os.environ, "PYTHONPATH": PROJECT_ROOT})
+    loaded = run_warm([sys.executable, "-c", "import sys; import models.taxi; "
+                       "from components.core.task_layers import load_keras_model; "
+                       "print(load_keras_model(sys.argv[1]).output.shape)",
+                       os.path.join(folder, contract.MODEL_READY_FILE)], cwd=PROJECT_ROOT, timeout=300)
     assert loaded.stdout.strip().splitlines()[-1:] == ["(None, 1)"], loaded.stderr[-2000:]
     preprocessing = load_keras_model(os.path.join(folder, contract.PREPROCESSING_FILE))
     eval_files = input_pipeline.list_files(files["eval_files"])

@@ -21,6 +21,7 @@ from components.trainer.device import (DeviceDescription, Gpu, choose_precision,
 from components.trainer.probing import build_for_device, in_memory_batches
 from components.trainer.train import TrainingJob, set_up
 from tests.components.training import settings as _settings, train_here as _train_here
+from tests.warm_python import run_warm, start_warm
 
 JOB_SCRIPT = os.path.join(os.path.dirname(__file__), "trainer_job.py")
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -31,15 +32,15 @@ CPU_ONLY = {"CUDA_VISIBLE_DEVICES": ""}
 
 
 def _start_job(files, output, env=None, **spec):
-    """Starts trainer_job.py in its own process (a fresh TensorFlow runtime), its output going to
-    <output>/job.log (a file: a pipe nobody reads can fill and stall the job); returns the Popen."""
+    """Starts trainer_job.py in its own process (a fresh TensorFlow runtime, forked from a warm interpreter:
+    tests/warm_python.py), its output going to <output>/job.log; returns the running job (as a Popen)."""
     output.mkdir(parents=True, exist_ok=True)
     spec = {"output": str(output), **files, **spec}
     spec["overrides"] = {"epochs": 3, "batch_size": 64, "input_probe_steps": 20, **spec.get("overrides", {})}
     (output / "job.json").write_text(json.dumps(spec))
-    with open(output / "job.log", "w") as log:
-        process = subprocess.Popen([sys.executable, JOB_SCRIPT, str(output / "job.json")],
-                                   env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT)
+    log = str(output / "job.log")
+    process = start_warm([sys.executable, JOB_SCRIPT, str(output / "job.json")], cwd=str(output), stdout=log,
+                         stderr=log, env={**os.environ, **(env or {})})
     process.log_path = output / "job.log"
     return process
 
@@ -242,8 +243,8 @@ def test_mixed_precision_model_serves_float32_in_a_fresh_process(files, tmp_path
     assert report["precision"] == policy
     if policy == "mixed_float16":
         assert report["loss_scale_history"] and all(scale > 0 for scale in report["loss_scale_history"])
-    result = subprocess.run([sys.executable, "-c", SERVE_IN_FRESH_PROCESS, str(tmp_path / "serving"),
-                             files["eval_files"][0]], capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=300)
+    result = run_warm([sys.executable, "-c", SERVE_IN_FRESH_PROCESS, str(tmp_path / "serving"),
+                       files["eval_files"][0]], cwd=PROJECT_ROOT, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     served = json.loads(result.stdout.strip().splitlines()[-1])
     assert served["input_dtypes"] == ["string"] and served["output_dtype"] == "float32"

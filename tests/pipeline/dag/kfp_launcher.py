@@ -7,8 +7,7 @@
   declared output under `<root>/<pipeline>/<run>/<task>/<key>`; a fresh output file), then runs the
   container's exact command and arguments, with `{{$}}` replaced by that ExecutorInput, and reads back the
   executor output it wrote. A step runs as a fork of an interpreter that has imported TFX's entrypoint
-  (tests/warm_python.py: the same command, environment and working directory, without the imports' seconds),
-  or as a new process when the launcher is told to run it so;
+  (tests/warm_python.py: the same command, environment and working directory, without the imports' seconds);
 - for a resolver task (which the KFP backend, not a container, runs), answers its compiled artifact query
   (`schema_title`, `state`, `metadata.<key>.number_value`, `name`, with `{{$.inputs...}}` filled from its
   input) from the artifacts earlier tasks produced, newest first, as TFX's stock strategies choose.
@@ -21,11 +20,10 @@ import dataclasses
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Collection
+from typing import Callable
 
 from tests.warm_python import KUBEFLOW_PRELOAD, run_warm
 
@@ -59,13 +57,11 @@ def artifact_title(artifact_type: dict) -> str:
 
 
 class StepByStepLauncher:
-    def __init__(self, job: dict, env: dict[str, str], read: Callable[[str], bytes | None],
-                 new_processes: Collection[str] = ()):
+    def __init__(self, job: dict, env: dict[str, str], read: Callable[[str], bytes | None]):
         """`env`: the steps' environment (PYTHONPATH names the image's project folder); `read(uri)`: the bytes of
-        a file under the pipeline root, or None when there is none; `new_processes`: the steps that run as a new
-        Python process (the others fork from a warm interpreter, tests/warm_python.run_warm). Each step runs in a
-        new empty working directory, as in a new pod, and must leave nothing there."""
-        self.new_processes = set(new_processes)
+        a file under the pipeline root, or None when there is none. Each step forks from a warm interpreter
+        (tests/warm_python.run_warm) in a new empty working directory, as in a new pod, and must leave nothing
+        there."""
         self.spec = job["pipelineSpec"]
         self.root = job["runtimeConfig"]["gcsOutputDirectory"]
         self.pipeline_name = self.spec["pipelineInfo"]["name"]
@@ -140,11 +136,7 @@ class StepByStepLauncher:
         if command[0] == "python":
             command = [sys.executable] + command[1:]
         with tempfile.TemporaryDirectory(prefix=f"{name}-pod-") as pod_disk:  # a new pod's local disk
-            if name in self.new_processes:
-                completed = subprocess.run(command, cwd=pod_disk, env=self.env, capture_output=True, text=True,
-                                           timeout=1200)
-            else:
-                completed = run_warm(command, cwd=pod_disk, timeout=1200, env=self.env, preload=KUBEFLOW_PRELOAD)
+            completed = run_warm(command, cwd=pod_disk, timeout=1200, env=self.env, preload=KUBEFLOW_PRELOAD)
             if completed.returncode != 0:
                 raise StepFailed(f"{name} exited {completed.returncode}:\n{completed.stderr[-4000:]}")
             left = sorted(os.path.relpath(os.path.join(folder, file), pod_disk)

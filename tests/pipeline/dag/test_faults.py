@@ -11,7 +11,6 @@ import io
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 
@@ -30,6 +29,7 @@ from pipeline.runs.run_guard import LOCK_FILE, LOCKED_EXIT_CODE
 from pipeline.runs.run_report import REPORT_FILE, REPORTS_DIR
 from tests.pipeline.span_files import count_outputs, read_span, write_records
 from tests.components.pushing import race_pushers
+from tests.warm_python import run_warm, start_warm
 
 pytestmark = pytest.mark.e2e
 
@@ -299,7 +299,7 @@ def interrupted(production, tmp_path_factory, tree_digest):
     command = [sys.executable, "-m", "pipeline", "run", "--config", str(config_file), "--data", production.data_root,
                "--output", config.output_dir]
     checkpoints = os.path.join(config.pipeline_root, "checkpoints", "Trainer", "*", BACKUP_METADATA)
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = start_warm(command, cwd=os.getcwd(), stdout=os.devnull, stderr=os.devnull)
     try:  # whatever fails here, no stopped process is left holding the output directory
         deadline = time.monotonic() + 300
         while not _whole_json(glob.glob(checkpoints + ".bkp")):  # a second checkpoint began: the first is the .bkp pair
@@ -308,7 +308,7 @@ def interrupted(production, tmp_path_factory, tree_digest):
             time.sleep(0.05)
         process.send_signal(signal.SIGSTOP)  # frozen mid-training, still holding the output directory
         executions_before = _execution_count(config)
-        second = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        second = run_warm(command, cwd=os.getcwd(), timeout=300)
         executions_meanwhile = _execution_count(config)
     finally:
         process.kill()  # SIGKILL ends a stopped process too

@@ -106,8 +106,7 @@ def run(compiled, s3, tmp_path_factory):
     _, first_job, _, _, _ = compiled
     env = {**os.environ, **s3.env, "PYTHONPATH": PROJECT_ROOT, "TF_CPP_MIN_LOG_LEVEL": "1",
            "TMPDIR": str(tmp_path_factory.mktemp("pod-tmp"))}  # the stock image's code only: no user folder
-    # The Trainer, which imports the user's module from the staged copy, starts a new interpreter as a pod does.
-    return StepByStepLauncher(first_job, env=env, read=s3.read, new_processes={"Trainer"}).run("run-1")
+    return StepByStepLauncher(first_job, env=env, read=s3.read).run("run-1")
 
 
 def _only(results, task, key):
