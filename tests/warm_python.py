@@ -170,7 +170,9 @@ class WarmPython:
         self._server.stdin.flush()
         reply = self._server.stdout.readline()
         assert reply, f"the warm interpreter ended (exit {self._server.poll()}) while starting {command[1:3]}"
-        return WarmProcess(command, json.loads(reply)["pid"], exit_file)
+        pid = json.loads(reply)["pid"]
+        assert pid, f"the warm interpreter could not fork {command[1:3]} (see the test's stderr)"
+        return WarmProcess(command, pid, exit_file)
 
     def run(self, command: list[str], cwd: str, timeout: float,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
