@@ -240,7 +240,7 @@ class ExportConfig:
     # units; a fraction of the SavedModel's MAE for regression)
     max_tflite_drop: float = setting(0.01, NOT_NEGATIVE)
     representative_examples: int = setting(300, AT_LEAST_1)  # training examples that calibrate full-int8 quantization
-    latency_examples: int = setting(300, AT_LEAST_1)  # single-example invocations timed per variant (median reported)
+    latency_examples: int = setting(300, AT_LEAST_1)  # the scoring's first invocations timed per variant (median)
     # eval records each TFLite variant and the SavedModel it is compared with are scored on, evenly spread over
     # the eval split (record floor(j x split size / this), j = 0, 1, ...); 0 = every record. With 20,000, the
     # 95% interval of a difference in a per-example metric in [0, 1] (accuracy) is within +/-0.0098, inside the

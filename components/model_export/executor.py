@@ -112,12 +112,12 @@ def convert_and_score(serving_model_dir: str, model_module: ModelModule, eval_sp
     with tempfile.TemporaryDirectory() as scratch:
         device_model = tflite.write_device_savedmodel(preprocessing, model, model_module.INPUTS, task.prediction_key,
                                                       os.path.join(scratch, "device_model"))
+        converter = tflite.DeviceConverter(device_model)
         for variant in settings.tflite_variants:
             logging.info("ModelExport: converting and scoring the %s TFLite variant", variant)
             try:
-                flatbuffer = tflite.convert(device_model, variant, representative,
-                                            float_output_layer=task.float_device_output,
-                                            float32_flatbuffer=converted.get("float32"))
+                flatbuffer = converter.convert(variant, representative, float_output_layer=task.float_device_output,
+                                               float32_flatbuffer=converted.get("float32"))
             except tflite.ConversionError as error:
                 logging.warning("ModelExport: the %s TFLite variant was not converted: %s", variant, error)
                 failed[variant] = str(error)
@@ -131,17 +131,18 @@ def convert_and_score(serving_model_dir: str, model_module: ModelModule, eval_sp
 
 def variant_result(flatbuffer: bytes, model_module: ModelModule, eval_split: dict, settings: ExportConfig) -> dict:
     """One converted variant scored in LiteRT on the scoring sample against the SavedModel's predictions: the
-    task's metrics, the drop's paired interval, size and weights, median latency, output differences, ops."""
+    task's metrics, the drop's paired interval, size and weights, median latency (of the scoring's first
+    `latency_examples` invocations), output differences, ops."""
     task = task_of(model_module)
     interpreter = tflite.DeviceInterpreter(flatbuffer, task.prediction_key, model_module.INPUTS)
-    predictions = interpreter.predict(eval_split["raw"])
+    predictions, latency = interpreter.predict_timed(eval_split["raw"], settings.latency_examples)
     return {
         **task.score(eval_split["labels"], predictions),
         "drop_interval": scoring.drop_interval(task, eval_split["labels"], predictions, eval_split["predictions"],
                                                settings.confidence),
         "size_bytes": len(flatbuffer),
         **tflite.weight_bytes(flatbuffer),
-        "median_latency_us": 1e6 * interpreter.median_latency_seconds(eval_split["raw"], settings.latency_examples),
+        "median_latency_us": 1e6 * latency,
         **output_differences(task, predictions, eval_split["predictions"], settings.confidence),
         "ops": tflite.operators(flatbuffer),
         "non_builtin_ops": tflite.non_builtin_ops(flatbuffer),

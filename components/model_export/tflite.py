@@ -107,50 +107,68 @@ def input_conventions(inputs: dict, notes: dict[str, str] | None = None) -> list
 
 def convert(saved_model_dir: str, variant: str, representative: dict[str, np.ndarray] | None = None,
             float_output_layer: bool = False, float32_flatbuffer: bytes | None = None) -> bytes:
-    """Input: a device SavedModel (write_device_savedmodel), a variant name, (full_int8 only) raw calibration
-    features, column -> array of N rows for every input of the model (keyed by column name, as
-    DeviceInterpreter.predict takes them), whether full_int8 and float16 keep the model's output layer in
-    float32 (a regression output: an int8 one saturates outside the calibration range, a float16 constant
-    beyond 65,504 overflows), and (float16 only) the float32 variant of the same SavedModel when already
-    converted (else float16 converts it). Output: the .tflite bytes.
-
-    Every variant is converted with TFLITE_BUILTINS only (full int8: TFLITE_BUILTINS_INT8 first, builtin
-    float and integer kernels for what has no int8 kernel); ConversionError names any op that would need
-    more. full_int8 quantizes all but the ops under PREPROCESSING_SCOPE (and the output layer when asked),
-    float16 stores the weights of all but those in float16; inputs and output stay float."""
-    if variant not in TFLITE_VARIANTS:
-        raise ValueError(f"unknown TFLite variant {variant!r} (known: {', '.join(TFLITE_VARIANTS)})")
-    if variant == "float16":  # the float32 file, its core's constants stored in float16: no second conversion
-        flatbuffer = _float16_core(float32_flatbuffer or convert(saved_model_dir, "float32"), float_output_layer)
-    else:
-        flatbuffer = _converted(saved_model_dir, variant, representative, float_output_layer)
-    outside = non_builtin_ops(flatbuffer)
-    if outside:
-        raise ConversionError(f"holds ops outside TFLite's builtins: {', '.join(outside)}")
-    return flatbuffer
+    """One variant of a device SavedModel (write_device_savedmodel) converted: DeviceConverter's convert, for a
+    model converted once."""
+    return DeviceConverter(saved_model_dir).convert(variant, representative, float_output_layer, float32_flatbuffer)
 
 
-def _converted(saved_model_dir: str, variant: str, representative: dict[str, np.ndarray] | None,
-               float_output_layer: bool) -> bytes:
-    """The TFLite converter's file for float32, dynamic_int8 or full_int8 (convert's contract)."""
-    converter = tf.lite.TFLiteConverter.from_saved_model(saved_model_dir,
-                                                         signature_keys=[contract.SERVING_SIGNATURE])
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-    converter.allow_custom_ops = False
-    if variant != "float32":
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    try:
-        with native_stderr_to_log(f"TFLite converter ({variant})"):
-            if variant == "full_int8":
-                return _quantize_core(converter, representative, float_output_layer)
-            return converter.convert()
-    except Exception as error:  # the converter raises its own ConverterError, with the ops in its notes
-        text = "\n".join([str(error), *getattr(error, "__notes__", [])])
-        missing = sorted(set(re.findall(r"'tf\.(\w+)' op is neither a custom op nor a flex op", text)))
-        if not missing:
-            raise
-        raise ConversionError(f"needs TensorFlow ops that TFLite's builtin kernels lack: {', '.join(missing)} "
-                              "(the model module must use device-safe preprocessing layers)") from error
+class DeviceConverter:
+    """The TFLite converter of one device SavedModel (write_device_savedmodel), which it loads once for all the
+    variants it converts: each variant's file is the same as a converter of its own would write."""
+
+    def __init__(self, saved_model_dir: str):
+        self.saved_model_dir = saved_model_dir
+        self._converter = None  # loaded by the first variant the TFLite converter converts
+
+    def convert(self, variant: str, representative: dict[str, np.ndarray] | None = None,
+                float_output_layer: bool = False, float32_flatbuffer: bytes | None = None) -> bytes:
+        """Input: a variant name, (full_int8 only) raw calibration features, column -> array of N rows for every
+        input of the model (keyed by column name, as DeviceInterpreter.predict takes them), whether full_int8
+        and float16 keep the model's output layer in float32 (a regression output: an int8 one saturates
+        outside the calibration range, a float16 constant beyond 65,504 overflows), and (float16 only) the
+        float32 variant of the same SavedModel when already converted (else float16 converts it). Output: the
+        .tflite bytes.
+
+        Every variant is converted with TFLITE_BUILTINS only (full int8: TFLITE_BUILTINS_INT8 first, builtin
+        float and integer kernels for what has no int8 kernel); ConversionError names any op that would need
+        more. full_int8 quantizes all but the ops under PREPROCESSING_SCOPE (and the output layer when asked),
+        float16 stores the weights of all but those in float16; inputs and output stay float."""
+        if variant not in TFLITE_VARIANTS:
+            raise ValueError(f"unknown TFLite variant {variant!r} (known: {', '.join(TFLITE_VARIANTS)})")
+        if variant == "float16":  # the float32 file, its core's constants stored in float16: no second conversion
+            flatbuffer = _float16_core(float32_flatbuffer or self.convert("float32"), float_output_layer)
+        else:
+            flatbuffer = self._converted(variant, representative, float_output_layer)
+        outside = non_builtin_ops(flatbuffer)
+        if outside:
+            raise ConversionError(f"holds ops outside TFLite's builtins: {', '.join(outside)}")
+        return flatbuffer
+
+    def _converted(self, variant: str, representative: dict[str, np.ndarray] | None,
+                   float_output_layer: bool) -> bytes:
+        """The TFLite converter's file for float32, dynamic_int8 or full_int8 (convert's contract); every
+        option a variant sets is set again for the next."""
+        if self._converter is None:
+            self._converter = tf.lite.TFLiteConverter.from_saved_model(self.saved_model_dir,
+                                                                       signature_keys=[contract.SERVING_SIGNATURE])
+        converter = self._converter
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        converter.allow_custom_ops = False
+        converter.optimizations = [] if variant == "float32" else [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = None
+        converter._experimental_calibrate_only = False  # pylint: disable=protected-access
+        try:
+            with native_stderr_to_log(f"TFLite converter ({variant})"):
+                if variant == "full_int8":
+                    return _quantize_core(converter, representative, float_output_layer)
+                return converter.convert()
+        except Exception as error:  # the converter raises its own ConverterError, with the ops in its notes
+            text = "\n".join([str(error), *getattr(error, "__notes__", [])])
+            missing = sorted(set(re.findall(r"'tf\.(\w+)' op is neither a custom op nor a flex op", text)))
+            if not missing:
+                raise
+            raise ConversionError(f"needs TensorFlow ops that TFLite's builtin kernels lack: {', '.join(missing)} "
+                                  "(the model module must use device-safe preprocessing layers)") from error
 
 
 def _quantize_core(converter, representative: dict[str, np.ndarray] | None, float_output_layer: bool) -> bytes:
@@ -568,23 +586,24 @@ class DeviceInterpreter:
     def predict(self, features: dict[str, np.ndarray]) -> np.ndarray:
         """Input: raw features, column name (see the class) -> array of N rows (strings as bytes). Output: the
         model's outputs, [N] for one value per example, [N, K] for K class probabilities."""
+        return self.predict_timed(features, 0)[0]
+
+    def predict_timed(self, features: dict[str, np.ndarray], timed: int) -> tuple[np.ndarray, float | None]:
+        """predict's outputs, and the median wall time of one invoke() over the first `timed` rows (inputs set
+        outside the timing; None when no row was timed). The first row runs once more before the timing: a
+        delegate is prepared on the first run."""
         rows = len(next(iter(features.values())))
-        outputs = []
+        if rows and timed:
+            self._invoke(features, 0)
+        outputs, timings = [], []
         for row in range(rows):
-            self._invoke(features, row)
+            if row < timed:
+                self._set_example(features, row)
+                start = time.perf_counter()
+                self._interpreter.invoke()
+                timings.append(time.perf_counter() - start)
+            else:
+                self._invoke(features, row)
             outputs.append(self._interpreter.get_tensor(self._output).reshape(-1).copy())
         out = np.stack(outputs).astype(np.float32) if outputs else np.zeros((0, 1), np.float32)
-        return out.reshape(rows) if out.shape[1] == 1 else out
-
-    def median_latency_seconds(self, features: dict[str, np.ndarray], examples: int) -> float:
-        """Median wall time of one invoke() over the first `examples` rows (inputs set outside the timing)."""
-        rows = min(examples, len(next(iter(features.values()))))
-        timings = []
-        if rows:  # a delegate is prepared on the first run: not timed
-            self._invoke(features, 0)
-        for row in range(rows):
-            self._set_example(features, row)
-            start = time.perf_counter()
-            self._interpreter.invoke()
-            timings.append(time.perf_counter() - start)
-        return statistics.median(timings)
+        return (out.reshape(rows) if out.shape[1] == 1 else out), (statistics.median(timings) if timings else None)

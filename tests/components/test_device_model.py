@@ -514,7 +514,9 @@ def test_the_device_interpreter_runs_a_model_xnnpack_refuses_with_the_builtin_ke
     device = tflite.DeviceInterpreter(flatbuffer, tasks.PROBABILITIES, AWKWARD_INPUTS)
     np.testing.assert_allclose(device.predict(raw), expected, rtol=1e-5, atol=1e-6)  # other kernels, same model
     assert opened == [True, False] and not device.default_delegates
-    assert device.median_latency_seconds(raw, 5) > 0
+    timed, latency = device.predict_timed(raw, 5)
+    np.testing.assert_array_equal(timed, device.predict(raw))
+    assert latency > 0
     def fails_otherwise(self):
         raise RuntimeError("other")
 

@@ -321,6 +321,12 @@ def test_float16_and_full_int8_read_numbers_beyond_float16s_range_and_keep_the_o
     got = _device_outputs(full_int8, rows, "prediction")
     assert np.abs(got - expected).mean() / spread <= OUTPUT_TOLERANCE["full_int8"]
 
+    # ModelExport loads the SavedModel into one converter for all the variants: the files are those of a
+    # converter per variant, whichever variant came before (full int8's calibration options are set again)
+    shared = tflite.DeviceConverter(saved)
+    assert shared.convert("full_int8", representative, float_output_layer=True) == full_int8
+    assert shared.convert("float16", float_output_layer=True) == float16
+
 
 @pytest.mark.parametrize("folds", [1, 4])
 @pytest.mark.slow
