@@ -351,7 +351,7 @@ def _histogram_figure(statistics: dict, numeric: list[str]):
     for ax in list(axes.flat)[len(numeric):]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
-    figure.tight_layout()
+    _fixed_layout(figure, rows, columns, left=0.5, right=0.15, top=0.3, bottom=0.3, between_x=0.5, between_y=0.55)
     return figure
 
 
@@ -360,7 +360,9 @@ def _top_values_figure(statistics: dict, strings: list[str]):
     if not strings:
         return None
     plt = _pyplot()
-    figure, axes = plt.subplots(1, len(strings), figsize=(5 * len(strings), 3), squeeze=False)
+    columns = min(4, len(strings))
+    rows = (len(strings) + columns - 1) // columns
+    figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3 * rows), squeeze=False)
     by_split = {split: _features_by_name(dataset) for split, dataset in statistics.items()}
     for ax, name in zip(axes.flat, strings):
         width = 0.8 / len(statistics)
@@ -376,9 +378,26 @@ def _top_values_figure(statistics: dict, strings: list[str]):
                 ax.set_yticks(range(len(top)), [v.value[:24] for v in top], fontsize=7)
         ax.set_title(f"{name} (share of examples)", fontsize=9)
         ax.invert_yaxis()
+    for ax in list(axes.flat)[len(strings):]:
+        ax.axis("off")
     axes.flat[0].legend(fontsize=7)
-    figure.tight_layout()
+    # room on the left of each plot for its longest value label (at most 24 characters of 7-point text)
+    longest = max((len(label.get_text()) for ax in axes.flat for label in ax.get_yticklabels()), default=0)
+    room = 0.2 + 0.09 * longest
+    _fixed_layout(figure, rows, columns, left=room, right=0.15, top=0.3, bottom=0.3, between_x=room + 0.1,
+                  between_y=0.55)
     return figure
+
+
+def _fixed_layout(figure, rows: int, columns: int, left: float, right: float, top: float, bottom: float,
+                  between_x: float, between_y: float) -> None:
+    """Places a grid of rows x columns plots with the given margins and gaps, in inches, without measuring its
+    texts as tight_layout does (seconds for a grid of small plots, every tick label measured)."""
+    width, height = figure.get_size_inches()
+    plot_width = (width - left - right - between_x * (columns - 1)) / columns
+    plot_height = (height - top - bottom - between_y * (rows - 1)) / rows
+    figure.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height,
+                           wspace=between_x / plot_width, hspace=between_y / plot_height)
 
 
 def _training_figure(reports: dict[str, TrainingReport]):

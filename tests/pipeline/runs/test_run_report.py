@@ -347,3 +347,36 @@ def test_dollar_signs_and_underscores_in_values_and_names_are_drawn_as_written()
     assert labels[:3] == ["$0_$10", "$10_$100", "over $100"]
     assert all(not label.get_parse_math() for label in figure.axes[0].get_yticklabels())
     assert _histogram_figure(facts.statistics, ["cost $_a$"]).axes[0].get_title() == "cost $_a$"
+
+
+def test_many_string_features_draw_four_to_a_row_and_no_plot_or_label_overlaps_another():
+    """The top values as a grid as wide as the histograms' (not one plot per feature side by side), laid out in
+    fixed margins: every plot, with its value labels and title, inside the figure and clear of the others."""
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+    from pipeline.runs.run_report import _histogram_figure, _top_values_figure
+    strings, numbers = (statistics_pb2.DatasetFeatureStatistics(num_examples=10) for _ in range(2))
+    names = [f"column_{i}" for i in range(6)]
+    for name in names:
+        feature = strings.features.add()
+        feature.path.step.append(name)
+        feature.string_stats.common_stats.num_non_missing = 10
+        for value, frequency in (("x" * 24, 6), ("second_value", 4)):
+            feature.string_stats.top_values.add(value=value, frequency=frequency)
+        feature = numbers.features.add()
+        feature.path.step.append(name)
+        histogram = feature.num_stats.histograms.add(type=statistics_pb2.Histogram.STANDARD)
+        histogram.buckets.add(low_value=0.0, high_value=150000.0, sample_count=10)
+    figures = (_top_values_figure({"train": strings, "eval": strings}, names),
+               _histogram_figure({"train": numbers, "eval": numbers}, names))
+    assert [label.get_text() for label in figures[0].axes[5].get_yticklabels()] == ["x" * 24, "second_value"]
+    for figure in figures:
+        assert tuple(figure.get_size_inches())[0] in (16.0, 20.0)  # four columns, whatever the features
+        figure.canvas.draw()
+        renderer = figure.canvas.get_renderer()
+        drawn = [ax for ax in figure.axes if ax.get_title()]
+        assert [ax.get_title().split(" (")[0] for ax in drawn] == names
+        boxes = [ax.get_tightbbox(renderer) for ax in drawn]
+        whole = figure.bbox
+        assert all(box.x0 >= whole.x0 and box.x1 <= whole.x1 and box.y0 >= whole.y0 and box.y1 <= whole.y1
+                   for box in boxes)
+        assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
