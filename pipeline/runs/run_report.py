@@ -332,12 +332,9 @@ def _histogram_figure(statistics: dict, numeric: list[str]):
     from tensorflow_metadata.proto.v0 import statistics_pb2
     if not numeric:
         return None
-    plt = _pyplot()
-    columns = 4
-    rows = (len(numeric) + columns - 1) // columns
-    figure, axes = plt.subplots(rows, columns, figsize=(4 * columns, 2.6 * rows), squeeze=False)
+    figure, axes = _grid(len(numeric), 4, (4, 2.6))
     by_split = {split: _features_by_name(dataset) for split, dataset in statistics.items()}
-    for ax, name in zip(axes.flat, numeric):
+    for ax, name in zip(axes, numeric):
         for split, features in by_split.items():
             feature = features.get(name)
             histogram = feature and next((h for h in feature.num_stats.histograms
@@ -348,10 +345,8 @@ def _histogram_figure(statistics: dict, numeric: list[str]):
                           [histogram.buckets[0].low_value] + [b.high_value for b in histogram.buckets], label=split)
         ax.set_title(name, fontsize=9)
         ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(numeric):]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=7)
-    _fixed_layout(figure, rows, columns, left=0.5, right=0.15, top=0.3, bottom=0.3, between_x=0.5, between_y=0.55)
+    axes[0].legend(fontsize=7)
+    _fixed_layout(figure, left=0.5, right=0.15, top=0.3, bottom=0.3, between_x=0.5, between_y=0.55)
     return figure
 
 
@@ -359,12 +354,9 @@ def _top_values_figure(statistics: dict, strings: list[str]):
     """Input: statistics per split, the string features to draw. Output: a figure of their top values, or None."""
     if not strings:
         return None
-    plt = _pyplot()
-    columns = min(4, len(strings))
-    rows = (len(strings) + columns - 1) // columns
-    figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3 * rows), squeeze=False)
+    figure, axes = _grid(len(strings), min(4, len(strings)), (5, 3))
     by_split = {split: _features_by_name(dataset) for split, dataset in statistics.items()}
-    for ax, name in zip(axes.flat, strings):
+    for ax, name in zip(axes, strings):
         width = 0.8 / len(statistics)
         for index, (split, features) in enumerate(by_split.items()):
             feature = features.get(name)
@@ -378,21 +370,31 @@ def _top_values_figure(statistics: dict, strings: list[str]):
                 ax.set_yticks(range(len(top)), [v.value[:24] for v in top], fontsize=7)
         ax.set_title(f"{name} (share of examples)", fontsize=9)
         ax.invert_yaxis()
-    for ax in list(axes.flat)[len(strings):]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=7)
+    axes[0].legend(fontsize=7)
     # room on the left of each plot for its longest value label (at most 24 characters of 7-point text)
-    longest = max((len(label.get_text()) for ax in axes.flat for label in ax.get_yticklabels()), default=0)
+    longest = max((len(label.get_text()) for ax in axes for label in ax.get_yticklabels()), default=0)
     room = 0.2 + 0.09 * longest
-    _fixed_layout(figure, rows, columns, left=room, right=0.15, top=0.3, bottom=0.3, between_x=room + 0.1,
-                  between_y=0.55)
+    _fixed_layout(figure, left=room, right=0.15, top=0.3, bottom=0.3, between_x=room + 0.1, between_y=0.55)
     return figure
 
 
-def _fixed_layout(figure, rows: int, columns: int, left: float, right: float, top: float, bottom: float,
-                  between_x: float, between_y: float) -> None:
-    """Places a grid of rows x columns plots with the given margins and gaps, in inches, without measuring its
+def _grid(count: int, columns: int, plot_size: tuple[float, float]):
+    """Input: how many plots, how many to a row, each one's (width, height) in inches. Output: (the figure, its
+    first `count` axes in reading order); the cells after them are left blank."""
+    rows = (count + columns - 1) // columns
+    figure, axes = _pyplot().subplots(rows, columns, figsize=(plot_size[0] * columns, plot_size[1] * rows),
+                                      squeeze=False)
+    for ax in list(axes.flat)[count:]:
+        ax.axis("off")
+    return figure, list(axes.flat)[:count]
+
+
+def _fixed_layout(figure, left: float, right: float, top: float, bottom: float, between_x: float,
+                  between_y: float) -> None:
+    """Places a figure's grid of plots (_grid's) with the given margins and gaps, in inches, without measuring its
     texts as tight_layout does (seconds for a grid of small plots, every tick label measured)."""
+    grid = figure.axes[0].get_gridspec()
+    rows, columns = grid.nrows, grid.ncols
     width, height = figure.get_size_inches()
     plot_width = (width - left - right - between_x * (columns - 1)) / columns
     plot_height = (height - top - bottom - between_y * (rows - 1)) / rows
