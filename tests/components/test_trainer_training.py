@@ -163,6 +163,11 @@ def test_killed_training_resumes_from_its_last_checkpoint(files, tmp_path):
     assert not (tmp_path / "checkpoints").exists()  # a finished training removes its checkpoints
 
 
+# A CPU-bound process that ends with the test's process: a suite killed midway (where `finally` does not run)
+# leaves no core spinning.
+BUSY_WHILE_PARENT_LIVES = "import os, sys\nparent = int(sys.argv[1])\nwhile os.getppid() == parent:\n    pass\n"
+
+
 @pytest.mark.training
 def test_the_same_config_trains_the_same_model_on_an_idle_and_on_a_busy_machine(files, tmp_path):
     """No clock in the plan: with the training settings init writes (bagged over folds, validated every interval,
@@ -183,7 +188,8 @@ def test_the_same_config_trains_the_same_model_on_an_idle_and_on_a_busy_machine(
                               tf.data.TFRecordDataset(files["eval_files"][0], compression_type="GZIP")])
     predictions, reports = [], []
     for busy in (False, True):
-        burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(1 if busy else 0)]
+        burners = [subprocess.Popen([sys.executable, "-c", BUSY_WHILE_PARENT_LIVES, str(os.getpid())])
+                   for _ in range(1 if busy else 0)]
         try:
             code, log = _finish(_start_job(files, tmp_path / f"busy-{busy}", overrides=overrides, env=CPU_ONLY,
                                            clock_speed=3 if busy else 1), timeout=900)
