@@ -102,9 +102,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="exports of each run, timed (default 1)")
     parser.add_argument("--json", default="", help="append one JSON line per run to this file")
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error(f"--repeat: at least 1 export, not {args.repeat}")
     sys.path.insert(0, os.path.abspath(args.code))
     for run in args.runs:
-        result = export_again(run, config_path(run, args.config), max(args.repeat, 1))
+        result = export_again(run, config_path(run, args.config), args.repeat)
         result["code"] = os.path.abspath(args.code)
         print(f"{run}: {result['metric']} on {result['scored']:,} eval records, SavedModel {result['savedmodel']:.4f}")
         for name, variant in result["variants"].items():
