@@ -130,6 +130,9 @@ def _build_and_compile(model_module: ModelModule, preprocessing: keras.Model, se
     if multi_worker:
         work_around_keras_multi_worker_fit(model)
     _compile(model, model_module, plan, settings, policy, xla)
+    # The optimizer's slots made now: made inside the first training step instead, they have TensorFlow trace
+    # that step twice (once creating them, once more without).
+    model.optimizer.build(model.trainable_variables)
     return model
 
 
@@ -165,7 +168,6 @@ def _xla_failure(message: str) -> str:
 @contextlib.contextmanager
 def _variables_restored(model: keras.Model):
     """Every model and optimizer variable gets its value back when the block ends (probes train for real)."""
-    model.optimizer.build(model.trainable_variables)
     variables = model.variables + model.optimizer.variables
     saved = [variable.numpy() for variable in variables]
     try:

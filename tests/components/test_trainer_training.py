@@ -304,6 +304,32 @@ def test_on_a_tensor_core_gpu_xla_auto_times_both_candidates_when_training_can_r
 
 
 @pytest.mark.training
+@pytest.mark.parametrize("precision", ["float32", "mixed_float16"])  # Adam's slots; the loss scale's too
+def test_the_first_training_step_makes_no_variable_so_it_is_traced_once(files, tmp_path, precision):
+    """A variable made while TensorFlow traces a step has it trace that step a second time (seconds a trace): the
+    built model comes with the optimizer's every variable already made, with no probe having trained it."""
+    job = TrainingJob(settings=_settings(input_probe_steps=0, xla="off", precision=precision),
+                      serving_model_dir=str(tmp_path / "serving"), run_dir=str(tmp_path / "run"),
+                      checkpoint_dir=str(tmp_path / "checkpoints"), **files)
+    setup = set_up(job)
+    batches = setup.dataset(job.train_files, True, split="train")
+    with setup.strategy.scope():
+        model, chosen, _, _ = build_for_device(setup.model_module, setup.preprocessing, setup.device, setup.settings,
+                                               setup.plan, None, in_memory_batches(batches, setup.settings), False)
+    assert chosen.value == precision
+    made_while_tracing = []
+
+    def creator(next_creator, **kwargs):
+        if not tf.executing_eagerly():
+            made_while_tracing.append(kwargs.get("name"))
+        return next_creator(**kwargs)
+
+    with tf.variable_creator_scope(creator), setup.strategy.scope():
+        model.fit(batches, steps_per_epoch=setup.settings.steps_per_execution, epochs=1, verbose=0)
+    assert made_while_tracing == []
+
+
+@pytest.mark.training
 @pytest.mark.parametrize("input_probe_steps", [20, 0])  # XLA's compile failure met by the timing, or by the check
 def test_model_that_xla_cannot_compile_trains_without_xla(files, tmp_path, input_probe_steps):
     report = _train_here(files, tmp_path, model="tests.components.unjittable_model", xla="on", epochs=2,
