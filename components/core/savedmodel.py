@@ -18,8 +18,6 @@ def write_signatures(export_dir: str, models: list[keras.Model], signatures: dic
     whose `signatures` are those functions, with the models' variables."""
     root = tf.Module()
     root.model_variables = [getattr(variable, "value", variable) for model in models for variable in model.variables]
-    for name, function in signatures.items():
-        setattr(root, name, function)
     try:
         tf.saved_model.save(root, export_dir, signatures={name: function.get_concrete_function()
                                                           for name, function in signatures.items()})

@@ -32,3 +32,18 @@ def test_the_saved_signature_computes_what_the_model_does(tmp_path, with_table):
     write_signatures(str(tmp_path / "saved"), [model], {"serving_default": _scored(model, spec)})
     loaded = tf.saved_model.load(str(tmp_path / "saved")).signatures["serving_default"]
     np.testing.assert_allclose(loaded(values=values)["score"].numpy(), model(values).numpy(), rtol=1e-6)
+
+
+def test_each_signature_is_traced_once(tmp_path):
+    """Tracing a function is most of a small model's export: the save traces none a second time."""
+    traces = []
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="values")])
+    def score(values):
+        traces.append(values.shape)  # Python runs here only while TensorFlow traces
+        return {"score": model(values)}
+
+    write_signatures(str(tmp_path / "saved"), [model], {"serving_default": score})
+    assert len(traces) == 1
+    assert "serving_default" in tf.saved_model.load(str(tmp_path / "saved")).signatures
