@@ -23,11 +23,11 @@ demo: venv
 	$(PY) -m pipeline demo --data $(DATA) --output $(OUTPUT)
 
 # The suite in TEST_WORKERS processes (pytest-xdist), each test file's tests in one of them: its TensorFlow work
-# on small data runs mostly on one thread, so two processes on 2 cores take about half the time of one.
-# TEST_WORKERS=0 runs it in this process.
+# on small data runs mostly on one thread, so two processes on 2 cores take about half the time of one. The files
+# are dealt in the order tests/conftest.py gives them (the longest first). TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
 test: venv
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 
 # The docs site into site/ (strict: a broken link or a missing page fails; a test builds it too).
 docs: venv
@@ -36,7 +36,7 @@ docs: venv
 # The edit loop: everything but the real DAG runs (e2e), real model training (training) and the tests of more
 # than a few seconds (slow), with fewer fuzzed files; a few minutes on an idle 2-core machine. `make test` runs it all.
 test-fast: venv
-	FUZZ_EXAMPLES=15 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not e2e and not training and not slow" tests
+	FUZZ_EXAMPLES=15 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not e2e and not training and not slow" tests
 
 # The whole pipeline on the taxi sample 1, 10 and 100 times over: per-step seconds, examples/s, peak RSS
 # (about 20 minutes here; COPIES=1,10 for a quick look). A benchmark, not a test.

@@ -17,6 +17,23 @@ import tempfile  # noqa: E402
 
 import pytest  # noqa: E402
 
+# Tests that take minutes (a real DAG run, a real training, a fresh process): see pytest.ini's markers.
+LONG_MARKERS = ("e2e", "training", "slow")
+
+
+def pytest_collection_modifyitems(items):
+    """Test files with the most minutes-long tests first, then the others by their number of tests (each file's
+    tests keep their order). With the files dealt to workers in this order (`make test`: --dist loadfile
+    --no-loadscope-reorder), the last files are short ones: the suite does not end with one worker idle while
+    the other runs a long file alone."""
+    long_tests, tests = {}, {}
+    for item in items:
+        tests[item.path] = tests.get(item.path, 0) + 1
+        if any(item.get_closest_marker(name) for name in LONG_MARKERS):
+            long_tests[item.path] = long_tests.get(item.path, 0) + 1
+    items.sort(key=lambda item: (-long_tests.get(item.path, 0), -tests[item.path]))
+
+
 DESCRIBED_GPUS_VARIABLE = "TEST_DESCRIBED_GPUS"
 
 
