@@ -408,11 +408,11 @@ def test_training_with_folds_validates_every_training_record_out_of_fold_and_ser
     from components.core.records import model_ready_dir
     from components.core.task_layers import load_keras_model
 
-    job = _job(files, tmp_path, epochs=4, folds=3, early_stopping_patience=2, average_intervals=3, precision=precision)
+    job = _job(files, tmp_path, epochs=4, folds=2, early_stopping_patience=2, average_intervals=3, precision=precision)
     report = train(job)
-    assert report.folds == 3 and report.validation_examples == report.labels["train"].examples
+    assert report.folds == 2 and report.validation_examples == report.labels["train"].examples
     assert len(report.history["val_auc"]) == report.intervals_run and report.best_interval >= 1
-    assert "out of fold on all" in report.schedule_line() and "(3 folds)" in report.schedule_line()
+    assert "out of fold on all" in report.schedule_line() and "(2 folds)" in report.schedule_line()
     # the best interval first, then those whose weights joined its average: the average scored better out of fold
     best_alone = report.history["val_auc"][report.best_interval - 1]
     averaged = report.averaged_intervals
@@ -424,7 +424,7 @@ def test_training_with_folds_validates_every_training_record_out_of_fold_and_ser
         assert report.validation_value == best_alone and "served alone" in report.schedule_line()
     folder = model_ready_dir(job.serving_model_dir)
     model = load_keras_model(os.path.join(folder, contract.MODEL_READY_FILE))
-    assert [layer.copies for layer in model.layers if isinstance(layer, MembersOutput)] == [3]
+    assert [layer.copies for layer in model.layers if isinstance(layer, MembersOutput)] == [2]
     # a process of its own (ModelExport's container) loads it with the model module's imports alone
     loaded = run_warm([sys.executable, "-c", "import sys; import models.taxi; "
                        "from components.core.task_layers import load_keras_model; "
@@ -436,8 +436,8 @@ def test_training_with_folds_validates_every_training_record_out_of_fold_and_ser
     records = next(iter(tf.data.TFRecordDataset(eval_files, input_pipeline.record_compression(eval_files)).batch(64)))
     ready = preprocessing(tf.io.parse_example(records, models.taxi.INPUTS))
     copies = np.stack([layer(ready).numpy() for layer in model.layers if isinstance(layer, keras.Model)])
-    assert len(copies) == 3
-    assert copies.std(axis=0).mean() > 1e-4  # three models, not one
+    assert len(copies) == 2
+    assert copies.std(axis=0).mean() > 1e-4  # two models, not one
     served = tf.saved_model.load(job.serving_model_dir).signatures["serving_default"](examples=records)
     np.testing.assert_allclose(served[tasks.task_named("binary").prediction_key].numpy().reshape(-1),
                                copies.mean(axis=0).reshape(-1), rtol=1e-5, atol=1e-6)

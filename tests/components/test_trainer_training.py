@@ -121,7 +121,7 @@ def _train_two_workers(files, output, attempts=3, **spec):
 def test_multi_worker_mirrored_strategy_across_two_processes(files, tmp_path):
     # a time budget each worker's clock would end at an interval of its own: not applied with several workers;
     # bagged over folds, with the best intervals' weights averaged: the workers must agree on each average
-    folders, results = _train_two_workers(files, tmp_path, overrides={"time_budget_seconds": 0.01, "folds": 3,
+    folders, results = _train_two_workers(files, tmp_path, overrides={"time_budget_seconds": 0.01, "folds": 2,
                                                                       "average_intervals": 3})
     assert [code for code, _ in results] == [0, 0], "\n-----\n".join(log[-3000:] for _, log in results)
     reports = [json.loads((folder / "returned_report.json").read_text()) for folder in folders]
