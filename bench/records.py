@@ -76,13 +76,19 @@ def code_version(folder: str = PROJECT_ROOT) -> tuple[str | None, bool | None]:
 
 def command_line(argv: list[str] | None = None) -> str:
     """The command that runs: `python` and the script's arguments, with this project's folder written "." and
-    the home folder "~" (no machine's paths in the records)."""
+    the home folder "~", and any other folder of the machine left out of a path (`/tmp/x/after.json` is written
+    `after.json`, `--json=/tmp/x/a.json` `--json=a.json`): no machine's paths in the records."""
     argv = list(sys.argv if argv is None else argv)
     home = os.path.expanduser("~")
 
     def plain(argument: str) -> str:
         argument = argument.replace(PROJECT_ROOT + os.sep, "").replace(PROJECT_ROOT, ".")
-        return argument.replace(home, "~") if home not in ("", "/") else argument
+        if home not in ("", "/"):
+            argument = argument.replace(home, "~")
+        option, equals, value = argument.partition("=") if argument.startswith("-") else ("", "", argument)
+        if os.path.isabs(value):
+            value = os.path.basename(value.rstrip(os.sep)) or value
+        return option + equals + value
 
     return shlex.join(["python"] + [plain(argument) for argument in argv])
 

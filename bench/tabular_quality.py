@@ -718,15 +718,10 @@ def _goal_word(metric: str | None, ours: float | None, reference: float | None) 
 # ------------------------------------------------------------------------------------------------ main
 
 def _code_version(code: str) -> str:
-    """The code folder's commit, with "+changes" when its work tree differs from it ("" outside git)."""
-    try:
-        commit = subprocess.run(["git", "-C", code, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", code, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True).stdout.strip()
-        return commit + ("+changes" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return ""
+    """The code folder's short commit, with "+changes" when a tracked file outside bench/results differs from it
+    (records.code_version: the records an earlier call appended are no change of code); "" outside git."""
+    commit, dirty = records.code_version(code)
+    return (commit[:7] + ("+changes" if dirty else "")) if commit else ""
 
 
 def parse_args() -> argparse.Namespace:

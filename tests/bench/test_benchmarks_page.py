@@ -143,12 +143,13 @@ def test_append_writes_one_record_with_where_and_how_it_was_measured(bench, tmp_
     monkeypatch.setenv("BENCH_RESULTS_DIR", str(tmp_path))
     monkeypatch.delenv("BENCH_RECORDS", raising=False)
     argv = [os.path.join(PROJECT_ROOT, "bench", "scale.py"), "--workdir", os.path.join(PROJECT_ROOT, "w"),
-            "--config", "a b.yaml"]
+            "--config", "a b.yaml", "--before", "/var/tmp/runs/before.json", "--json=/var/tmp/runs/a.json"]
     path = records.append("scale", "taxi, 1x", {"runs": [{"whole_run_s": 25.5}]}, argv=argv, note="one run")
     [line] = open(path).read().splitlines()
     record = json.loads(line)
     assert record["bench"] == "scale" and record["measurement"] == "taxi, 1x" and record["source"] == "run"
-    assert record["command"] == "python bench/scale.py --workdir w --config 'a b.yaml'"
+    assert record["command"] == ("python bench/scale.py --workdir w --config 'a b.yaml' --before before.json "
+                                 "--json=a.json")  # the machine's other folders left out
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", record["date"]) and record["note"] == "one run"
     assert record["commit"] == subprocess.run(["git", "-C", PROJECT_ROOT, "rev-parse", "HEAD"], capture_output=True,
                                               text=True).stdout.strip()

@@ -108,6 +108,26 @@ def test_merged_runs_of_one_checkout_are_recorded_as_one_table_and_of_several_no
     assert "merged figures not recorded" in capsys.readouterr().out
 
 
+def test_the_code_version_counts_a_changed_file_but_not_the_records_a_call_appended(bench, tmp_path):
+    import subprocess
+
+    def git(*command):
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.email=a@b", "-c", "user.name=a", *command], check=True)
+
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    (tmp_path / "bench" / "results" / "tabular_quality.jsonl").write_text("{}\n")
+    (tmp_path / "model.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "x")
+    commit = bench._code_version(str(tmp_path))
+    assert len(commit) == 7 and "+" not in commit
+    (tmp_path / "bench" / "results" / "tabular_quality.jsonl").write_text("{}\n{}\n")  # an earlier call's record
+    assert bench._code_version(str(tmp_path)) == commit
+    (tmp_path / "model.py").write_text("x = 2\n")
+    assert bench._code_version(str(tmp_path)) == commit + "+changes"
+
+
 def test_later_seeds_are_asked_for_without_yardsticks_and_folders_by_their_whole_option(bench, monkeypatch):
     monkeypatch.setattr("sys.argv", ["tabular_quality.py", "--tables", "credit", "--first-seed", "1",
                                      "--no-yardsticks"])
