@@ -274,6 +274,20 @@ def test_xla_auto_on_this_machine_follows_its_device(files, tmp_path):
     assert report["precision"] == choose_precision(device, xla=report["xla"]).value
 
 
+def _built_for_device(files, output, device, **overrides):
+    """The Trainer's set-up and build_for_device for `device` (None: this machine's), as fit_model runs them, with
+    the training settings' `overrides`. Output: (the setup, its training batches, build_for_device's 4-tuple)."""
+    job = TrainingJob(settings=_settings(**overrides), serving_model_dir=str(output / "serving"),
+                      run_dir=str(output / "run"), checkpoint_dir=str(output / "checkpoints"), **files)
+    setup = set_up(job)
+    batches = setup.dataset(job.train_files, True, split="train")
+    with setup.strategy.scope():
+        built = build_for_device(setup.model_module, setup.preprocessing, device or setup.device, setup.settings,
+                                 setup.plan, lambda: next(iter(setup.dataset(job.train_files, False, batch_size=8))),
+                                 in_memory_batches(batches, setup.settings), False)
+    return setup, batches, built
+
+
 @pytest.mark.training
 @pytest.mark.parametrize("min_seconds", [0, 1e9])
 def test_on_a_tensor_core_gpu_xla_auto_times_both_candidates_when_training_can_repay_the_compile(files, tmp_path,
@@ -281,15 +295,8 @@ def test_on_a_tensor_core_gpu_xla_auto_times_both_candidates_when_training_can_r
     # The probe as it runs on a described T4 (this CPU computes what the GPU would): both candidates get
     # mixed_float16, and each is timed on the same in-memory batches unless training is too short.
     gpu = DeviceDescription(gpus=(Gpu("Tesla T4", (7, 5)),))
-    job = TrainingJob(settings=_settings(xla="auto", epochs=1, xla_min_training_seconds=min_seconds),
-                      serving_model_dir=str(tmp_path / "serving"), run_dir=str(tmp_path / "run"),
-                      checkpoint_dir=str(tmp_path / "checkpoints"), **files)
-    setup = set_up(job)
-    memory_batches = in_memory_batches(setup.dataset(job.train_files, True, split="train"), setup.settings)
-    with setup.strategy.scope():
-        model, precision, xla, rate = build_for_device(
-            setup.model_module, setup.preprocessing, gpu, setup.settings, setup.plan,
-            lambda: next(iter(setup.dataset(job.train_files, False, batch_size=8))), memory_batches, False)
+    _, _, (model, precision, xla, rate) = _built_for_device(files, tmp_path, gpu, xla="auto", epochs=1,
+                                                            xla_min_training_seconds=min_seconds)
     assert precision.value == "mixed_float16" and rate > 0
     if min_seconds:  # timed without XLA only, and kept
         assert xla.value == "off" and xla.reason.startswith("training is about")
@@ -308,14 +315,8 @@ def test_on_a_tensor_core_gpu_xla_auto_times_both_candidates_when_training_can_r
 def test_the_first_training_step_makes_no_variable_so_it_is_traced_once(files, tmp_path, precision):
     """A variable made while TensorFlow traces a step has it trace that step a second time (seconds a trace): the
     built model comes with the optimizer's every variable already made, with no probe having trained it."""
-    job = TrainingJob(settings=_settings(input_probe_steps=0, xla="off", precision=precision),
-                      serving_model_dir=str(tmp_path / "serving"), run_dir=str(tmp_path / "run"),
-                      checkpoint_dir=str(tmp_path / "checkpoints"), **files)
-    setup = set_up(job)
-    batches = setup.dataset(job.train_files, True, split="train")
-    with setup.strategy.scope():
-        model, chosen, _, _ = build_for_device(setup.model_module, setup.preprocessing, setup.device, setup.settings,
-                                               setup.plan, None, in_memory_batches(batches, setup.settings), False)
+    setup, batches, (model, chosen, _, _) = _built_for_device(files, tmp_path, None, input_probe_steps=0, xla="off",
+                                                              precision=precision)
     assert chosen.value == precision
     made_while_tracing = []
 
