@@ -79,12 +79,13 @@ def export_again(run: str, config_file: str, repeat: int = 1) -> dict:
     config = load_config(config_file, output_dir=run)
     module = load_model_module(config.train.model, config.task, config.schema_path)
     serving, examples = newest_outputs(run, config)
+    train_files, eval_files = (sorted(glob.glob(os.path.join(examples, f"Split-{split}", "*")))
+                               for split in ("train", "eval"))
     seconds = []
     for _ in range(repeat):
         with tempfile.TemporaryDirectory() as output:
             started = time.perf_counter()
-            report = export_model(serving, module, sorted(glob.glob(os.path.join(examples, "Split-train", "*"))),
-                                  sorted(glob.glob(os.path.join(examples, "Split-eval", "*"))), output, config.export)
+            report = export_model(serving, module, train_files, eval_files, output, config.export)
             seconds.append(round(time.perf_counter() - started, 2))
     metric = report.primary_metric
     return {"run": run, "metric": metric, "savedmodel": report.savedmodel[metric], "scored": report.scored_examples,
