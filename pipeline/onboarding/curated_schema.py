@@ -54,13 +54,26 @@ def curated_schema(statistics, label: str, excluded: set[str], dates: set[str],
     return header + text_format.MessageToString(schema, as_utf8=True)
 
 
-def sample_statistics(sample: list[bytes]):
+def sample_statistics(sample: list[bytes], label: str):
     """TFDV statistics of a sample of serialized tf.Examples, computed in memory (no Beam pipeline): what the
-    schema is inferred from. What a sample cannot know (which columns are ever missing, or multi-valued) comes
-    from read_columns' full pass: see curated_schema."""
+    schema is inferred from, and the label's numbers (label_numbers). The label gets TFDV's whole numeric
+    statistics; every other feature what the schema needs (types, presence, value counts, string values), its
+    numeric histograms left at one bucket: TFDV builds each from a thousand quantiles in Python, seconds for a
+    wide table, and nothing here reads them. What a sample cannot know (which columns are ever missing, or
+    multi-valued) comes from read_columns' full pass: see curated_schema."""
+    import pyarrow as pa
     import tensorflow_data_validation as tfdv
     from tensorflow_data_validation.statistics.stats_impl import generate_statistics_in_memory
     from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
 
     record_batch = ExamplesToRecordBatchDecoder().DecodeBatch(sample)
-    return generate_statistics_in_memory(record_batch, tfdv.StatsOptions(use_sketch_based_topk_uniques=True))
+    statistics = generate_statistics_in_memory(record_batch, tfdv.StatsOptions(
+        use_sketch_based_topk_uniques=True, num_histogram_buckets=1, num_quantiles_histogram_buckets=1))
+    if label in record_batch.schema.names:
+        label_only = pa.RecordBatch.from_arrays([record_batch.column(record_batch.schema.get_field_index(label))],
+                                                [label])
+        whole = generate_statistics_in_memory(label_only, tfdv.StatsOptions(use_sketch_based_topk_uniques=True))
+        features = statistics.datasets[0].features
+        at = next(i for i, feature in enumerate(features) if feature.path.step[-1:] == [label])
+        features[at].CopyFrom(whole.datasets[0].features[0])
+    return statistics

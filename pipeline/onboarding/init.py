@@ -89,7 +89,7 @@ def plan_project(folder: str, data_root: str, label: str, task: str | None = Non
         notes.append(f"the spans were written without the rows that had no value for {earlier!r} (the label init "
                      "was given before); prepare them again from the CSV to have those rows back")
     sometimes_missing = {name for name, column in columns.items() if column.present < records}
-    statistics = sample_statistics(reading.sample)
+    statistics = sample_statistics(reading.sample, label)
     schema_text = curated_schema(statistics, label, set(excluded), set(inputs["date"]), sometimes_missing)
     eval_fraction = eval_share(records)
     batch, epochs = training_size(records, eval_fraction, defaults_for(task))

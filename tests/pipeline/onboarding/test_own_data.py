@@ -349,7 +349,38 @@ def _label_statistics(values):
     from pipeline.onboarding.curated_schema import sample_statistics
     examples = [tf.train.Example(features=tf.train.Features(feature={
         "y": tf.train.Feature(float_list=tf.train.FloatList(value=[float(v)]))})).SerializeToString() for v in values]
-    return sample_statistics(examples)
+    return sample_statistics(examples, "y")
+
+
+def test_sample_statistics_infer_tfdvs_schema_and_keep_the_labels_whole_numbers():
+    """The other features' one-bucket histograms change nothing the schema or the label's numbers are read from."""
+    import numpy as np
+    import tensorflow_data_validation as tfdv
+    from tensorflow_data_validation.statistics.stats_impl import generate_statistics_in_memory
+    from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
+    from pipeline.onboarding.curated_schema import sample_statistics
+
+    rng = np.random.default_rng(0)
+    examples = []
+    for i in range(600):
+        feature = {"y": tf.train.Feature(float_list=tf.train.FloatList(value=[rng.lognormal(2.0, 0.9)])),
+                   "x": tf.train.Feature(float_list=tf.train.FloatList(value=[rng.normal()])),
+                   "n": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 7])),
+                   "s": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"abc"[i % 3:i % 3 + 1]]))}
+        if i % 10:
+            feature["sometimes"] = tf.train.Feature(float_list=tf.train.FloatList(value=[i * 0.5]))
+        examples.append(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+
+    ours = sample_statistics(examples, "y")
+    tfdvs = generate_statistics_in_memory(ExamplesToRecordBatchDecoder().DecodeBatch(examples),
+                                          tfdv.StatsOptions(use_sketch_based_topk_uniques=True))
+    assert tfdv.infer_schema(ours) == tfdv.infer_schema(tfdvs)
+
+    def named(statistics, name):
+        return next(f for f in statistics.datasets[0].features if f.path.step[-1:] == [name])
+
+    assert named(ours, "y") == named(tfdvs, "y")
+    assert len(named(ours, "x").num_stats.histograms[0].buckets) < len(named(tfdvs, "x").num_stats.histograms[0].buckets)
 
 
 def test_init_trains_a_long_tailed_label_at_or_above_zero_as_its_log_and_others_as_they_are():
