@@ -138,10 +138,13 @@ def command_line() -> None:
     """`accel-tfx ...` and `python -m pipeline ...`: runs main() on the process's arguments and ends the process
     with its exit status (past tensorflow-io's native teardown, see components/process_exit.py); Ctrl-C
     exits 130. The working directory comes first on the import path, as `python -m` puts it, so that a model
-    module beside the config imports under both names."""
+    module beside the config imports under both names. The installed packages' index is read once
+    (components/package_metadata.py)."""
+    from components.package_metadata import read_package_index_once
     from components.process_exit import exit_past_native_teardown
     from pipeline.dag.kfp_entrypoint import INTERRUPTED_EXIT_CODE
 
+    read_package_index_once()
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:

@@ -77,6 +77,9 @@ def model_code_importable(code_uri: str | None) -> Iterator[str | None]:
 
 
 def main() -> None:
+    from components.package_metadata import read_package_index_once
+
+    read_package_index_once()  # before the imports below
     from components.core.artifact_files import register_filesystems_for
     from components.process_exit import exit_past_native_teardown
     from pipeline.dag.beam_workers import beam_workers_in_this_environment
