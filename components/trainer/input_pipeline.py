@@ -7,7 +7,8 @@ Two ways to feed a split:
 - preprocessed once (`make_dataset(..., cache=True)`): read in file order, batch, parse, preprocess, then
   cache the model-ready tensors (features after preprocessing, and labels; packed into one matrix per dtype),
   in memory or in files (`cache_file`). In memory and repeated or shuffled (training), the whole split is
-  read at once into one tensor per dtype and each batch gathered from it by a batch of row numbers
+  read at once into one tensor per dtype (`InMemorySplit`, which the Trainer also cuts its out-of-fold
+  validation batches from) and each batch gathered from it by a batch of row numbers
   (`row_batches`: a permutation per pass; repeated, GATHERED_BATCHES batches at a time); otherwise every
   pass after the first reads the cached batches back (from files: unbatched, shuffled among `shuffle_buffer`
   examples, batched again), unpacks and prefetches. `PreprocessedCache` decides, per split, where the cache
@@ -101,26 +102,14 @@ def make_dataset(file_patterns: list[str], feature_spec: dict[str, tf.io.FixedLe
             return (inputs, label) if fold is None else (inputs, label, fold)
 
         dataset = dataset.map(model_ready, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    if cache and not cache_file and (shuffle_buffer or repeat):  # in memory, fed by batches of row numbers
+        return InMemorySplit.read(dataset).batches(batch_size, shuffle=bool(shuffle_buffer), repeat=repeat,
+                                                   seed=seed, shard_by_data=shard_by_data)
     if cache:
         # Packed: one matrix per dtype, so that a batch is a few tensors, not one per feature (tf.data's cost
         # per example grows with its tensors: 5x faster for the taxi model's 18 when shuffled from the disk cache)
         pack, unpack = _packing(dataset.element_spec)
         dataset = dataset.map(pack, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        if not cache_file and (shuffle_buffer or repeat):  # in memory, fed by batches of row numbers
-            columns = read_columns(dataset)
-            rows = int(columns[0].shape[0])
-            picked = row_batches(rows, batch_size, shuffle=bool(shuffle_buffer), repeat=repeat, seed=seed)
-
-            def rows_of(numbers):  # row numbers -> those rows, unpacked
-                return unpack(*(tf.gather(column, numbers) for column in columns))
-
-            def gathered(group):  # [GATHERED_BATCHES, batch_size] row numbers -> their batches, stacked
-                element = rows_of(tf.reshape(group, [-1]))
-                return tf.nest.map_structure(lambda leaf: _stacked(leaf, GATHERED_BATCHES, batch_size), element)
-
-            # one map, not parallel: a step is microseconds, less than handing it to another thread costs
-            dataset = picked.batch(GATHERED_BATCHES).map(gathered).unbatch() if repeat else picked.map(rows_of)
-            return _finish(dataset, shuffle_buffer, shard_by_data)
         dataset = dataset.cache(cache_file)
         if shuffle_buffer or repeat:  # as without the cache: shuffle examples, batches run across passes
             dataset = dataset.unbatch()
@@ -131,6 +120,40 @@ def make_dataset(file_patterns: list[str], feature_spec: dict[str, tf.io.FixedLe
             dataset = dataset.batch(batch_size, drop_remainder=False)
         dataset = dataset.map(unpack, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return _finish(dataset, shuffle_buffer, shard_by_data)
+
+
+class InMemorySplit:
+    """A split's model-ready tensors read whole into memory: one tensor per dtype (`columns`, rows in file order)
+    and `unpack`, which turns rows of them back into the dataset's elements."""
+
+    def __init__(self, columns: tuple[tf.Tensor, ...], unpack):
+        self.columns, self.unpack = columns, unpack
+
+    @classmethod
+    def read(cls, batches: tf.data.Dataset) -> "InMemorySplit":
+        """Input: a finite dataset of model-ready batches. Output: all of it, read here (packed per dtype)."""
+        pack, unpack = _packing(batches.element_spec)
+        return cls(read_columns(batches.map(pack, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)), unpack)
+
+    def batches(self, batch_size: int, shuffle: bool, repeat: bool, seed: int | None,
+                shard_by_data: bool = False) -> tf.data.Dataset:
+        """Batches of `batch_size` rows gathered by row number (row_batches): in file order, or in a
+        permutation of their own per pass (`shuffle`); `repeat` without end. Making an iterator of them is
+        cheap (no parsing or preprocessing in their graph): a split validated every interval is read anew each
+        time."""
+        columns, unpack = self.columns, self.unpack
+        picked = row_batches(int(columns[0].shape[0]), batch_size, shuffle=shuffle, repeat=repeat, seed=seed)
+
+        def rows_of(numbers):  # row numbers -> those rows, unpacked
+            return unpack(*(tf.gather(column, numbers) for column in columns))
+
+        def gathered(group):  # [GATHERED_BATCHES, batch_size] row numbers -> their batches, stacked
+            element = rows_of(tf.reshape(group, [-1]))
+            return tf.nest.map_structure(lambda leaf: _stacked(leaf, GATHERED_BATCHES, batch_size), element)
+
+        # one map, not parallel: a step is microseconds, less than handing it to another thread costs
+        dataset = picked.batch(GATHERED_BATCHES).map(gathered).unbatch() if repeat else picked.map(rows_of)
+        return _finish(dataset, shuffle, shard_by_data)
 
 
 def _stacked(leaf: tf.Tensor, batches: int, batch_size: int) -> tf.Tensor:

@@ -31,8 +31,8 @@ from components.trainer.device import Choice, DeviceDescription, choose_strategy
 from components.trainer.distribution import (configure_gpus, is_chief, make_strategy, supported_steps_per_execution,
                                              worker_task)
 from components.trainer.export import export_serving_model, float32_served
-from components.trainer.input_pipeline import (DISK, MEMORY, PreprocessedCache, count_records, estimated_bytes,
-                                               fill_cache, make_dataset, memory_budget_bytes)
+from components.trainer.input_pipeline import (DISK, MEMORY, InMemorySplit, PreprocessedCache, count_records,
+                                               estimated_bytes, fill_cache, make_dataset, memory_budget_bytes)
 from components.trainer.labels import read_labels
 from components.trainer.plan import TrainingPlan, cosine_steps, schedule_of, training_plan, within_budget
 from components.trainer.probing import build_for_device, in_memory_batches, input_wait
@@ -88,6 +88,8 @@ class TrainingSetup:
     plan_examples: dict[str, int] = dataclasses.field(default_factory=dict)  # records per split fit reads
     variant: str = ""  # the model module's candidate built ("": a module without candidates)
     folds_note: str = ""  # why train.folds was not applied (a training split too small to deal into folds)
+    # the training split's tensors, read into memory once for training and, with folds, for validating
+    training_split: InMemorySplit | None = dataclasses.field(default=None, repr=False)
 
     @property
     def folds(self) -> int:
@@ -110,6 +112,13 @@ class TrainingSetup:
         spec = {name: tf.TensorSpec([None], feature.dtype) for name, feature in self.model_module.INPUTS.items()}
         return tf.function(self.preprocessing, input_signature=[spec])
 
+    def reads_training_split(self, split: str) -> bool:
+        """Whether `split` is batches cut from the training split read into memory once (training_split):
+        "train" when placed in memory, and "folds" beside it (the same records, in file order). Not with
+        validation_share, whose "train" leaves the holdout's records out."""
+        return (split in ("train", "folds") and self.input_cache.places.get("train") == MEMORY
+                and not self.settings.validation_share)
+
     @property
     def cache(self) -> bool:
         """The training split's preprocessed tensors are kept in memory (else in the disk cache)."""
@@ -121,16 +130,26 @@ class TrainingSetup:
         feeds every later pass; without it they are streamed (parsed and preprocessed on every pass). With
         validation_share, split "train" leaves the training records of the validation holdout out and
         "validation" keeps them alone. With folds, split "train" and "folds" (the whole training split, to
-        validate on) carry each record's fold."""
-        module, share = self.model_module, self.settings.validation_share
-        return make_dataset(files, {**module.INPUTS, **module.LABEL_INPUTS}, batch_size or self.plan.global_batch,
-                            label_fn=module.make_label, input_names=list(module.INPUTS), preprocess=self.preprocess,
-                            shuffle_buffer=self.settings.shuffle_buffer if training else 0, repeat=training,
-                            cache=split is not None, cache_file=self.input_cache.cache_file(split) if split else "",
-                            seed=self.settings.seed, shard_by_data=self.multi_worker,
-                            holdout_share=share if split in ("train", "validation") else 0.0,
-                            holdout=split == "validation", folds=self.folds if split in ("train", "folds") else 0,
-                            leave_out=self.leave_out)
+        validate on) carry each record's fold, and when "train" is in memory both are cut from one read of it
+        (reads_training_split)."""
+        module, share, settings = self.model_module, self.settings.validation_share, self.settings
+
+        def batches(cache: bool, shuffle: bool, repeat: bool, folds: bool) -> tf.data.Dataset:
+            return make_dataset(files, {**module.INPUTS, **module.LABEL_INPUTS}, batch_size or self.plan.global_batch,
+                                label_fn=module.make_label, input_names=list(module.INPUTS), preprocess=self.preprocess,
+                                shuffle_buffer=settings.shuffle_buffer if shuffle else 0, repeat=repeat, cache=cache,
+                                cache_file=self.input_cache.cache_file(split) if cache else "", seed=settings.seed,
+                                shard_by_data=self.multi_worker,
+                                holdout_share=share if split in ("train", "validation") else 0.0,
+                                holdout=split == "validation", folds=self.folds if folds else 0,
+                                leave_out=self.leave_out)
+
+        if split is not None and self.reads_training_split(split):
+            if self.training_split is None:  # parsed and preprocessed once, in file order
+                self.training_split = InMemorySplit.read(batches(False, False, False, folds=True))
+            return self.training_split.batches(self.plan.global_batch, training and bool(settings.shuffle_buffer),
+                                               repeat=training, seed=settings.seed, shard_by_data=self.multi_worker)
+        return batches(split is not None, training, training, folds=split in ("train", "folds"))
 
 
 @dataclasses.dataclass
@@ -355,8 +374,9 @@ def place_input_cache(job: TrainingJob, setup: TrainingSetup) -> None:
     """Places each split's preprocessed tensors in memory or on disk, their size estimated from one
     preprocessed batch: the training split has the first claim on memory."""
     first = next(iter(setup.dataset(job.train_files, False, batch_size=min(setup.plan.global_batch, 1024))))
-    for split in setup.splits:
-        setup.input_cache.place(split, estimated_bytes(first, setup.plan_examples[split]))
+    for split in setup.splits:  # "folds" beside "train" in memory takes no memory of its own
+        shared = split != "train" and setup.reads_training_split(split)
+        setup.input_cache.place(split, 0 if shared else estimated_bytes(first, setup.plan_examples[split]))
 
 
 def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (),

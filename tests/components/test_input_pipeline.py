@@ -17,8 +17,8 @@ from components.core import tasks
 from components.trainer import callbacks, input_pipeline, train as train_module
 from components.trainer.device import DeviceDescription, Gpu
 from components.trainer.distribution import make_strategy
-from components.trainer.input_pipeline import (DISK, MEMORY, PreprocessedCache, estimated_bytes, fill_cache,
-                                               make_dataset, memory_budget_bytes, row_batches)
+from components.trainer.input_pipeline import (DISK, MEMORY, InMemorySplit, PreprocessedCache, estimated_bytes,
+                                               fill_cache, make_dataset, memory_budget_bytes, row_batches)
 from components.trainer.train import ADAPT_SAMPLE_SIZE, TrainingJob, read_sample, train
 from tests.components.training import settings as _settings
 from tests.warm_python import run_warm
@@ -93,6 +93,24 @@ def test_the_cached_path_feeds_the_same_examples_as_the_streamed_one_in_every_pa
     # Not repeated (the eval split): the cached batches are the streamed ones.
     once = _dataset(files, preprocessing, cache=True, cache_file=cache_file)
     assert _rows(once, 10**9) == _rows(once, 10**9) == reference
+
+
+def test_a_split_read_into_memory_gives_in_file_order_the_batches_its_cache_gives(files, preprocessing):
+    """Validation on the training split read once for training: the same batches, folds included, as a cache
+    of its own would give, on every pass."""
+    options = dict(folds=2, leave_out=("tips",))
+    cached = list(_dataset(files, preprocessing, cache=True, **options).as_numpy_iterator())
+    in_memory = InMemorySplit.read(_dataset(files, preprocessing, **options)).batches(BATCH, shuffle=False,
+                                                                                      repeat=False, seed=7)
+    for _ in range(2):
+        read = list(in_memory.as_numpy_iterator())
+        assert len(read) == len(cached) and len(cached[0]) == 3  # (features, label, fold)
+        for (features, label, fold), (features_cached, label_cached, fold_cached) in zip(read, cached):
+            assert sorted(features) == sorted(features_cached)
+            for name in features:
+                np.testing.assert_array_equal(features[name], features_cached[name])
+            np.testing.assert_array_equal(label, label_cached)
+            np.testing.assert_array_equal(fold, fold_cached)
 
 
 def test_the_cached_dataset_keeps_data_sharding_for_multi_worker_training(files, preprocessing):
@@ -400,16 +418,28 @@ def test_the_time_budget_leaves_the_first_interval_s_compile_out_and_never_calls
 @pytest.mark.training
 @pytest.mark.parametrize("precision", ["float32", "mixed_float16"])
 def test_training_with_folds_validates_every_training_record_out_of_fold_and_serves_the_members_mean(files, tmp_path,
-                                                                                                    precision):
+                                                                                                    precision,
+                                                                                                    monkeypatch):
     """Bagged over folds, the best intervals' weights averaged (under a mixed precision policy too); a module
-    that builds one network (models.taxi) gets one copy per fold, side by side in the packed model."""
+    that builds one network (models.taxi) gets one copy per fold, side by side in the packed model. The
+    training split is parsed and preprocessed once, for training and for validating out of fold."""
     from components.core import contract
     from components.core.packing import MembersOutput
     from components.core.records import model_ready_dir
     from components.core.task_layers import load_keras_model
 
+    with_folds = []  # every dataset made with the records' folds: the training split's reads
+    original = train_module.make_dataset
+
+    def watched(file_patterns, *args, **kwargs):
+        if kwargs.get("folds"):
+            with_folds.append(kwargs)
+        return original(file_patterns, *args, **kwargs)
+
+    monkeypatch.setattr(train_module, "make_dataset", watched)
     job = _job(files, tmp_path, epochs=4, folds=2, early_stopping_patience=2, average_intervals=3, precision=precision)
     report = train(job)
+    assert len(with_folds) == 1 and report.cached_in_memory
     assert report.folds == 2 and report.validation_examples == report.labels["train"].examples
     assert len(report.history["val_auc"]) == report.intervals_run and report.best_interval >= 1
     assert "out of fold on all" in report.schedule_line() and "(2 folds)" in report.schedule_line()
