@@ -88,8 +88,9 @@ class TrainingSetup:
     plan_examples: dict[str, int] = dataclasses.field(default_factory=dict)  # records per split fit reads
     variant: str = ""  # the model module's candidate built ("": a module without candidates)
     folds_note: str = ""  # why train.folds was not applied (a training split too small to deal into folds)
-    # the training split's tensors, read into memory once for training and, with folds, for validating
-    training_split: InMemorySplit | None = dataclasses.field(default=None, repr=False)
+    # the training split's tensors, read into memory once for training and, with folds, for validating; fit_model
+    # lets go of them when it ends, and a setup made from this one (dataclasses.replace) reads its own
+    training_split: InMemorySplit | None = dataclasses.field(default=None, init=False, repr=False)
 
     @property
     def folds(self) -> int:
@@ -465,6 +466,7 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
             best.average_kept(lambda weights: validation_logs(model, weights, validation_data))
             logging.info("Served the average of intervals %s: %s %.4f on validation",
                          ", ".join(map(str, best.averaged_intervals)), best.monitor, best.best_value)
+    setup.training_split = None  # the next candidate's preprocessing is not this one's
     return FitResult(model, precision, xla, memory_rate, host_rate, resumed_from_step, meter, loss_scale, checkpoints,
                      best, budget, {name: [float(v) for v in values] for name, values in history.history.items()},
                      fit_seconds, build_seconds, time.monotonic() - choose_started, alone)
