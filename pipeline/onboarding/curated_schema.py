@@ -64,6 +64,7 @@ def sample_statistics(sample: list[bytes], label: str):
     import pyarrow as pa
     import tensorflow_data_validation as tfdv
     from tensorflow_data_validation.statistics.stats_impl import generate_statistics_in_memory
+    from tensorflow_data_validation.types import FeaturePath
     from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
 
     record_batch = ExamplesToRecordBatchDecoder().DecodeBatch(sample)
@@ -73,7 +74,6 @@ def sample_statistics(sample: list[bytes], label: str):
         label_only = pa.RecordBatch.from_arrays([record_batch.column(record_batch.schema.get_field_index(label))],
                                                 [label])
         whole = generate_statistics_in_memory(label_only, tfdv.StatsOptions(use_sketch_based_topk_uniques=True))
-        features = statistics.datasets[0].features
-        at = next(i for i, feature in enumerate(features) if feature.path.step[-1:] == [label])
-        features[at].CopyFrom(whole.datasets[0].features[0])
+        path = FeaturePath([label])
+        tfdv.get_feature_stats(statistics.datasets[0], path).CopyFrom(tfdv.get_feature_stats(whole.datasets[0], path))
     return statistics

@@ -357,6 +357,7 @@ def test_sample_statistics_infer_tfdvs_schema_and_keep_the_labels_whole_numbers(
     import numpy as np
     import tensorflow_data_validation as tfdv
     from tensorflow_data_validation.statistics.stats_impl import generate_statistics_in_memory
+    from tensorflow_data_validation.types import FeaturePath
     from tfx_bsl.coders.example_coder import ExamplesToRecordBatchDecoder
     from pipeline.onboarding.curated_schema import sample_statistics
 
@@ -377,7 +378,7 @@ def test_sample_statistics_infer_tfdvs_schema_and_keep_the_labels_whole_numbers(
     assert tfdv.infer_schema(ours) == tfdv.infer_schema(tfdvs)
 
     def named(statistics, name):
-        return next(f for f in statistics.datasets[0].features if f.path.step[-1:] == [name])
+        return tfdv.get_feature_stats(statistics.datasets[0], FeaturePath([name]))
 
     assert named(ours, "y") == named(tfdvs, "y")
     assert len(named(ours, "x").num_stats.histograms[0].buckets) < len(named(tfdvs, "x").num_stats.histograms[0].buckets)
