@@ -133,10 +133,11 @@ class TrainingSetup:
         "validation" keeps them alone. With folds, split "train" and "folds" (the whole training split, to
         validate on) carry each record's fold, and when "train" is in memory both are cut from one read of it
         (reads_training_split)."""
-        module, share, settings = self.model_module, self.settings.validation_share, self.settings
+        module, settings, batch = self.model_module, self.settings, batch_size or self.plan.global_batch
+        share = settings.validation_share
 
         def batches(cache: bool, shuffle: bool, repeat: bool, folds: bool) -> tf.data.Dataset:
-            return make_dataset(files, {**module.INPUTS, **module.LABEL_INPUTS}, batch_size or self.plan.global_batch,
+            return make_dataset(files, {**module.INPUTS, **module.LABEL_INPUTS}, batch,
                                 label_fn=module.make_label, input_names=list(module.INPUTS), preprocess=self.preprocess,
                                 shuffle_buffer=settings.shuffle_buffer if shuffle else 0, repeat=repeat, cache=cache,
                                 cache_file=self.input_cache.cache_file(split) if cache else "", seed=settings.seed,
@@ -148,7 +149,7 @@ class TrainingSetup:
         if split is not None and self.reads_training_split(split):
             if self.training_split is None:  # parsed and preprocessed once, in file order
                 self.training_split = InMemorySplit.read(batches(False, False, False, folds=True))
-            return self.training_split.batches(self.plan.global_batch, training and bool(settings.shuffle_buffer),
+            return self.training_split.batches(batch, training and bool(settings.shuffle_buffer),
                                                repeat=training, seed=settings.seed, shard_by_data=self.multi_worker)
         return batches(split is not None, training, training, folds=split in ("train", "folds"))
 
