@@ -40,6 +40,7 @@ from components.trainer.warm_start import WarmStart, apply_warm_start, load_warm
 
 ADAPT_SAMPLE_SIZE = 20_000  # rows used to fit the preprocessing layers (vocabularies, normalization)
 MIN_SHARE_SECONDS = 1.0  # a searched candidate left less of the time budget than this is not trained
+VALIDATION_BATCH = 1024  # examples per replica in a validation batch (validation_batch)
 
 
 @dataclasses.dataclass
@@ -450,7 +451,8 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
                  keras.callbacks.TensorBoard(_log_dir(job.run_dir, is_chief()), profile_batch=_profile_window(settings)),
                  *extra_callbacks]
     validation_split = setup.splits[1]
-    validation_data = setup.dataset(files_of[validation_split], False, split=validation_split)
+    validation_data = setup.dataset(files_of[validation_split], False, split=validation_split,
+                                    batch_size=validation_batch(setup))
     with setup.strategy.scope():
         if resumed_from_step:
             logging.info("Resuming from the checkpoint at step %d in %s", resumed_from_step, checkpoint_dir)
@@ -550,6 +552,12 @@ def _final_metrics(fitted: FitResult) -> dict[str, float]:
     kept = fitted.best.best_interval - 1 if fitted.best and fitted.best.best_interval else -1
     metrics = {name: values[kept] if len(values) > kept else values[-1] for name, values in fitted.history.items()}
     return {**metrics, **(fitted.best.averaged_logs if fitted.best else {})}
+
+
+def validation_batch(setup: TrainingSetup) -> int:
+    """The global batch a validation pass scores at: at least VALIDATION_BATCH examples per replica (a pass runs
+    forward only, and a few large products take less time than many small ones), or training's, when larger."""
+    return max(setup.plan.global_batch, VALIDATION_BATCH * setup.strategy.num_replicas_in_sync)
 
 
 HOST_TIMING_STEPS = 1000  # at least this many batches time the host ceiling (a few tenths of a second)

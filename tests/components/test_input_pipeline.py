@@ -422,7 +422,8 @@ def test_training_with_folds_validates_every_training_record_out_of_fold_and_ser
                                                                                                     monkeypatch):
     """Bagged over folds, the best intervals' weights averaged (under a mixed precision policy too); a module
     that builds one network (models.taxi) gets one copy per fold, side by side in the packed model. The
-    training split is parsed and preprocessed once, for training and for validating out of fold."""
+    training split is parsed and preprocessed once, for training and for validating out of fold; validation
+    scores it in larger batches than training's."""
     from components.core import contract
     from components.core.packing import MembersOutput
     from components.core.records import model_ready_dir
@@ -436,10 +437,19 @@ def test_training_with_folds_validates_every_training_record_out_of_fold_and_ser
             with_folds.append(kwargs)
         return original(file_patterns, *args, **kwargs)
 
+    cut = []  # (batch size, repeated) of every dataset cut from the training split read into memory
+    cut_batches = input_pipeline.InMemorySplit.batches
+
+    def watched_batches(split, batch_size, *args, **kwargs):
+        cut.append((batch_size, kwargs["repeat"]))
+        return cut_batches(split, batch_size, *args, **kwargs)
+
     monkeypatch.setattr(train_module, "make_dataset", watched)
+    monkeypatch.setattr(input_pipeline.InMemorySplit, "batches", watched_batches)
     job = _job(files, tmp_path, epochs=4, folds=2, early_stopping_patience=2, average_intervals=3, precision=precision)
     report = train(job)
     assert len(with_folds) == 1 and report.cached_in_memory
+    assert sorted(set(cut)) == [(report.plan["global_batch"], True), (train_module.VALIDATION_BATCH, False)]
     assert report.folds == 2 and report.validation_examples == report.labels["train"].examples
     assert len(report.history["val_auc"]) == report.intervals_run and report.best_interval >= 1
     assert "out of fold on all" in report.schedule_line() and "(2 folds)" in report.schedule_line()
