@@ -151,7 +151,8 @@ class TrainingSetup:
             if self.training_split is None:  # parsed and preprocessed once, in file order
                 self.training_split = InMemorySplit.read(batches(False, False, False, folds=True))
             return self.training_split.batches(batch, training and bool(settings.shuffle_buffer),
-                                               repeat=training, seed=settings.seed, shard_by_data=self.multi_worker)
+                                               repeat=training, seed=settings.seed, shard_by_data=self.multi_worker,
+                                               cache_file=None if training else self.input_cache.cache_file(split))
         return batches(split is not None, training, training, folds=split in ("train", "folds"))
 
 
@@ -377,9 +378,8 @@ def place_input_cache(job: TrainingJob, setup: TrainingSetup) -> None:
     """Places each split's preprocessed tensors in memory or on disk, their size estimated from one
     preprocessed batch: the training split has the first claim on memory."""
     first = next(iter(setup.dataset(job.train_files, False, batch_size=min(setup.plan.global_batch, 1024))))
-    for split in setup.splits:  # "folds" beside "train" in memory takes no memory of its own
-        shared = split != "train" and setup.reads_training_split(split)
-        setup.input_cache.place(split, 0 if shared else estimated_bytes(first, setup.plan_examples[split]))
+    for split in setup.splits:  # "folds" beside "train" in memory: its batches as validation cuts them, a copy
+        setup.input_cache.place(split, estimated_bytes(first, setup.plan_examples[split]))
 
 
 def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (),
@@ -396,9 +396,11 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
 
     files_of = {"train": job.train_files, "validation": job.train_files, "folds": job.train_files,
                 "eval": job.eval_files}
+    validation_split = setup.splits[1]
+    batch_of = {validation_split: validation_batch(setup)}  # training's batch for the training split
     for split in setup.splits:
-        if setup.input_cache.places[split] == DISK:  # written once here, only read from then on
-            fill_cache(setup.dataset(files_of[split], False, split=split))
+        if setup.input_cache.places[split] == DISK:  # written once here, at the batch read later, only read then
+            fill_cache(setup.dataset(files_of[split], False, batch_size=batch_of.get(split), split=split))
     train_data = setup.dataset(job.train_files, True, split="train")  # in memory: read and preprocessed here
     # the model is timed on batches of the very form training feeds it (same shapes), held in memory
     memory_batches = in_memory_batches(train_data, settings)
@@ -450,9 +452,8 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
                    if is_chief() else []),
                  keras.callbacks.TensorBoard(_log_dir(job.run_dir, is_chief()), profile_batch=_profile_window(settings)),
                  *extra_callbacks]
-    validation_split = setup.splits[1]
-    validation_data = setup.dataset(files_of[validation_split], False, split=validation_split,
-                                    batch_size=validation_batch(setup))
+    validation_data = setup.dataset(files_of[validation_split], False, batch_size=batch_of[validation_split],
+                                    split=validation_split)
     with setup.strategy.scope():
         if resumed_from_step:
             logging.info("Resuming from the checkpoint at step %d in %s", resumed_from_step, checkpoint_dir)

@@ -95,13 +95,17 @@ def test_the_cached_path_feeds_the_same_examples_as_the_streamed_one_in_every_pa
     assert _rows(once, 10**9) == _rows(once, 10**9) == reference
 
 
-def test_a_split_read_into_memory_gives_in_file_order_the_batches_its_cache_gives(files, preprocessing):
+@pytest.mark.parametrize("kept", [None, MEMORY, DISK])
+def test_a_split_read_into_memory_gives_in_file_order_the_batches_its_cache_gives(files, preprocessing, tmp_path,
+                                                                                  kept):
     """Validation on the training split read once for training: the same batches, folds included, as a cache
-    of its own would give, on every pass."""
+    of its own would give, on every pass; kept as the first pass cuts them (in memory or in a file) or not."""
     options = dict(folds=2, leave_out=("tips",))
     cached = list(_dataset(files, preprocessing, cache=True, **options).as_numpy_iterator())
+    cache_file = {None: None, MEMORY: "", DISK: str(tmp_path / "folds")}[kept]
     in_memory = InMemorySplit.read(_dataset(files, preprocessing, **options)).batches(BATCH, shuffle=False,
-                                                                                      repeat=False, seed=7)
+                                                                                      repeat=False, seed=7,
+                                                                                      cache_file=cache_file)
     for _ in range(2):
         read = list(in_memory.as_numpy_iterator())
         assert len(read) == len(cached) and len(cached[0]) == 3  # (features, label, fold)
@@ -111,6 +115,7 @@ def test_a_split_read_into_memory_gives_in_file_order_the_batches_its_cache_give
                 np.testing.assert_array_equal(features[name], features_cached[name])
             np.testing.assert_array_equal(label, label_cached)
             np.testing.assert_array_equal(fold, fold_cached)
+    assert any(name.endswith(".index") for name in os.listdir(tmp_path)) == (kept == DISK)
 
 
 def test_the_cached_dataset_keeps_data_sharding_for_multi_worker_training(files, preprocessing):
@@ -413,6 +418,28 @@ def test_the_time_budget_leaves_the_first_interval_s_compile_out_and_never_calls
     # not stopped
     run, budget = _budget_run(6.0, [3.0, 1.0, 1.5], epochs=3)
     assert run == 3 and not budget.stopped and budget.seconds_used == 5.5
+
+
+@pytest.mark.training
+def test_with_folds_the_validation_batches_go_to_disk_when_only_the_training_split_fits_in_memory(files, tmp_path,
+                                                                                                   monkeypatch):
+    """Bagged over folds, validation keeps its batches as a copy of the training split read into memory; when
+    the budget holds the training split but not that copy, the copy is written to the disk cache (once, before
+    the first step), still cut from the one read, and removed when training ends."""
+    monkeypatch.setattr(train_module, "estimated_bytes", lambda batch, examples: 1000)
+    monkeypatch.setattr(train_module, "memory_budget_bytes", lambda cache_max_mb: 1500)
+    reads = []
+    original = train_module.make_dataset
+    monkeypatch.setattr(train_module, "make_dataset",
+                        lambda *args, **kwargs: reads.append(kwargs.get("folds")) or original(*args, **kwargs))
+    job = _job(files, tmp_path, folds=2)
+    watch = _CacheFiles(job.scratch_dir)
+    report = train(job, extra_callbacks=(watch,))
+    assert report.cached_in_memory and reads.count(2) == 1
+    assert report.validation_examples == report.labels["train"].examples and report.final_metrics["val_auc"] > 0.8
+    for names in watch.seen:
+        assert [name for name in names if name.endswith(".index")] == ["folds.index"], names
+    assert os.listdir(job.scratch_dir) == []
 
 
 @pytest.mark.training
