@@ -40,7 +40,7 @@ from components.trainer.warm_start import WarmStart, apply_warm_start, load_warm
 
 ADAPT_SAMPLE_SIZE = 20_000  # rows used to fit the preprocessing layers (vocabularies, normalization)
 MIN_SHARE_SECONDS = 1.0  # a searched candidate left less of the time budget than this is not trained
-VALIDATION_BATCH = 1024  # examples per replica in a validation batch (validation_batch)
+VALIDATION_BATCH = 1024  # examples per replica in a validation batch (TrainingSetup.validation_batch)
 
 
 @dataclasses.dataclass
@@ -107,6 +107,13 @@ class TrainingSetup:
             return ("train", "folds")
         return ("train", "validation") if self.settings.validation_share else ("train", "eval")
 
+    @property
+    def validation_batch(self) -> int:
+        """The global batch a validation pass scores at: at least VALIDATION_BATCH examples per replica (a pass
+        runs forward only, and a few large products take less time than many small ones), or training's, when
+        larger."""
+        return max(self.plan.global_batch, VALIDATION_BATCH * self.strategy.num_replicas_in_sync)
+
     @functools.cached_property
     def preprocess(self):
         """The preprocessing as one TensorFlow function of a batch of raw features, traced once for every
@@ -133,8 +140,10 @@ class TrainingSetup:
         validation_share, split "train" leaves the training records of the validation holdout out and
         "validation" keeps them alone. With folds, split "train" and "folds" (the whole training split, to
         validate on) carry each record's fold, and when "train" is in memory both are cut from one read of it
-        (reads_training_split)."""
-        module, settings, batch = self.model_module, self.settings, batch_size or self.plan.global_batch
+        (reads_training_split). Batches hold `batch_size` examples, by default training's global batch, or
+        validation_batch for the split that validates (splits[1]): every reader of a split cuts it alike."""
+        module, settings = self.model_module, self.settings
+        batch = batch_size or (self.validation_batch if split == self.splits[1] else self.plan.global_batch)
         share = settings.validation_share
 
         def batches(cache: bool, shuffle: bool, repeat: bool, folds: bool) -> tf.data.Dataset:
@@ -396,11 +405,9 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
 
     files_of = {"train": job.train_files, "validation": job.train_files, "folds": job.train_files,
                 "eval": job.eval_files}
-    validation_split = setup.splits[1]
-    batch_of = {validation_split: validation_batch(setup)}  # training's batch for the training split
     for split in setup.splits:
-        if setup.input_cache.places[split] == DISK:  # written once here, at the batch read later, only read then
-            fill_cache(setup.dataset(files_of[split], False, batch_size=batch_of.get(split), split=split))
+        if setup.input_cache.places[split] == DISK:  # written once here, only read from then on
+            fill_cache(setup.dataset(files_of[split], False, split=split))
     train_data = setup.dataset(job.train_files, True, split="train")  # in memory: read and preprocessed here
     # the model is timed on batches of the very form training feeds it (same shapes), held in memory
     memory_batches = in_memory_batches(train_data, settings)
@@ -452,8 +459,8 @@ def fit_model(job: TrainingJob, setup: TrainingSetup, extra_callbacks: tuple = (
                    if is_chief() else []),
                  keras.callbacks.TensorBoard(_log_dir(job.run_dir, is_chief()), profile_batch=_profile_window(settings)),
                  *extra_callbacks]
-    validation_data = setup.dataset(files_of[validation_split], False, batch_size=batch_of[validation_split],
-                                    split=validation_split)
+    validation_split = setup.splits[1]
+    validation_data = setup.dataset(files_of[validation_split], False, split=validation_split)
     with setup.strategy.scope():
         if resumed_from_step:
             logging.info("Resuming from the checkpoint at step %d in %s", resumed_from_step, checkpoint_dir)
@@ -553,12 +560,6 @@ def _final_metrics(fitted: FitResult) -> dict[str, float]:
     kept = fitted.best.best_interval - 1 if fitted.best and fitted.best.best_interval else -1
     metrics = {name: values[kept] if len(values) > kept else values[-1] for name, values in fitted.history.items()}
     return {**metrics, **(fitted.best.averaged_logs if fitted.best else {})}
-
-
-def validation_batch(setup: TrainingSetup) -> int:
-    """The global batch a validation pass scores at: at least VALIDATION_BATCH examples per replica (a pass runs
-    forward only, and a few large products take less time than many small ones), or training's, when larger."""
-    return max(setup.plan.global_batch, VALIDATION_BATCH * setup.strategy.num_replicas_in_sync)
 
 
 HOST_TIMING_STEPS = 1000  # at least this many batches time the host ceiling (a few tenths of a second)
