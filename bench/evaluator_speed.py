@@ -1,6 +1,6 @@
 """PrecisionEvaluator throughput: model-examples/s of its executor on a set of Examples and models.
 
-    .venv/bin/python bench/evaluator_speed.py --output OUTPUT_DIR [--production] [--repeats 2]
+    .venv/bin/python bench/evaluator_speed.py --output OUTPUT_DIR [--config CONFIG] [--production] [--repeats 2]
     .venv/bin/python bench/evaluator_speed.py --examples URI --model URI --baseline-model URI
         [--production-model URI | --production] [--repeats 2]
     options: [--beam-arg=--direct_running_mode=in_memory ...] [--executor components.precision_evaluator.executor]
@@ -9,8 +9,9 @@
 With --output, the newest Examples (TFRecordIngest), candidate (Trainer) and FP32 baseline
 (Fp32BaselineTrainer) of a finished `python -m pipeline run --output OUTPUT_DIR`, from its MLMD; or the
 artifact folders given (an Examples folder with Split-eval/, Model folders with Format-Serving/). Runs the
-evaluator executor's Do on them `--repeats` times, exactly as the pipeline does (its `evaluate` settings,
-a Beam pipeline from the given Beam arguments, default the pipeline's `--direct_running_mode=in_memory`).
+evaluator executor's Do on them `--repeats` times, exactly as the pipeline does (the `evaluate` settings of
+`--config`, by default the default config's; a Beam pipeline from the given Beam arguments, default the
+pipeline's `--direct_running_mode=in_memory`).
 `--production` scores the FP32 baseline a second time as the production model (three models, as on a run
 with a blessed model). Prints, per run, the wall time of Do, eval examples x models / seconds, and the
 candidate's overall AUC; the reports stay under `--work` (default: a temporary folder) for comparison. The runs
@@ -44,10 +45,11 @@ from pipeline.config import load_config  # noqa: E402
 from pipeline.dag.wiring import step_settings  # noqa: E402
 
 
-def latest_inputs(output_dir: str) -> dict[str, object]:
-    """Input: a pipeline output folder. Output: {"examples", "model", "baseline_model"}: the newest artifacts
-    of TFRecordIngest, Trainer and Fp32BaselineTrainer in its MLMD, as TFX artifacts."""
-    config = load_config(output_dir=output_dir)
+def latest_inputs(output_dir: str, config_path: str | None) -> dict[str, object]:
+    """Input: a pipeline output folder and its config (None: the default). Output: {"examples", "model",
+    "baseline_model"}: the newest artifacts of TFRecordIngest, Trainer and Fp32BaselineTrainer in its MLMD, as
+    TFX artifacts."""
+    config = load_config(config_path, output_dir=output_dir)
     store = mlmd.open_store(config)
     if store is None:
         raise SystemExit(f"no MLMD under {output_dir}: run `python -m pipeline run --output {output_dir}` first")
@@ -90,7 +92,8 @@ def eval_examples(examples) -> int:
     return count
 
 
-def run_once(executor_class, inputs: dict, production: bool, beam_args: list[str], work: str) -> tuple[float, dict]:
+def run_once(executor_class, inputs: dict, production: bool, beam_args: list[str], work: str,
+             config_path: str | None) -> tuple[float, dict]:
     """One Do() of the executor. Output: (seconds, the precision report)."""
     os.makedirs(work, exist_ok=True)
     evaluation = standard_artifacts.ModelEvaluation()
@@ -101,7 +104,7 @@ def run_once(executor_class, inputs: dict, production: bool, beam_args: list[str
                   "baseline_model": [inputs["baseline_model"]]}
     if production:
         input_dict["production_model"] = [inputs.get("production_model", inputs["baseline_model"])]
-    config = load_config()
+    config = load_config(config_path)
     settings = step_settings(config, config.evaluate).to_json()  # the record the pipeline hands the step
     context = base_beam_executor.BaseBeamExecutor.Context(beam_pipeline_args=beam_args,
                                                           tmp_dir=os.path.join(work, "tmp"))
@@ -116,6 +119,8 @@ def run_once(executor_class, inputs: dict, production: bool, beam_args: list[str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output", help="output folder of a finished `python -m pipeline run`")
+    parser.add_argument("--config", help="the run's config, for its pipeline name and evaluate settings "
+                                         "(default: the default config)")
     parser.add_argument("--examples", help="an Examples folder (instead of, or overriding, --output's)")
     parser.add_argument("--model", help="the candidate Model folder")
     parser.add_argument("--baseline-model", help="the FP32 baseline Model folder")
@@ -131,7 +136,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.getLogger().setLevel(logging.ERROR)
     executor_class = importlib.import_module(args.executor).Executor
-    inputs = latest_inputs(args.output) if args.output else {}
+    inputs = latest_inputs(args.output, args.config) if args.output else {}
     given = {key: uri for key, uri in (("model", args.model), ("baseline_model", args.baseline_model),
                                       ("production_model", args.production_model)) if uri}
     if args.examples or given:
@@ -151,7 +156,7 @@ def main() -> None:
     runs = []
     for repeat in range(args.repeats):
         seconds, report = run_once(executor_class, inputs, production, beam_args,
-                                   os.path.join(work, f"run-{repeat + 1}"))
+                                   os.path.join(work, f"run-{repeat + 1}"), args.config)
         auc = report["metrics"][gates.OVERALL][gates.CANDIDATE][report["primary_metric"]]
         print(f"{repeat + 1:>3} {seconds:>8.1f} {rows * models / seconds:>17,.0f} {auc:>16.4f}", flush=True)
         runs.append({"seconds": seconds, "model_examples_per_s": rows * models / seconds, "candidate_metric": auc})
