@@ -34,6 +34,9 @@ CGROUP_MEMORY_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memo
 # Batches fed from memory are gathered and unpacked this many at a time (one map call, then handed out one
 # by one): each call's fixed cost, more than a batch's own gather on a CPU, is paid once per this many steps
 GATHERED_BATCHES = 16
+# This module's own dataset functions (parsing, packing, gathering rows) are traced as written, not converted by
+# autograph (they have no control flow on tensors; converting one costs up to a few tenths of a second, paid by
+# every process that trains); the model module's make_label and preprocessing are converted as before.
 
 
 def list_files(file_patterns: list[str]) -> list[str]:
@@ -79,7 +82,8 @@ def make_dataset(file_patterns: list[str], feature_spec: dict[str, tf.io.FixedLe
         lambda path: tf.data.TFRecordDataset(path, compression_type=compression),
         cycle_length=min(len(files), 4), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     if holdout_share:
-        dataset = dataset.filter(lambda record: tf.equal(in_holdout(record, holdout_share, leave_out), holdout))
+        dataset = dataset.filter(tf.autograph.experimental.do_not_convert(
+            lambda record: tf.equal(in_holdout(record, holdout_share, leave_out), holdout)))
     if not cache:
         if shuffle_buffer:
             dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
@@ -88,6 +92,7 @@ def make_dataset(file_patterns: list[str], feature_spec: dict[str, tf.io.FixedLe
     dataset = dataset.batch(batch_size, drop_remainder=False)
     with_folds = folds > 1 and label_fn is not None
 
+    @tf.autograph.experimental.do_not_convert
     def parse(serialized):
         features = tf.io.parse_example(serialized, feature_spec)
         return (features, tf.cast(fold_of(serialized, folds, leave_out), tf.float32)) if with_folds else features
@@ -145,9 +150,11 @@ class InMemorySplit:
         columns, unpack = self.columns, self.unpack
         picked = row_batches(int(columns[0].shape[0]), batch_size, shuffle=shuffle, repeat=repeat, seed=seed)
 
+        @tf.autograph.experimental.do_not_convert
         def rows_of(numbers):  # row numbers -> those rows, unpacked
             return unpack(*(tf.gather(column, numbers) for column in columns))
 
+        @tf.autograph.experimental.do_not_convert
         def gathered(group):  # [GATHERED_BATCHES, batch_size] row numbers -> their batches, stacked
             element = rows_of(tf.reshape(group, [-1]))
             return tf.nest.map_structure(lambda leaf: _stacked(leaf, GATHERED_BATCHES, batch_size), element)
@@ -200,6 +207,7 @@ def row_batches(rows: int, batch_size: int, shuffle: bool, repeat: bool, seed: i
     if seed is None:
         seed = int(np.random.default_rng().integers(2**31))
 
+    @tf.autograph.experimental.do_not_convert
     def order(number):  # the rows of pass `number`, in the order it feeds them
         if not shuffle:
             return tf.range(rows, dtype=tf.int64)
@@ -210,6 +218,7 @@ def row_batches(rows: int, batch_size: int, shuffle: bool, repeat: bool, seed: i
     if not repeat:
         return passes.rebatch(batch_size, drop_remainder=False)
 
+    @tf.autograph.experimental.do_not_convert
     def cut(left_over, rows_in_order):
         # A pass's rows after the previous pass's left-over tail, cut into as many full batches as they
         # fill; what remains is carried to the next pass.
@@ -244,12 +253,14 @@ def _packing(element_spec):
         row = spec.shape[1:]
         groups.setdefault(spec.dtype.name if row.is_fully_defined() else index, []).append((index, row))
 
+    @tf.autograph.experimental.do_not_convert
     def pack(*element):
         leaves = tf.nest.flatten(element if len(element) > 1 else element[0])
         return tuple(leaves[members[0][0]] if isinstance(key, int) else
                      tf.concat([tf.reshape(leaves[i], [-1, row.num_elements()]) for i, row in members], axis=1)
                      for key, members in groups.items())
 
+    @tf.autograph.experimental.do_not_convert
     def unpack(*packed):
         leaves = [None] * len(specs)
         for tensor, (key, members) in zip(packed, groups.items()):
