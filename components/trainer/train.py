@@ -384,9 +384,15 @@ def one_model_when_few(settings: TrainConfig, training_records: int) -> tuple[Tr
 
 
 def place_input_cache(job: TrainingJob, setup: TrainingSetup) -> None:
-    """Places each split's preprocessed tensors in memory or on disk, their size estimated from one
-    preprocessed batch: the training split has the first claim on memory."""
-    first = next(iter(setup.dataset(job.train_files, False, batch_size=min(setup.plan.global_batch, 1024))))
+    """Places each split's preprocessed tensors in memory or on disk, their size estimated from the first
+    training rows preprocessed (the sample's, or read here when a warm start fitted none): the training split
+    has the first claim on memory."""
+    module, rows = setup.model_module, min(setup.plan.global_batch, 1024)
+    sample = setup.sample
+    if sample is None:
+        sample = read_sample(job.train_files, {**module.INPUTS, **module.LABEL_INPUTS}, rows)
+    head = {name: tf.convert_to_tensor(values[:rows]) for name, values in sample.items()}
+    first = (setup.preprocess({name: head[name] for name in module.INPUTS}), module.make_label(head))
     for split in setup.splits:  # "folds" beside "train" in memory: its batches as validation cuts them, a copy
         setup.input_cache.place(split, estimated_bytes(first, setup.plan_examples[split]))
 

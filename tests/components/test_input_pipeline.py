@@ -200,6 +200,28 @@ def _job(files, output, **overrides):
                        checkpoint_dir=str(output / "checkpoints"), scratch_dir=str(output / "scratch"), **files)
 
 
+def test_the_input_cache_is_placed_by_the_first_training_rows_preprocessed_without_reading_a_split_again(
+        files, tmp_path, monkeypatch):
+    """The size each split's cache is placed by comes from the first training rows (a training batch's worth)
+    preprocessed: taken from the sample the preprocessing was fitted to, or, with no sample (a warm start's
+    preprocessing), read here; the same bytes per example as the split's first batch streamed."""
+    job = _job(files, tmp_path, folds=2)
+    setup = train_module.set_up(job)
+    streamed = next(iter(setup.dataset(job.train_files, False, batch_size=setup.plan.global_batch)))
+    per_example = estimated_bytes(streamed, 1000)
+    placed, reads = [], []
+    monkeypatch.setattr(train_module, "estimated_bytes",
+                        lambda batch, examples: placed.append(estimated_bytes(batch, 1000)) or 0)
+    original = train_module.make_dataset
+    monkeypatch.setattr(train_module, "make_dataset",
+                        lambda *args, **kwargs: reads.append(args[0]) or original(*args, **kwargs))
+    train_module.place_input_cache(job, setup)  # the sample's first rows: no records read
+    assert (placed, reads) == ([per_example] * len(setup.splits), [])
+    setup.sample, placed[:] = None, []
+    train_module.place_input_cache(job, setup)  # no sample: one batch of raw rows read
+    assert placed == [per_example] * len(setup.splits) and len(reads) == 1
+
+
 @pytest.mark.training
 def test_train_keeps_small_data_in_memory_and_says_so(files, tmp_path):
     job = _job(files, tmp_path)
