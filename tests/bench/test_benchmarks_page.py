@@ -207,7 +207,7 @@ def test_the_scale_and_quality_benches_records_land_where_the_page_looks(bench, 
                   {"seed": seed, "metric": "auc", "value": value, "trivial": 0.5, "trainer_seconds": 10.0,
                    "fit_seconds": 5.0, "savedmodel": value, "full_int8": value, "dynamic_int8": value,
                    "wall_seconds": 20.0, "error": None} for seed, value in ((0, 0.81), (1, 0.83))])}}
-    quality.record_table("crash_deaths", result, PROJECT_ROOT)  # a table of the check set
+    quality.record_table("cohort_deaths", result, PROJECT_ROOT)  # a table of the check set
     quality.record_table("spam_words", result, PROJECT_ROOT)  # of the tuning set
     found = records.read(str(tmp_path))
     assert [record["figures"]["half"] for record in found["tabular_quality"]] == ["check", "tuning"]
@@ -215,7 +215,7 @@ def test_the_scale_and_quality_benches_records_land_where_the_page_looks(bench, 
     assert "| whole run at 100x (taxi fare, 1,500,200 rows) under 300 s | 172.0 s |" in text
     assert "| Trainer input wait under 5% (taxi fare, the worst run at each size) | 100x 22.9% |" in text
     check, tuning = text.split("### The check set")[1].split("### The tuning set")
-    assert ("| crash_deaths | AUC | 0.8200 (0.8100–0.8300) | 0, 1 | 0.8000 | 0.8150 | 0.7000 | +0.0200 | met "
+    assert ("| cohort_deaths | AUC | 0.8200 (0.8100–0.8300) | 0, 1 | 0.8000 | 0.8150 | 0.7000 | +0.0200 | met "
             "| +0.0050 | met | 10.0 | 5.0 |") in check
     assert "| spam_words |" in tuning and "| spam_words |" not in check
     # the check set's targets count every table of the set: one scored is 1 of 24
