@@ -54,6 +54,23 @@ CHECK_SET = (
 )
 
 
+REPEAT_LIMIT = 0.003  # the check set's rule: the largest share of labelled rows repeating features under another label
+
+
+def repeated_share(frame, label: str, excluded: list[str]) -> float:
+    """Input: a table as its CSV reads (a pandas frame), its label and the columns init leaves out. Output: the share
+    of its labelled rows whose feature cells (every other column, a missing cell as one value) also occur in a row
+    of another label."""
+    labelled = frame[frame[label].notna()]
+    features = labelled.drop(columns=[label, *excluded]).astype(str)
+    keys = features.apply(tuple, axis=1).to_numpy()
+    labels = labelled[label].astype(str).to_numpy()
+    import pandas as pd
+
+    labels_per_key = pd.Series(labels).groupby(pd.Series(keys)).transform("nunique")
+    return float((labels_per_key > 1).mean()) if len(labels) else 0.0
+
+
 def half_of(name: str) -> str:
     """The set a table belongs to: CHECK when its name is in CHECK_SET, else TUNING."""
     return CHECK if name in CHECK_SET else TUNING
@@ -157,6 +174,11 @@ class Table:
     def task(self) -> str:
         """The task init is told (--task), "" where init infers it."""
         return self.init[self.init.index("--task") + 1] if "--task" in self.init else ""
+
+    @property
+    def excluded(self) -> list[str]:
+        """The columns init is told to leave out (--exclude)."""
+        return self.init[self.init.index("--exclude") + 1].split(",") if "--exclude" in self.init else []
 
 
 def _init_arguments(task: str, exclude: tuple[str, ...], dates: str = "") -> tuple[str, ...]:
