@@ -61,12 +61,12 @@ def repeated_share(frame, label: str, excluded: list[str]) -> float:
     """Input: a table as its CSV reads (a pandas frame), its label and the columns init leaves out. Output: the share
     of its labelled rows whose feature cells (every other column, a missing cell as one value) also occur in a row
     of another label."""
+    import pandas as pd
+
     labelled = frame[frame[label].notna()]
     features = labelled.drop(columns=[label, *excluded]).astype(str)
     keys = features.apply(tuple, axis=1).to_numpy()
     labels = labelled[label].astype(str).to_numpy()
-    import pandas as pd
-
     labels_per_key = pd.Series(labels).groupby(pd.Series(keys)).transform("nunique")
     return float((labels_per_key > 1).mean()) if len(labels) else 0.0
 
