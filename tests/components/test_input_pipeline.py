@@ -200,6 +200,19 @@ def _job(files, output, **overrides):
                        checkpoint_dir=str(output / "checkpoints"), scratch_dir=str(output / "scratch"), **files)
 
 
+def _dataset_calls(monkeypatch) -> list[dict]:
+    """Every make_dataset call the Trainer makes from here on: its keyword arguments, and its file patterns as
+    "files"."""
+    calls, original = [], train_module.make_dataset
+
+    def watched(file_patterns, *args, **kwargs):
+        calls.append({"files": list(file_patterns), **kwargs})
+        return original(file_patterns, *args, **kwargs)
+
+    monkeypatch.setattr(train_module, "make_dataset", watched)
+    return calls
+
+
 def test_the_input_cache_is_placed_by_the_first_training_rows_preprocessed_without_reading_a_split_again(
         files, tmp_path, monkeypatch):
     """The size each split's cache is placed by comes from the first training rows (a training batch's worth)
@@ -209,12 +222,9 @@ def test_the_input_cache_is_placed_by_the_first_training_rows_preprocessed_witho
     setup = train_module.set_up(job)
     streamed = next(iter(setup.dataset(job.train_files, False, batch_size=setup.plan.global_batch)))
     per_example = estimated_bytes(streamed, 1000)
-    placed, reads = [], []
+    placed, reads = [], _dataset_calls(monkeypatch)
     monkeypatch.setattr(train_module, "estimated_bytes",
                         lambda batch, examples: placed.append(estimated_bytes(batch, 1000)) or 0)
-    original = train_module.make_dataset
-    monkeypatch.setattr(train_module, "make_dataset",
-                        lambda *args, **kwargs: reads.append(args[0]) or original(*args, **kwargs))
     train_module.place_input_cache(job, setup)  # the sample's first rows: no records read
     assert (placed, reads) == ([per_example] * len(setup.splits), [])
     setup.sample, placed[:] = None, []
@@ -372,18 +382,11 @@ def test_keep_best_averages_the_best_intervals_weights_only_while_the_average_sc
 @pytest.mark.training
 def test_training_with_a_validation_share_validates_on_held_out_training_records_and_never_reads_the_eval_split(
         files, tmp_path, monkeypatch):
-    fed = []  # the files of every dataset that fed the model (features preprocessed)
-    original = train_module.make_dataset
-
-    def watched(file_patterns, *args, **kwargs):
-        if kwargs.get("preprocess") is not None:
-            fed.append(list(file_patterns))
-        return original(file_patterns, *args, **kwargs)
-
-    monkeypatch.setattr(train_module, "make_dataset", watched)
+    calls = _dataset_calls(monkeypatch)
     job = _job(files, tmp_path, epochs=8, validation_share=0.2, early_stopping_patience=2, schedule="cosine",
                weight_decay=0.001)
     report = train(job).to_json()
+    fed = [call["files"] for call in calls if call.get("preprocess") is not None]  # the datasets that fed the model
     assert fed and all(patterns == files["train_files"] for patterns in fed)
     held_out = input_pipeline.count_records(files["train_files"], 0.2, ("tips",))  # the label's source left out
     assert report["validation_examples"] == held_out and 0 < held_out < report["labels"]["train"]["examples"]
@@ -450,14 +453,11 @@ def test_with_folds_the_validation_batches_go_to_disk_when_only_the_training_spl
     the first step), still cut from the one read, and removed when training ends."""
     monkeypatch.setattr(train_module, "estimated_bytes", lambda batch, examples: 1000)
     monkeypatch.setattr(train_module, "memory_budget_bytes", lambda cache_max_mb: 1500)
-    reads = []
-    original = train_module.make_dataset
-    monkeypatch.setattr(train_module, "make_dataset",
-                        lambda *args, **kwargs: reads.append(kwargs.get("folds")) or original(*args, **kwargs))
+    calls = _dataset_calls(monkeypatch)
     job = _job(files, tmp_path, folds=2)
     watch = _CacheFiles(job.scratch_dir)
     report = train(job, extra_callbacks=(watch,))
-    assert report.cached_in_memory and reads.count(2) == 1
+    assert report.cached_in_memory and [call.get("folds") for call in calls].count(2) == 1
     assert report.validation_examples == report.labels["train"].examples and report.final_metrics["val_auc"] > 0.8
     for names in watch.seen:
         assert [name for name in names if name.endswith(".index")] == ["folds.index"], names
@@ -478,14 +478,7 @@ def test_training_with_folds_validates_every_training_record_out_of_fold_and_ser
     from components.core.records import model_ready_dir
     from components.core.task_layers import load_keras_model
 
-    with_folds = []  # every dataset made with the records' folds: the training split's reads
-    original = train_module.make_dataset
-
-    def watched(file_patterns, *args, **kwargs):
-        if kwargs.get("folds"):
-            with_folds.append(kwargs)
-        return original(file_patterns, *args, **kwargs)
-
+    calls = _dataset_calls(monkeypatch)
     cut = []  # (batch size, repeated) of every dataset cut from the training split read into memory
     cut_batches = input_pipeline.InMemorySplit.batches
 
@@ -493,10 +486,10 @@ def test_training_with_folds_validates_every_training_record_out_of_fold_and_ser
         cut.append((batch_size, kwargs["repeat"]))
         return cut_batches(split, batch_size, *args, **kwargs)
 
-    monkeypatch.setattr(train_module, "make_dataset", watched)
     monkeypatch.setattr(input_pipeline.InMemorySplit, "batches", watched_batches)
     job = _job(files, tmp_path, epochs=4, folds=2, early_stopping_patience=2, average_intervals=3, precision=precision)
     report = train(job)
+    with_folds = [call for call in calls if call.get("folds")]  # the training split's reads (with the records' folds)
     assert len(with_folds) == 1 and report.cached_in_memory
     assert sorted(set(cut)) == [(report.plan["global_batch"], True), (train_module.VALIDATION_BATCH, False)]
     assert report.folds == 2 and report.validation_examples == report.labels["train"].examples
