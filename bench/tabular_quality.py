@@ -6,7 +6,7 @@ on one-hot and standardized features, and the trivial predictor.
 The tables, their writers and the rule that splits them into a tuning set and a check set are in
 bench/quality_tables.py: 54 public tables that install offline (binary, multi-class and regression; 334 to
 254,654 rows; NA cells, date-times, high-cardinality strings, wide tables, heavy-tailed labels). Without
-`--tables` or `--half` the bench runs the tuning set (30 tables), on which defaults are chosen; `--half check`
+`--tables` or `--half` the bench runs the tuning set (54 tables), on which defaults are chosen; `--half check`
 runs the check set (24 tables), scored once at the end of a round of work by the rule that module states.
 
 Each CSV table goes through the commands a new user types: `python -m pipeline prepare-data --csv FILE
