@@ -204,7 +204,9 @@ class TrainConfig:
     checkpoint_every_steps: int = setting(0, NOT_NEGATIVE)
     # skip an interval's checkpoint until this long after the last one
     checkpoint_min_seconds: float = setting(30.0, NOT_NEGATIVE)
-    input_probe_steps: int = setting(200, NOT_NEGATIVE)  # steps on in-memory batches to measure input wait; 0 = skip
+    # steps on in-memory batches (at most components/trainer/probing.py PROBE_SECONDS) that time the model for the
+    # input wait, the time budget and the XLA choice; 0 = skip
+    input_probe_steps: int = setting(50, NOT_NEGATIVE)
     profile_from_step: int = setting(10, AT_LEAST_1)  # TensorBoard profiler trace window start...
     profile_steps: int = setting(0, NOT_NEGATIVE)  # ...and length in steps; 0 = no trace
     seed: int = setting(0, SEED)  # weights init and shuffle order
