@@ -125,29 +125,31 @@ class DeviceConverter:
         """Input: a variant name, (full_int8 only) raw calibration features, column -> array of N rows for every
         input of the model (keyed by column name, as DeviceInterpreter.predict takes them), whether full_int8
         and float16 keep the model's output layer in float32 (a regression output: an int8 one saturates
-        outside the calibration range, a float16 constant beyond 65,504 overflows), and (float16 only) the
-        float32 variant of the same SavedModel when already converted (else float16 converts it). Output: the
-        .tflite bytes.
+        outside the calibration range, a float16 constant beyond 65,504 overflows), and (float16 and full_int8)
+        the float32 variant of the same SavedModel when already converted (else it is converted here): both
+        start from that file. Output: the .tflite bytes.
 
-        Every variant is converted with TFLITE_BUILTINS only (full int8: TFLITE_BUILTINS_INT8 first, builtin
-        float and integer kernels for what has no int8 kernel); ConversionError names any op that would need
+        Every variant is converted with TFLITE_BUILTINS only (full int8: int8 kernels where the quantizer gives
+        them, builtin float and integer kernels for the rest); ConversionError names any op that would need
         more. full_int8 quantizes all but the ops under PREPROCESSING_SCOPE (and the output layer when asked),
         float16 stores the weights of all but those in float16; inputs and output stay float."""
         if variant not in TFLITE_VARIANTS:
             raise ValueError(f"unknown TFLite variant {variant!r} (known: {', '.join(TFLITE_VARIANTS)})")
         if variant == "float16":  # the float32 file, its core's constants stored in float16: no second conversion
             flatbuffer = _float16_core(float32_flatbuffer or self.convert("float32"), float_output_layer)
+        elif variant == "full_int8":  # the float32 file calibrated and quantized: no second conversion
+            flatbuffer = _quantize_core(float32_flatbuffer or self.convert("float32"), representative,
+                                        float_output_layer)
         else:
-            flatbuffer = self._converted(variant, representative, float_output_layer)
+            flatbuffer = self._converted(variant)
         outside = non_builtin_ops(flatbuffer)
         if outside:
             raise ConversionError(f"holds ops outside TFLite's builtins: {', '.join(outside)}")
         return flatbuffer
 
-    def _converted(self, variant: str, representative: dict[str, np.ndarray] | None,
-                   float_output_layer: bool) -> bytes:
-        """The TFLite converter's file for float32, dynamic_int8 or full_int8 (convert's contract); every
-        option a variant sets is set again for the next."""
+    def _converted(self, variant: str) -> bytes:
+        """The TFLite converter's file for float32 or dynamic_int8 (convert's contract); every option a variant
+        sets is set again for the next."""
         if self._converter is None:
             self._converter = tf.lite.TFLiteConverter.from_saved_model(self.saved_model_dir,
                                                                        signature_keys=[contract.SERVING_SIGNATURE])
@@ -155,12 +157,8 @@ class DeviceConverter:
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         converter.allow_custom_ops = False
         converter.optimizations = [] if variant == "float32" else [tf.lite.Optimize.DEFAULT]
-        converter.representative_dataset = None
-        converter._experimental_calibrate_only = False  # pylint: disable=protected-access
         try:
             with native_stderr_to_log(f"TFLite converter ({variant})"):
-                if variant == "full_int8":
-                    return _quantize_core(converter, representative, float_output_layer)
                 return converter.convert()
         except Exception as error:  # the converter raises its own ConverterError, with the ops in its notes
             text = "\n".join([str(error), *getattr(error, "__notes__", [])])
@@ -171,12 +169,18 @@ class DeviceConverter:
                                   "(the model module must use device-safe preprocessing layers)") from error
 
 
-def _quantize_core(converter, representative: dict[str, np.ndarray] | None, float_output_layer: bool) -> bytes:
-    """Full-integer quantization of everything but the preprocessing (and, with `float_output_layer`, the
-    ops from the last fully connected layer to the output): calibrate on the representative raw examples,
-    then quantize with those ops' outputs on the quantizer's deny list (the selective quantization of
-    tf.lite.experimental.QuantizationDebugger, without its debug instrumentation)."""
+def _quantize_core(float32_flatbuffer: bytes, representative: dict[str, np.ndarray] | None,
+                   float_output_layer: bool) -> bytes:
+    """Full-integer quantization of the float32 file's core, everything but the preprocessing (and, with
+    `float_output_layer`, the ops from the last fully connected layer to the output): calibrate on the
+    representative raw examples, then quantize with those ops' outputs on the quantizer's deny list (the
+    selective quantization of tf.lite.experimental.QuantizationDebugger, without its debug instrumentation).
+    The file is the one the converter writes with its own full-integer calibration (the float model it
+    calibrates is the float32 variant): here the conversion is not run a second time."""
     from tensorflow.lite.python import convert as lite_convert
+    from tensorflow.lite.python.optimize import calibrator
+    from tensorflow.lite.python import conversion_metadata_schema_py_generated as conversion
+    from tensorflow.lite.tools import flatbuffer_utils
 
     if not representative:
         raise ValueError("full_int8 needs a representative dataset")
@@ -185,15 +189,17 @@ def _quantize_core(converter, representative: dict[str, np.ndarray] | None, floa
     # An infinite float crashes the quantizer's calibration; the model reads it as missing, as it reads NaN.
     representative = {column: np.where(np.isinf(values), np.nan, values).astype(values.dtype)
                       if values.dtype.kind == "f" else values for column, values in representative.items()}
-    converter.representative_dataset = lambda: (
-        {names[column]: _calibration_value(values[i]) if values.dtype == object else values[i:i + 1]
-         for column, values in representative.items()} for i in range(rows))
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8, tf.lite.OpsSet.TFLITE_BUILTINS]
-    converter._experimental_calibrate_only = True  # pylint: disable=protected-access
-    calibrated = converter.convert()
-    denied = preprocessing_tensor_names(calibrated) + (output_layer_tensor_names(calibrated) if float_output_layer else [])
-    return lite_convert.mlir_quantize(calibrated, input_data_type=tf.float32, output_data_type=tf.float32,
-                                      denylisted_nodes=denied)
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(float32_flatbuffer))
+    _set_optimization_mode(model, conversion.ModelOptimizationMode.PTQ_FULL_INTEGER)
+    float_model = bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+    with native_stderr_to_log("TFLite converter (full_int8)"):
+        calibrated = calibrator.Calibrator(calibrator.add_intermediate_tensors(float_model)).calibrate(lambda: (
+            {names[column]: _calibration_value(values[i]) if values.dtype == object else values[i:i + 1]
+             for column, values in representative.items()} for i in range(rows)))
+        denied = preprocessing_tensor_names(calibrated) + (
+            output_layer_tensor_names(calibrated) if float_output_layer else [])
+        return lite_convert.mlir_quantize(calibrated, input_data_type=tf.float32, output_data_type=tf.float32,
+                                          denylisted_nodes=denied)
 
 
 def _float16_core(float32_flatbuffer: bytes, float_output_layer: bool) -> bytes:
@@ -252,33 +258,47 @@ def _float16_metadata(model) -> None:
     """Turns a float32 file's metadata (a TFLite model object) into what the converter writes for float16
     quantization: the conversion options name PTQ_FLOAT16, `reduced_precision_support` says fp16accfp32
     (float16 storage, float32 accumulation), and the minimum runtime is at least DEQUANTIZE's for float16."""
-    import flatbuffers
     from tensorflow.lite.python import conversion_metadata_schema_py_generated as conversion
-    from tensorflow.lite.python import schema_py_generated as schema
 
-    def store(name: bytes, data: bytes) -> None:  # in the entry's own buffer, or a new entry and buffer
-        entry = next((entry for entry in model.metadata or [] if entry.name == name), None)
-        if entry is None:
-            model.buffers.append(schema.BufferT())
-            entry = schema.MetadataT()
-            entry.name, entry.buffer = name, len(model.buffers) - 1
-            model.metadata = [*(model.metadata or []), entry]
-        model.buffers[entry.buffer].data = np.frombuffer(data, dtype=np.uint8)
-
+    _set_optimization_mode(model, conversion.ModelOptimizationMode.PTQ_FLOAT16)
     for entry in list(model.metadata or []):
-        data = bytes(model.buffers[entry.buffer].data)
-        if entry.name == b"CONVERSION_METADATA":
-            options = conversion.ConversionMetadataT.InitFromObj(conversion.ConversionMetadata.GetRootAs(data, 0))
-            options.options.modelOptimizationModes = [conversion.ModelOptimizationMode.PTQ_FLOAT16]
-            builder = flatbuffers.Builder(0)
-            builder.Finish(options.Pack(builder))
-            store(entry.name, bytes(builder.Output()))
-        elif entry.name == b"min_runtime_version":
+        if entry.name == b"min_runtime_version":
+            data = bytes(model.buffers[entry.buffer].data)
             version = data.rstrip(b"\0").decode()
             if tuple(int(part) for part in version.split(".")) < DEQUANTIZE_FLOAT16_RUNTIME:
                 version = ".".join(map(str, DEQUANTIZE_FLOAT16_RUNTIME))
-            store(entry.name, version.encode().ljust(len(data), b"\0"))
-    store(b"reduced_precision_support", b"fp16accfp32")
+            _store_metadata(model, entry.name, version.encode().ljust(len(data), b"\0"))
+    _store_metadata(model, b"reduced_precision_support", b"fp16accfp32")
+
+
+def _set_optimization_mode(model, mode: int) -> None:
+    """The conversion options in a TFLite model object's metadata name `mode` (a ModelOptimizationMode) as the
+    one optimization applied, as the converter writes them for that quantization."""
+    import flatbuffers
+    from tensorflow.lite.python import conversion_metadata_schema_py_generated as conversion
+
+    for entry in list(model.metadata or []):
+        if entry.name == b"CONVERSION_METADATA":
+            data = bytes(model.buffers[entry.buffer].data)
+            options = conversion.ConversionMetadataT.InitFromObj(conversion.ConversionMetadata.GetRootAs(data, 0))
+            options.options.modelOptimizationModes = [mode]
+            builder = flatbuffers.Builder(0)
+            builder.Finish(options.Pack(builder))
+            _store_metadata(model, entry.name, bytes(builder.Output()))
+
+
+def _store_metadata(model, name: bytes, data: bytes) -> None:
+    """`data` as the TFLite model object's metadata entry `name`: in the entry's own buffer, or in a new entry
+    and buffer."""
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    entry = next((entry for entry in model.metadata or [] if entry.name == name), None)
+    if entry is None:
+        model.buffers.append(schema.BufferT())
+        entry = schema.MetadataT()
+        entry.name, entry.buffer = name, len(model.buffers) - 1
+        model.metadata = [*(model.metadata or []), entry]
+    model.buffers[entry.buffer].data = np.frombuffer(data, dtype=np.uint8)
 
 
 def _calibration_value(value: bytes) -> np.ndarray:

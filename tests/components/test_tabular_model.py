@@ -224,6 +224,24 @@ def _device_outputs(flatbuffer: bytes, rows: dict[str, np.ndarray], key: str) ->
                            for i in range(len(next(iter(rows.values()))))])
 
 
+def _converter_full_int8(saved: str, representative: dict[str, np.ndarray]) -> bytes:
+    """TFLite's converter calibrating the device SavedModel itself (its own full-integer path, stopped after
+    calibration), then quantized with the preprocessing and output layer kept in float as ModelExport keeps them."""
+    from tensorflow.lite.python import convert as lite_convert
+    internal = internal_names(representative)
+    converter = tf.lite.TFLiteConverter.from_saved_model(saved, signature_keys=[contract.SERVING_SIGNATURE])
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8, tf.lite.OpsSet.TFLITE_BUILTINS]
+    converter.representative_dataset = lambda: (
+        {internal[name]: np.array([values[i]], dtype=np.bytes_) if values.dtype == object else values[i:i + 1]
+         for name, values in representative.items()} for i in range(len(next(iter(representative.values())))))
+    converter._experimental_calibrate_only = True  # pylint: disable=protected-access
+    calibrated = converter.convert()
+    return lite_convert.mlir_quantize(calibrated, input_data_type=tf.float32, output_data_type=tf.float32,
+                                      denylisted_nodes=tflite.preprocessing_tensor_names(calibrated)
+                                      + tflite.output_layer_tensor_names(calibrated))
+
+
 @pytest.mark.parametrize("task, transform, folds, candidate", [
     ("binary", "none", 1, ""), ("multiclass", "none", 1, ""), ("regression", "none", 1, ""),
     ("regression", "log", 1, ""), ("binary", "none", 4, ""), ("multiclass", "none", 3, ""),
@@ -321,8 +339,11 @@ def test_float16_and_full_int8_read_numbers_beyond_float16s_range_and_keep_the_o
     got = _device_outputs(full_int8, rows, "prediction")
     assert np.abs(got - expected).mean() / spread <= OUTPUT_TOLERANCE["full_int8"]
 
+    # full int8 calibrates the float32 file rather than converting again: the file is the one TFLite's converter
+    # writes with its own full-integer calibration, quantized with the same ops kept in float
+    assert full_int8 == _converter_full_int8(saved, representative)
     # ModelExport loads the SavedModel into one converter for all the variants: the files are those of a
-    # converter per variant, whichever variant came before (full int8's calibration options are set again)
+    # converter per variant, whichever variant came before
     shared = tflite.DeviceConverter(saved)
     assert shared.convert("full_int8", representative, float_output_layer=True) == full_int8
     assert shared.convert("float16", float_output_layer=True) == float16
