@@ -108,7 +108,7 @@ def convert_and_score(serving_model_dir: str, model_module: ModelModule, eval_sp
     keras_dir = model_ready_dir(serving_model_dir)
     preprocessing = load_keras_model(os.path.join(keras_dir, contract.PREPROCESSING_FILE))
     model = load_keras_model(os.path.join(keras_dir, contract.MODEL_READY_FILE))
-    results, failed, converted = {}, {}, {}  # converted: variant -> its bytes (float16 starts from float32's)
+    results, failed = {}, {}
     with tempfile.TemporaryDirectory() as scratch:
         device_model = tflite.write_device_savedmodel(preprocessing, model, model_module.INPUTS, task.prediction_key,
                                                       os.path.join(scratch, "device_model"))
@@ -116,13 +116,11 @@ def convert_and_score(serving_model_dir: str, model_module: ModelModule, eval_sp
         for variant in settings.tflite_variants:
             logging.info("ModelExport: converting and scoring the %s TFLite variant", variant)
             try:
-                flatbuffer = converter.convert(variant, representative, float_output_layer=task.float_device_output,
-                                               float32_flatbuffer=converted.get("float32"))
+                flatbuffer = converter.convert(variant, representative, float_output_layer=task.float_device_output)
             except tflite.ConversionError as error:
                 logging.warning("ModelExport: the %s TFLite variant was not converted: %s", variant, error)
                 failed[variant] = str(error)
                 continue
-            converted[variant] = flatbuffer
             relative_path = f"{contract.TFLITE_DIR}/{variant}.tflite"
             artifact_files.write_bytes(os.path.join(output_dir, relative_path), flatbuffer)
             results[variant] = {**variant_result(flatbuffer, model_module, eval_split, settings), "file": relative_path}

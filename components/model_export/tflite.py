@@ -114,11 +114,13 @@ def convert(saved_model_dir: str, variant: str, representative: dict[str, np.nda
 
 class DeviceConverter:
     """The TFLite converter of one device SavedModel (write_device_savedmodel), which it loads once for all the
-    variants it converts: each variant's file is the same as a converter of its own would write."""
+    variants it converts, and converts the float32 variant once, whichever variant asks for it first (float16
+    and full_int8 start from it): each variant's file is the same as a converter of its own would write."""
 
     def __init__(self, saved_model_dir: str):
         self.saved_model_dir = saved_model_dir
         self._converter = None  # loaded by the first variant the TFLite converter converts
+        self._float32 = None  # the float32 variant's file, once converted
 
     def convert(self, variant: str, representative: dict[str, np.ndarray] | None = None,
                 float_output_layer: bool = False, float32_flatbuffer: bytes | None = None) -> bytes:
@@ -126,7 +128,7 @@ class DeviceConverter:
         input of the model (keyed by column name, as DeviceInterpreter.predict takes them), whether full_int8
         and float16 keep the model's output layer in float32 (a regression output: an int8 one saturates
         outside the calibration range, a float16 constant beyond 65,504 overflows), and (float16 and full_int8)
-        the float32 variant of the same SavedModel when already converted (else it is converted here): both
+        the float32 variant of the same SavedModel when converted elsewhere (else this converter's own): both
         start from that file. Output: the .tflite bytes.
 
         Every variant is converted with TFLITE_BUILTINS only (full int8: int8 kernels where the quantizer gives
@@ -140,6 +142,10 @@ class DeviceConverter:
         elif variant == "full_int8":  # the float32 file calibrated and quantized: no second conversion
             flatbuffer = _quantize_core(float32_flatbuffer or self.convert("float32"), representative,
                                         float_output_layer)
+        elif variant == "float32":
+            if self._float32 is None:
+                self._float32 = self._converted(variant)
+            flatbuffer = self._float32
         else:
             flatbuffer = self._converted(variant)
         outside = non_builtin_ops(flatbuffer)

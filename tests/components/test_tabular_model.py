@@ -319,7 +319,7 @@ def test_float16_and_full_int8_read_numbers_beyond_float16s_range_and_keep_the_o
     assert sizes16["preprocessing_bytes"] == sizes32["preprocessing_bytes"] > 0
     assert sizes16["weight_bytes"] < 0.55 * sizes32["weight_bytes"]
     assert not tflite.non_builtin_ops(float16)
-    # ModelExport hands float16 the float32 variant it converted already: the same model comes out
+    # handed the float32 variant converted already, float16 gives the same model
     assert tflite.convert(saved, "float16", float_output_layer=True, float32_flatbuffer=float32) == float16
     # with the metadata the converter's own float16 quantization writes (not run for the variant)
     converter = tf.lite.TFLiteConverter.from_saved_model(saved, signature_keys=["serving_default"])
@@ -343,10 +343,14 @@ def test_float16_and_full_int8_read_numbers_beyond_float16s_range_and_keep_the_o
     # writes with its own full-integer calibration, quantized with the same ops kept in float
     assert full_int8 == _converter_full_int8(saved, representative)
     # ModelExport loads the SavedModel into one converter for all the variants: the files are those of a
-    # converter per variant, whichever variant came before
+    # converter per variant, whichever variant came before, and the float32 variant is converted once
     shared = tflite.DeviceConverter(saved)
+    conversions, convert_once = [], shared._converted
+    shared._converted = lambda variant: conversions.append(variant) or convert_once(variant)
     assert shared.convert("full_int8", representative, float_output_layer=True) == full_int8
     assert shared.convert("float16", float_output_layer=True) == float16
+    assert shared.convert("float32") == float32
+    assert conversions == ["float32"]
 
 
 @pytest.mark.parametrize("folds", [1, 4])
