@@ -193,15 +193,11 @@ class TrainConfig:
     steps_per_execution: int = setting(10, AT_LEAST_1)
     strategy: str = setting("auto", STRATEGY)  # auto | one_device | mirrored | multi_worker_mirrored | tpu
     precision: str = setting("auto", PRECISION)  # auto | float32 | mixed_float16 | mixed_bfloat16
-    # auto (GPUs and TPUs: timed with and without, when the model compiles; CPUs: on, in float32, for a plan
-    # of at least xla_min_steps_cpu steps) | on | off
+    # auto (GPUs and TPUs: timed with and without, when the model compiles; CPUs: off) | on | off
     xla: str = setting("auto", AUTO_ON_OFF)
-    # with xla auto on a GPU or TPU: XLA is tried only when training is at least this many seconds of compute
-    # (timed without XLA), long enough for its compile to pay back; 0 = always tried where XLA may gain
+    # with xla auto: XLA is tried only when training is at least this many seconds of compute (timed without
+    # XLA), long enough for its compile to pay back; 0 = always tried where XLA may gain
     xla_min_training_seconds: float = setting(60.0, NOT_NEGATIVE)
-    # with xla auto on a CPU: XLA (float32) when the plan has at least this many training steps, over which
-    # its per-step savings repay its compile (a rule from the plan, not a timing); 0 = always
-    xla_min_steps_cpu: int = setting(1000, NOT_NEGATIVE)
     gpu_memory_growth: bool = setting(True)  # allocate GPU memory as needed rather than all at start
     gpu_memory_limit_mb: int = setting(0, NOT_NEGATIVE)  # per GPU; 0 = no limit
     # training interval, a checkpoint at its end; 0 = one pass over the data

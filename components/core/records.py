@@ -70,13 +70,6 @@ def read_model_facts(serving_model_dir: str) -> ModelFacts:
         os.path.join(model_ready_dir(serving_model_dir), contract.MODEL_FACTS_FILE)))
 
 
-def own_fp32_baseline(xla: bool | None) -> str:
-    """Why a candidate trained in float32, with XLA (fused ops, float32 arithmetic) or without, is its own FP32
-    baseline: training it again in plain float32 would not show another precision's loss."""
-    return ("candidate trained in float32 with XLA (fused ops, float32 arithmetic): it is its own FP32 baseline"
-            if xla else "candidate trained in float32 without XLA: it is its own FP32 baseline")
-
-
 # ---------------------------------------------------------------------------------------------- training
 
 @dataclass

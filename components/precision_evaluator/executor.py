@@ -24,7 +24,7 @@ from tfx.types import artifact_utils
 from tfx.utils import io_utils, path_utils
 
 from components.core import artifact_files, contract, tasks
-from components.core.records import EvaluationReport, ModelFacts, own_fp32_baseline, read_model_facts
+from components.core.records import EvaluationReport, ModelFacts, read_model_facts
 from components.core.tasks import PredictionTarget
 from components.precision_evaluator import batch_scoring, batched_metrics, gates, per_example
 from components.precision_evaluator.blessing import write_blessing
@@ -131,12 +131,12 @@ def skipped_baseline(baseline: types.Artifact) -> str:
 
 
 def not_applicable_parity(candidate_facts: ModelFacts, baseline_skipped: str) -> str:
-    """Why the candidate has no FP32 parity check ("" when it has one): it trained in float32 (with XLA or
-    without), so it is its own FP32 baseline, whether or not a baseline was trained beside it."""
+    """Why the candidate has no FP32 parity check ("" when it has one): it trained in plain float32 without
+    XLA, so it is its own FP32 baseline, whether or not a baseline was trained beside it."""
     if baseline_skipped:
         return baseline_skipped
-    if candidate_facts.precision == "float32":
-        return own_fp32_baseline(candidate_facts.xla)
+    if candidate_facts.precision == "float32" and candidate_facts.xla is False:
+        return "candidate trained in float32 without XLA: it is its own FP32 baseline"
     return ""
 
 

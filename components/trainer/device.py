@@ -60,14 +60,11 @@ def choose_strategy(device: DeviceDescription, override: str | None = None) -> C
     return Choice("one_device", "one GPU" if device.gpus else "no accelerator: one CPU device")
 
 
-def choose_precision(device: DeviceDescription, xla: bool, override: str | None = None,
-                     auto_xla: bool = False) -> Choice:
-    """Input: a device description, whether XLA is on, an optional override, and whether `xla: auto` chose XLA
-    (not the config). Output: Keras policy and why.
+def choose_precision(device: DeviceDescription, xla: bool, override: str | None = None) -> Choice:
+    """Input: a device description, whether XLA is on, an optional override. Output: Keras policy and why.
 
     mixed_float16 on GPUs that all have Tensor Cores (compute capability >= 7.0); mixed_bfloat16 on
-    TPUs, and on bf16-capable CPUs only with XLA set on in the config (without XLA bf16 gains nothing there,
-    and XLA chosen by auto keeps float32: see auto_xla_on_cpu); else float32.
+    TPUs, and on bf16-capable CPUs only with XLA (without XLA bf16 gains nothing there); else float32.
     """
     if override:
         if override not in POLICIES:
@@ -80,9 +77,6 @@ def choose_precision(device: DeviceDescription, xla: bool, override: str | None 
         if all(cc is not None and cc >= TENSOR_CORE_MIN_CC for cc in capabilities):
             return Choice("mixed_float16", f"GPU compute capability {min(capabilities)} has Tensor Cores")
         return Choice("float32", f"a GPU below compute capability 7.0 ({capabilities}): no Tensor Cores")
-    if device.cpu_bf16 and xla and auto_xla:
-        return Choice("float32", "CPU: XLA chosen by xla: auto keeps float32 (bfloat16 would need the FP32 "
-                                 "baseline trained after it; xla: on brings bfloat16)")
     if device.cpu_bf16 and xla:
         return Choice("mixed_bfloat16", "CPU with native bfloat16 and XLA on")
     if device.cpu_bf16:
@@ -95,32 +89,24 @@ def config_override(value: str) -> str | None:
     return None if value == "auto" else value
 
 
-def xla_candidates(device: DeviceDescription, wanted: str, planned_steps: int | None = None,
-                   cpu_min_steps: int = 0) -> list[str]:
-    """Input: a device description, the `xla` setting (auto | on | off), and for a CPU the training plan's
-    steps (None: not known yet) and `xla_min_steps_cpu`. Output: the XLA settings to try, in order: with
-    `auto`, ["on", "off"] on an accelerator (both are timed); on a CPU ["on", "off"] (XLA, the other only
-    should the model not compile) for a plan of at least `cpu_min_steps` steps or one not known yet, else
-    ["off"] (see auto_xla_on_cpu); otherwise the setting itself."""
+def xla_candidates(device: DeviceDescription, wanted: str) -> list[str]:
+    """Input: a device description and the `xla` setting (auto | on | off). Output: the XLA settings to try,
+    in order: with `auto`, ["on", "off"] (both are timed) on an accelerator, else ["off"] (see
+    cpu_without_xla); otherwise the setting itself."""
     if wanted != "auto":
         return [wanted]
-    if device.gpus or device.tpu_cores or planned_steps is None or planned_steps >= cpu_min_steps:
-        return ["on", "off"]
-    return ["off"]
+    return ["on", "off"] if device.gpus or device.tpu_cores else ["off"]
 
 
-def auto_xla_on_cpu(planned_steps: int, cpu_min_steps: int) -> str:
-    """Why `xla: auto` turns XLA on or leaves it off on a CPU, for a plan of `planned_steps` training steps.
-    XLA fuses a step's many small ops into a few kernels, which saves milliseconds per step on a table's
-    model, and its compile costs about a second more than TensorFlow's own graph: it repays that only over
-    enough steps. The choice follows from the plan, not from a timing, so the same data and config train
-    the same model whatever the machine's load. XLA chosen so keeps float32 (choose_precision): the model's
-    numerics stay plain float32, and no FP32 baseline is trained after it."""
-    if planned_steps >= cpu_min_steps:
-        return (f"CPU: a plan of {planned_steps:,} steps, at least xla_min_steps_cpu {cpu_min_steps:,}: XLA fuses "
-                f"each step's ops, in float32")
-    return (f"CPU: a plan of {planned_steps:,} steps, under xla_min_steps_cpu {cpu_min_steps:,}: too few to repay "
-            f"XLA's compile")
+def cpu_without_xla(device: DeviceDescription) -> str:
+    """Why `xla: auto` leaves XLA off on a CPU. A model trained with other numerics than plain float32
+    without XLA is checked against an FP32 baseline that the pipeline trains after it, on the same CPU: the
+    two trainings take longer than the float32 model alone, whatever XLA and bfloat16 save. (On an
+    accelerator mixed precision is chosen either way, so the baseline trains either way.)"""
+    if device.cpu_bf16:
+        return ("CPU: XLA would bring bfloat16, and the FP32 baseline the pipeline then trains on the same CPU "
+                "costs more than they save (xla: on uses them)")
+    return "plain CPU: nothing for XLA to gain"
 
 
 class TfConfigError(ValueError):

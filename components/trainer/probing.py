@@ -17,7 +17,7 @@ from absl import logging
 
 from components.settings import TrainConfig
 from components.trainer.callbacks import ThroughputMeter
-from components.trainer.device import (Choice, DeviceDescription, auto_xla_on_cpu, choose_precision, config_override,
+from components.trainer.device import (Choice, DeviceDescription, choose_precision, config_override, cpu_without_xla,
                                       xla_candidates)
 from components.trainer.distribution import work_around_keras_multi_worker_fit
 from components.trainer.export import build_model
@@ -35,18 +35,17 @@ def build_for_device(model_module: ModelModule, preprocessing: keras.Model, devi
                      multi_worker: bool) -> tuple[keras.Model, Choice, Choice, float]:
     """Builds and compiles the model for this device; call inside the strategy's scope.
 
-    With `xla: auto` on an accelerator, two candidates are built from the same initial weights and timed on
-    the same in-memory batches: XLA with the policy the device gets with XLA, and no XLA with the policy it
-    gets without. The XLA one is kept unless the other is at least 10% faster. The one without XLA is timed
-    first: when the whole training would take less than `xla_min_training_seconds` of compute at its rate,
-    XLA cannot repay its compile (seconds of tracing and compiling) and is not tried. On a CPU, `xla: auto`
-    follows the plan instead of a timing (device.auto_xla_on_cpu): XLA in float32 for a plan of at least
-    `xla_min_steps_cpu` steps. A candidate whose first training step does not compile under XLA is dropped
-    (training goes on without XLA). `probe_batch()` gives a few examples to check that XLA compiles when no
-    timing does it.
+    With `xla: auto` on an accelerator (on a CPU auto leaves XLA off: device.cpu_without_xla), two candidates are
+    built from the same initial weights and timed on the same in-memory batches: XLA with the policy the
+    device gets with XLA, and no XLA with the policy it gets without. The XLA one is kept unless the other
+    is at least 10% faster. The one without XLA is timed first: when the whole training would take less than
+    `xla_min_training_seconds` of compute at its rate, XLA cannot repay its compile (seconds of tracing
+    and compiling) and is not tried. A candidate whose first training step
+    does not compile under XLA is dropped (with `xla: on`, training goes on without XLA). `probe_batch()`
+    gives a few examples to check that XLA compiles when no timing does it.
     Output: (compiled model, precision Choice, XLA Choice, in-memory examples/s or 0.0 when not timed).
     """
-    candidates = _xla_order(device, settings, plan)
+    candidates = _xla_order(device, settings)
     built, failure, too_short = _probe_candidates(model_module, preprocessing, device, settings, plan, probe_batch,
                                                   memory_batches, multi_worker, candidates)
     by_xla = {xla: (model, precision, xla, rate) for model, precision, xla, rate in built}
@@ -60,24 +59,18 @@ def build_for_device(model_module: ModelModule, preprocessing: keras.Model, devi
         model, precision, xla, rate = by_xla["off"] if without_rate > 1.1 * with_rate else by_xla["on"]
     elif too_short:
         reason = too_short
-    elif settings.xla == "auto" and not _accelerator(device):
-        reason = auto_xla_on_cpu(plan.total_steps, settings.xla_min_steps_cpu)
     elif settings.xla == "auto":
-        reason = "not timed (input_probe_steps 0): XLA kept"
+        reason = cpu_without_xla(device)
     else:
         reason = "set in the config"
     return model, precision, Choice(xla, reason), rate
 
 
-def _accelerator(device: DeviceDescription) -> bool:
-    return bool(device.gpus or device.tpu_cores)
-
-
-def _xla_order(device: DeviceDescription, settings: TrainConfig, plan: TrainingPlan) -> list[str]:
+def _xla_order(device: DeviceDescription, settings: TrainConfig) -> list[str]:
     """The XLA settings to build, in order: without XLA first when both are timed (its rate says whether XLA
-    can pay back), and without it after XLA when XLA was chosen (should the model not compile)."""
-    candidates = xla_candidates(device, settings.xla, plan.total_steps, settings.xla_min_steps_cpu)
-    if _timed_choice(device, settings) and candidates == ["on", "off"]:
+    can pay back), and without it after XLA when XLA was asked for (should the model not compile)."""
+    candidates = xla_candidates(device, settings.xla)
+    if settings.xla == "auto" and settings.input_probe_steps and candidates == ["on", "off"]:
         return ["off", "on"]
     if candidates == ["on"]:
         return ["on", "off"]
@@ -90,11 +83,11 @@ def _probe_candidates(model_module: ModelModule, preprocessing: keras.Model, dev
     """Builds, compiles and times each XLA candidate in turn (see build_for_device). Output: the built
     (model, precision, xla, rate) tuples, why XLA failed ("" when it did not) and why XLA was not tried
     ("" when it was, or need not be)."""
-    measure, compare = bool(settings.input_probe_steps), _timed_choice(device, settings)
+    measure = bool(settings.input_probe_steps)
+    compare = settings.xla == "auto" and measure  # every candidate is timed and the faster kept
     built, failure, too_short = [], "", ""
     for xla in candidates:
-        precision = choose_precision(device, xla=xla == "on", override=config_override(settings.precision),
-                                     auto_xla=settings.xla == "auto")
+        precision = choose_precision(device, xla=xla == "on", override=config_override(settings.precision))
         model = _build_and_compile(model_module, preprocessing, settings, plan, precision.value, xla == "on",
                                    multi_worker)
         try:  # the timing compiles the model first: with XLA that is also the check that it compiles at all
@@ -122,12 +115,6 @@ def _probe_candidates(model_module: ModelModule, preprocessing: keras.Model, dev
                          f"{settings.xla_min_training_seconds:g})")
             break
     return built, failure, too_short
-
-
-def _timed_choice(device: DeviceDescription, settings: TrainConfig) -> bool:
-    """Whether every XLA candidate is timed and the faster kept: `xla: auto` on an accelerator, with the probe
-    on (on a CPU the plan decides)."""
-    return settings.xla == "auto" and bool(settings.input_probe_steps) and _accelerator(device)
 
 
 def _build_and_compile(model_module: ModelModule, preprocessing: keras.Model, settings: TrainConfig,

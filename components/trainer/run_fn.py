@@ -17,7 +17,7 @@ import dataclasses
 import os
 
 from components.core import artifact_files, contract
-from components.core.records import TrainingReport, own_fp32_baseline
+from components.core.records import TrainingReport
 from components.settings import StepSettings, TrainConfig
 from components.trainer.checkpoints import checkpoint_dir_for
 from components.trainer.train import TrainingJob, train
@@ -31,15 +31,14 @@ def step_settings_from(custom_config: dict) -> tuple[StepSettings, str, str | No
 
 def same_numerics_as_candidate(candidate_run: str, settings: TrainConfig) -> str:
     """Input: the candidate's ModelRun folder and this (baseline) training's settings. Output: why training
-    again would give the candidate's own numerics ("" when they differ: mixed precision, or this training is
-    not plain float32 without XLA). XLA in float32 fuses ops but keeps float32 arithmetic: such a candidate
-    is its own FP32 baseline too."""
+    again would give the candidate's own model ("" when the candidate's numerics differ: mixed precision or
+    XLA, or this training is not plain float32 without XLA)."""
     if (settings.precision, settings.xla) != ("float32", "off"):
         return ""
     report = TrainingReport.from_json(artifact_files.read_json(os.path.join(candidate_run,
                                                                             contract.TRAINING_REPORT_FILE)))
-    if report.precision == "float32":
-        return f"{own_fp32_baseline(report.xla)}, not trained again"
+    if report.precision == "float32" and not report.xla:
+        return "candidate trained in float32 without XLA: it is its own FP32 baseline, not trained again"
     return ""
 
 

@@ -149,18 +149,14 @@ def diagnose(config: PipelineConfig) -> tuple[list[str], list[Finding]]:
     lines.append(f"workers in TF_CONFIG: {device.num_workers}")
     strategy = choose_strategy(device, config_override(config.train.strategy))
     lines.append(f"strategy: {strategy.value} ({strategy.reason})")
-    candidates = xla_candidates(device, config.train.xla)  # the plan's steps are not known before the data
+    candidates = xla_candidates(device, config.train.xla)
     for xla in candidates:
-        precision = choose_precision(device, xla=xla == "on", override=config_override(config.train.precision),
-                                     auto_xla=config.train.xla == "auto")
+        precision = choose_precision(device, xla=xla == "on", override=config_override(config.train.precision))
         lines.append(f"precision with XLA {xla}: {precision.value} ({precision.reason})")
-    if len(candidates) == 2 and (device.gpus or device.tpu_cores):
+    if len(candidates) == 2:
         lines.append(f"xla: auto: the Trainer times the model without XLA on in-memory batches, and with XLA too when "
                      f"training is at least {config.train.xla_min_training_seconds:g} s of compute "
                      f"(xla_min_training_seconds), and keeps the faster")
-    elif len(candidates) == 2:
-        lines.append(f"xla: auto on a CPU: XLA, in float32, when the training plan has at least "
-                     f"{config.train.xla_min_steps_cpu:,} steps (xla_min_steps_cpu), else no XLA")
     lines.append(f"XLA: {'available' if xla_ok else 'NOT available'} ({xla_detail})")
     findings += check_config_against_devices(config, device, xla_ok) + check_writable(config)
     if not any(f.key == "output_dir" for f in findings):

@@ -197,11 +197,11 @@ def _resolver(node_id: str, data_fingerprint: str, blessed_model: bool = False, 
 def baseline_after_candidate(config: PipelineConfig, accelerators: bool) -> bool:
     """Whether the FP32 baseline should wait for the candidate to learn whether it must train (True), or train
     beside it (False) because the candidate's numerics will differ anyway: a precision other than float32
-    set in the config, or (precision auto) training on accelerators, which get mixed precision. (XLA alone
-    keeps float32 arithmetic; xla: on with precision auto gives bfloat16 only on a CPU that has it, which the
-    pipeline cannot know ahead.) Local runs run one step at a time, so waiting costs nothing there."""
+    set in the config, XLA on, or (precision auto) training on accelerators, which get mixed precision.
+    Local runs run one step at a time, so waiting costs nothing there."""
     train = config.train
-    differ = train.precision in ("mixed_float16", "mixed_bfloat16") or (train.precision == "auto" and accelerators)
+    differ = train.precision in ("mixed_float16", "mixed_bfloat16") or train.xla == "on" or (
+        train.precision == "auto" and accelerators)
     return not differ
 
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from components.trainer.device import (DeviceDescription, Gpu, TfConfigError, auto_xla_on_cpu, choose_precision,
-                                       choose_strategy, cpu_has_bf16, describe_devices, workers_from_tf_config,
+from components.trainer.device import (DeviceDescription, Gpu, TfConfigError, choose_precision, choose_strategy,
+                                       cpu_has_bf16, cpu_without_xla, describe_devices, workers_from_tf_config,
                                        xla_candidates)
 
 
@@ -24,26 +24,19 @@ def test_mixed_gpus_fall_back_to_float32_when_one_lacks_tensor_cores():
     assert choose_precision(DeviceDescription(gpus=_gpus((8, 0), (6, 1))), xla=True).value == "float32"
 
 
-def test_xla_auto_is_timed_on_accelerators_and_follows_the_plans_steps_on_cpus():
+def test_xla_auto_is_timed_on_accelerators_and_left_off_on_cpus_where_the_fp32_baseline_would_cost_more():
     for accelerator in (DeviceDescription(gpus=_gpus((7, 5))), DeviceDescription(tpu_cores=8)):
-        assert xla_candidates(accelerator, "auto", planned_steps=10, cpu_min_steps=1000) == ["on", "off"]
+        assert xla_candidates(accelerator, "auto") == ["on", "off"]
     for cpu in (DeviceDescription(), DeviceDescription(cpu_bf16=True)):
-        assert xla_candidates(cpu, "auto", planned_steps=999, cpu_min_steps=1000) == ["off"]
-        assert xla_candidates(cpu, "auto", planned_steps=1000, cpu_min_steps=1000) == ["on", "off"]
-        assert xla_candidates(cpu, "auto") == ["on", "off"]  # the plan not known yet (doctor): either may run
-        assert xla_candidates(cpu, "on", 10, 1000) == ["on"] and xla_candidates(cpu, "off", 10**6, 1000) == ["off"]
-    assert auto_xla_on_cpu(999, 1000) == ("CPU: a plan of 999 steps, under xla_min_steps_cpu 1,000: too few to "
-                                         "repay XLA's compile")
-    assert auto_xla_on_cpu(6230, 1000).startswith("CPU: a plan of 6,230 steps, at least xla_min_steps_cpu 1,000")
+        assert xla_candidates(cpu, "auto") == ["off"]
+        assert xla_candidates(cpu, "on") == ["on"] and xla_candidates(cpu, "off") == ["off"]
+    assert "FP32 baseline" in cpu_without_xla(DeviceDescription(cpu_bf16=True))
+    assert cpu_without_xla(DeviceDescription()) == "plain CPU: nothing for XLA to gain"
 
 
 def test_tpu_and_bf16_cpu_get_bfloat16_but_bf16_cpu_only_with_xla():
     assert choose_precision(DeviceDescription(tpu_cores=8), xla=False).value == "mixed_bfloat16"
     assert choose_precision(DeviceDescription(cpu_bf16=True), xla=True).value == "mixed_bfloat16"
-    # XLA that xla: auto chose on a CPU keeps float32 (no FP32 baseline to train after it); a TPU is unchanged
-    automatic = choose_precision(DeviceDescription(cpu_bf16=True), xla=True, auto_xla=True)
-    assert automatic.value == "float32" and "xla: on brings bfloat16" in automatic.reason
-    assert choose_precision(DeviceDescription(tpu_cores=8), xla=True, auto_xla=True).value == "mixed_bfloat16"
     assert choose_precision(DeviceDescription(cpu_bf16=True), xla=False).value == "float32"
     assert choose_precision(DeviceDescription(), xla=True).value == "float32"
 

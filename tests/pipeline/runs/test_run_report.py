@@ -63,7 +63,7 @@ def test_report_renders_in_chromium_with_the_key_numbers_and_every_plot(producti
                                                   contract.TRAINING_REPORT_FILE)))
                 for node in (contract.TRAINER_NODE, contract.FP32_BASELINE_NODE)}
     candidate, baseline = training[contract.TRAINER_NODE], training[contract.FP32_BASELINE_NODE]
-    plain_float32 = candidate["precision"] == "float32"  # with XLA or without: float32 arithmetic
+    plain_float32 = (candidate["precision"], candidate["xla"]) == ("float32", False)
 
     assert "Run report: taxi-accel" in text and "completed" in text
     assert f"Pushed to {production.pushed_dir}" in text
@@ -75,7 +75,7 @@ def test_report_renders_in_chromium_with_the_key_numbers_and_every_plot(producti
         assert baseline["skipped"] is True and "fp32_baseline" not in overall
         assert f"{contract.FP32_BASELINE_NODE} not trained: {baseline['reason']}" in text
         roles = ["candidate"]
-    else:  # mixed precision: the baseline trained in float32 without XLA, and has its column
+    else:  # mixed precision or XLA: the baseline trained in float32 without XLA, and has its column
         assert "skipped" not in baseline and (baseline["precision"], baseline["xla"]) == ("float32", False)
         assert f"{contract.FP32_BASELINE_NODE} {baseline['strategy']} x{baseline['replicas']} float32 off " in text
         roles = ["candidate", "fp32_baseline"]
