@@ -146,9 +146,9 @@ class TrainingSetup:
         batch = batch_size or (self.validation_batch if split == self.splits[1] else self.plan.global_batch)
         share = settings.validation_share
 
-        def batches(cache: bool, shuffle: bool, repeat: bool, folds: bool) -> tf.data.Dataset:
+        def batches(cache: bool, shuffle: bool, repeat: bool, folds: bool, preprocess=self.preprocess) -> tf.data.Dataset:
             return make_dataset(files, {**module.INPUTS, **module.LABEL_INPUTS}, batch,
-                                label_fn=module.make_label, input_names=list(module.INPUTS), preprocess=self.preprocess,
+                                label_fn=module.make_label, input_names=list(module.INPUTS), preprocess=preprocess,
                                 shuffle_buffer=settings.shuffle_buffer if shuffle else 0, repeat=repeat, cache=cache,
                                 cache_file=self.input_cache.cache_file(split) if cache else "", seed=settings.seed,
                                 shard_by_data=self.multi_worker,
@@ -157,8 +157,9 @@ class TrainingSetup:
                                 leave_out=self.leave_out)
 
         if split is not None and self.reads_training_split(split):
-            if self.training_split is None:  # parsed and preprocessed once, in file order
-                self.training_split = InMemorySplit.read(batches(False, False, False, folds=True))
+            if self.training_split is None:  # parsed once in file order, then preprocessed by the traced function
+                raw = InMemorySplit.read(batches(False, False, False, folds=True, preprocess=None))
+                self.training_split = raw.preprocessed(self.preprocess)
             return self.training_split.batches(batch, training and bool(settings.shuffle_buffer),
                                                repeat=training, seed=settings.seed, shard_by_data=self.multi_worker,
                                                cache_file=None if training else self.input_cache.cache_file(split))

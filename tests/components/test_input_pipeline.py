@@ -95,17 +95,23 @@ def test_the_cached_path_feeds_the_same_examples_as_the_streamed_one_in_every_pa
     assert _rows(once, 10**9) == _rows(once, 10**9) == reference
 
 
-@pytest.mark.parametrize("kept", [None, MEMORY, DISK])
+@pytest.mark.parametrize("kept, preprocessed_after", [(None, False), (MEMORY, False), (DISK, False), (MEMORY, True)])
 def test_a_split_read_into_memory_gives_in_file_order_the_batches_its_cache_gives(files, preprocessing, tmp_path,
-                                                                                  kept):
+                                                                                  monkeypatch, kept,
+                                                                                  preprocessed_after):
     """Validation on the training split read once for training: the same batches, folds included, as a cache
-    of its own would give, on every pass; kept as the first pass cuts them (in memory or in a file) or not."""
+    of its own would give, on every pass; kept as the first pass cuts them (in memory or in a file) or not.
+    Read raw and preprocessed afterwards (a few rows per call, as a large split is), the same values."""
     options = dict(folds=2, leave_out=("tips",))
     cached = list(_dataset(files, preprocessing, cache=True, **options).as_numpy_iterator())
     cache_file = {None: None, MEMORY: "", DISK: str(tmp_path / "folds")}[kept]
-    in_memory = InMemorySplit.read(_dataset(files, preprocessing, **options)).batches(BATCH, shuffle=False,
-                                                                                      repeat=False, seed=7,
-                                                                                      cache_file=cache_file)
+    if preprocessed_after:
+        monkeypatch.setattr(input_pipeline, "PREPROCESS_ROWS", 1000)  # several calls, the last one a part
+        split = InMemorySplit.read(_dataset(files, None, **options)).preprocessed(preprocessing)
+        assert int(split.columns[0].shape[0]) > 1000 and int(split.columns[0].shape[0]) % 1000
+    else:
+        split = InMemorySplit.read(_dataset(files, preprocessing, **options))
+    in_memory = split.batches(BATCH, shuffle=False, repeat=False, seed=7, cache_file=cache_file)
     for _ in range(2):
         read = list(in_memory.as_numpy_iterator())
         assert len(read) == len(cached) and len(cached[0]) == 3  # (features, label, fold)
