@@ -144,19 +144,21 @@ class InMemorySplit:
 
     def preprocessed(self, preprocess) -> "InMemorySplit":
         """Input: `preprocess`, a function of a batch's features (the first member of each element), called
-        here, PREPROCESS_ROWS rows at a time. Output: the split with its features preprocessed, packed again.
-        Calling an already traced tf.function here costs milliseconds; the same function inside a tf.data map
-        is instantiated again by every pipeline, a second or more for a table's preprocessing."""
+        here on the host's CPU (where tf.data would run it), PREPROCESS_ROWS rows at a time. Output: the split
+        with its features preprocessed, packed again. Calling an already traced tf.function here costs
+        milliseconds; the same function inside a tf.data map is instantiated again by every pipeline, a second
+        or more for a table's preprocessing."""
         rows = int(self.columns[0].shape[0])
         chunks = []
-        for start in range(0, rows, PREPROCESS_ROWS):
-            features, *rest = self.unpack(*(column[start:start + PREPROCESS_ROWS] for column in self.columns))
-            chunks.append((preprocess(features), *rest))
-        spec = tf.nest.map_structure(lambda leaf: tf.TensorSpec([None, *leaf.shape[1:]], leaf.dtype), chunks[0])
-        pack, unpack = _packing(spec)
-        packed = [pack(*chunk) for chunk in chunks]
-        return InMemorySplit(tuple(tf.concat([part[i] for part in packed], axis=0) for i in range(len(packed[0]))),
-                             unpack)
+        with tf.device("/CPU:0"):
+            for start in range(0, rows, PREPROCESS_ROWS):
+                features, *rest = self.unpack(*(column[start:start + PREPROCESS_ROWS] for column in self.columns))
+                chunks.append((preprocess(features), *rest))
+            spec = tf.nest.map_structure(lambda leaf: tf.TensorSpec([None, *leaf.shape[1:]], leaf.dtype), chunks[0])
+            pack, unpack = _packing(spec)
+            packed = [pack(*chunk) for chunk in chunks]
+            columns = tuple(tf.concat([part[i] for part in packed], axis=0) for i in range(len(packed[0])))
+        return InMemorySplit(columns, unpack)
 
     def batches(self, batch_size: int, shuffle: bool, repeat: bool, seed: int | None,
                 shard_by_data: bool = False, cache_file: str | None = None) -> tf.data.Dataset:
