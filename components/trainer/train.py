@@ -146,7 +146,8 @@ class TrainingSetup:
         batch = batch_size or (self.validation_batch if split == self.splits[1] else self.plan.global_batch)
         share = settings.validation_share
 
-        def batches(cache: bool, shuffle: bool, repeat: bool, folds: bool, preprocess=self.preprocess) -> tf.data.Dataset:
+        def batches(cache: bool, shuffle: bool, repeat: bool, folds: bool,
+                    preprocess=self.preprocess) -> tf.data.Dataset:
             return make_dataset(files, {**module.INPUTS, **module.LABEL_INPUTS}, batch,
                                 label_fn=module.make_label, input_names=list(module.INPUTS), preprocess=preprocess,
                                 shuffle_buffer=settings.shuffle_buffer if shuffle else 0, repeat=repeat, cache=cache,
