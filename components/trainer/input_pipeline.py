@@ -100,18 +100,22 @@ def make_dataset(file_patterns: list[str], feature_spec: dict[str, tf.io.FixedLe
         return (features, tf.cast(fold_of(serialized, folds, leave_out), tf.float32)) if with_folds else features
 
     dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    in_memory = cache and not cache_file and (shuffle_buffer or repeat)  # fed by batches of row numbers
+    # read into memory whole, a split is preprocessed afterwards (InMemorySplit.read), not in a map
+    preprocess_after = preprocess if in_memory and label_fn is not None else None
     if label_fn is not None:
         keep = list(input_names or feature_spec)
-        transform = preprocess or (lambda features: features)
+        transform = (None if preprocess_after else preprocess) or (lambda features: features)
 
         def model_ready(features, fold=None):
             inputs, label = transform({name: features[name] for name in keep}), label_fn(features)
             return (inputs, label) if fold is None else (inputs, label, fold)
 
         dataset = dataset.map(model_ready, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
-    if cache and not cache_file and (shuffle_buffer or repeat):  # in memory, fed by batches of row numbers
-        return InMemorySplit.read(dataset).batches(batch_size, shuffle=bool(shuffle_buffer), repeat=repeat,
-                                                   seed=seed, shard_by_data=shard_by_data)
+    if in_memory:
+        return InMemorySplit.read(dataset, preprocess_after).batches(batch_size, shuffle=bool(shuffle_buffer),
+                                                                     repeat=repeat, seed=seed,
+                                                                     shard_by_data=shard_by_data)
     if cache:
         # Packed: one matrix per dtype, so that a batch is a few tensors, not one per feature (tf.data's cost
         # per example grows with its tensors: 5x faster for the taxi model's 18 when shuffled from the disk cache)
@@ -137,10 +141,12 @@ class InMemorySplit:
         self.columns, self.unpack = columns, unpack
 
     @classmethod
-    def read(cls, batches: tf.data.Dataset) -> "InMemorySplit":
-        """Input: a finite dataset of model-ready batches. Output: all of it, read here (packed per dtype)."""
+    def read(cls, batches: tf.data.Dataset, preprocess=None) -> "InMemorySplit":
+        """Input: a finite dataset of batches, model-ready or (with `preprocess`) raw features first.
+        Output: all of it, read here (packed per dtype), its features then preprocessed (preprocessed)."""
         pack, unpack = _packing(batches.element_spec)
-        return cls(read_columns(batches.map(pack, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)), unpack)
+        split = cls(read_columns(batches.map(pack, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)), unpack)
+        return split.preprocessed(preprocess) if preprocess else split
 
     def preprocessed(self, preprocess) -> "InMemorySplit":
         """Input: `preprocess`, a function of a batch's features (the first member of each element), called
@@ -156,8 +162,7 @@ class InMemorySplit:
                 chunks.append((preprocess(features), *rest))
             spec = tf.nest.map_structure(lambda leaf: tf.TensorSpec([None, *leaf.shape[1:]], leaf.dtype), chunks[0])
             pack, unpack = _packing(spec)
-            packed = [pack(*chunk) for chunk in chunks]
-            columns = tuple(tf.concat([part[i] for part in packed], axis=0) for i in range(len(packed[0])))
+            columns = _joined([pack(*chunk) for chunk in chunks])
         return InMemorySplit(columns, unpack)
 
     def batches(self, batch_size: int, shuffle: bool, repeat: bool, seed: int | None,
@@ -212,9 +217,15 @@ def read_columns(packed_batches: tf.data.Dataset) -> tuple[tf.Tensor, ...]:
     parts = [list(batch) for batch in without_autotuning(packed_batches)]
     if not parts:
         raise ValueError("no records to train on: the training split is empty")
-    columns = tuple(tf.concat([batch[i] for batch in parts], axis=0) for i in range(len(parts[0])))
+    columns = _joined(parts)
     parts.clear()
     return columns
+
+
+def _joined(parts: list) -> tuple[tf.Tensor, ...]:
+    """Input: packed batches (sequences of tensors, rows first). Output: one tensor per position, the batches'
+    rows one after the other."""
+    return tuple(tf.concat([batch[i] for batch in parts], axis=0) for i in range(len(parts[0])))
 
 
 def row_batches(rows: int, batch_size: int, shuffle: bool, repeat: bool, seed: int | None) -> tf.data.Dataset:

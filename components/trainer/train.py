@@ -159,8 +159,8 @@ class TrainingSetup:
 
         if split is not None and self.reads_training_split(split):
             if self.training_split is None:  # parsed once in file order, then preprocessed by the traced function
-                raw = InMemorySplit.read(batches(False, False, False, folds=True, preprocess=None))
-                self.training_split = raw.preprocessed(self.preprocess)
+                self.training_split = InMemorySplit.read(batches(False, False, False, folds=True, preprocess=None),
+                                                         self.preprocess)
             return self.training_split.batches(batch, training and bool(settings.shuffle_buffer),
                                                repeat=training, seed=settings.seed, shard_by_data=self.multi_worker,
                                                cache_file=None if training else self.input_cache.cache_file(split))

@@ -107,7 +107,7 @@ def test_a_split_read_into_memory_gives_in_file_order_the_batches_its_cache_give
     cache_file = {None: None, MEMORY: "", DISK: str(tmp_path / "folds")}[kept]
     if preprocessed_after:
         monkeypatch.setattr(input_pipeline, "PREPROCESS_ROWS", 1000)  # several calls, the last one a part
-        split = InMemorySplit.read(_dataset(files, None, **options)).preprocessed(preprocessing)
+        split = InMemorySplit.read(_dataset(files, None, **options), preprocessing)
         assert int(split.columns[0].shape[0]) > 1000 and int(split.columns[0].shape[0]) % 1000
     else:
         split = InMemorySplit.read(_dataset(files, preprocessing, **options))
