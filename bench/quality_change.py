@@ -1,19 +1,22 @@
 """The schema-driven model's quality before and after a change, per table, from two `--json` documents of
-bench/tabular_quality.py (best made with --data-from, so that both code versions score the same eval split):
+bench/tabular_quality.py (made with --data-from, so that both code versions read the same prepared records):
 
     python bench/quality_change.py AFTER.json --before BEFORE.json
     python bench/quality_change.py AFTER.json --before-records-until 2026-11-28T17:40
 
-The second form takes each table's before side from the quality records (bench/results/tabular_quality.jsonl):
-the newest schema-driven record dated up to that moment (dates compare as ISO 8601 text, so a record dated by
-its day alone counts from that day's start).
+The second form takes each table's before side from the quality records (bench/tabular_quality.jsonl under
+bench/results, or under BENCH_RESULTS_DIR): the newest schema-driven record dated up to that moment, UTC, written
+YYYY-MM-DD[THH:MM[:SS]] without a zone (dates compare as text, so a day alone means that day's start).
 
 Prints one Markdown table: per table the metric, each side's mean (min to max) over its runs (one per seed; a
 failed run left out), after minus before (for a lower-is-better metric, after over before), the larger of the
 two sides' spreads (max minus min) and the verdict: "worse" where the after mean is worse than the before mean
-by more than that spread, else "not worse". Then how many tables are worse, and the tables not compared (no
-run on one side). Appends one record per compared table to bench/results/quality_change.jsonl
-(bench/records.py): each side's values and code version, and the verdict.
+by more than that spread, else "not worse". A side of one run has no spread, so any change counts against it.
+Where the two sides' runs were scored on eval splits of different sizes (`eval_examples`: the versions split
+records by different rules), the verdict is "other eval split" and the table is not counted: the change then
+mixes the split's with the model's. Then the counts, and the tables not compared (no run on one side, or
+another metric). Appends one record per compared table to bench/results/quality_change.jsonl
+(bench/records.py): each side's runs and code version, and the verdict.
 """
 from __future__ import annotations
 
@@ -22,23 +25,26 @@ import json
 import statistics
 
 import records
-from tabular_quality import LOWER_IS_BETTER, SCHEMA
+from tabular_quality import LOWER_IS_BETTER, METRIC_LABELS, SCHEMA
 
 
-def run_values(document: dict) -> dict[str, tuple[str, list[float]]]:
-    """Per table: its metric and the values of its schema-driven runs that did not fail."""
+def run_values(document: dict) -> dict[str, dict]:
+    """Per table with a run that did not fail: its metric, those runs ({"seed", "value"}) and the sizes of the
+    eval splits they were scored on (empty where the document does not say)."""
     found = {}
     for name, result in document["tables"].items():
-        runs = result.get("models", {}).get(SCHEMA, {}).get("runs", [])
-        values = [run["value"] for run in runs if not run.get("error") and run.get("value") is not None]
-        if values:
-            found[name] = (result.get("metric"), values)
+        runs = [run for run in result.get("models", {}).get(SCHEMA, {}).get("runs", [])
+                if not run.get("error") and run.get("value") is not None]
+        if runs:
+            found[name] = {"metric": result.get("metric"),
+                           "runs": [{"seed": run.get("seed"), "value": run["value"]} for run in runs],
+                           "eval_examples": {run["eval_examples"] for run in runs if run.get("eval_examples")}}
     return found
 
 
 def document_from_records(found: list[dict], until: str) -> dict:
     """Input: quality records and a moment. Output: a document as run_values reads it, each table's runs those
-    of its newest schema-driven record dated up to `until`, and its code version that record's commit."""
+    of its newest schema-driven record dated up to `until`; its code version says so."""
     newest = {}
     for record in found:
         figures, date = record.get("figures", {}), record.get("date", "")
@@ -54,12 +60,16 @@ def document_from_records(found: list[dict], until: str) -> dict:
 
 def verdict(metric: str, before: list[float], after: list[float]) -> dict:
     """Input: the metric and each side's run values. Output: the means, the change (after minus before; after
-    over before for a lower-is-better metric), the larger spread and whether after is worse beyond it."""
+    over before for a lower-is-better metric, None when the before mean is 0), the larger spread and whether
+    after is worse beyond it."""
     mean_before, mean_after = statistics.mean(before), statistics.mean(after)
     spread = max(max(before) - min(before), max(after) - min(after))
     lower = metric in LOWER_IS_BETTER
     worse_by = (mean_after - mean_before) if lower else (mean_before - mean_after)
-    change = mean_after / mean_before if lower and mean_before else mean_after - mean_before
+    if lower:
+        change = mean_after / mean_before if mean_before else None
+    else:
+        change = mean_after - mean_before
     return {"before": mean_before, "after": mean_after, "change": change, "spread": spread,
             "worse": worse_by > spread, "lower_is_better": lower}
 
@@ -70,35 +80,50 @@ def _cell(values: list[float]) -> str:
     return f"{statistics.mean(values):.4f}{spread}, {len(values)} run{'s' if len(values) > 1 else ''}"
 
 
-def compare(before: dict, after: dict) -> tuple[list[str], int, list[str], dict]:
-    """Input: the two documents. Output: the Markdown table's lines, how many tables are worse, the tables of
-    the after document not compared and each compared table's figures (its record)."""
+def _change(result: dict) -> str:
+    if result["change"] is None:
+        return "n/a"
+    return f"{result['change']:.3f}x" if result["lower_is_better"] else f"{result['change']:+.4f}"
+
+
+def compare(before: dict, after: dict) -> tuple[list[str], dict, list[str], dict]:
+    """Input: the two documents. Output: the Markdown table's lines, the counts ("worse", "other eval split"),
+    the tables of the after document not compared and each compared table's figures (its record)."""
     lines = ["| table | metric | before | after | change | larger spread | verdict |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
-    before_values, after_values = run_values(before), run_values(after)
-    worse, missing, figures = 0, [], {}
+    before_sides, after_sides = run_values(before), run_values(after)
+    counts, missing, figures = {"worse": 0, "other eval split": 0}, [], {}
     for name in after["tables"]:
-        if name not in before_values or name not in after_values or before_values[name][0] != after_values[name][0]:
+        old, new = before_sides.get(name), after_sides.get(name)
+        if old is None or new is None or old["metric"] != new["metric"]:
             missing.append(name)
             continue
-        metric = after_values[name][0]
-        result = verdict(metric, before_values[name][1], after_values[name][1])
-        worse += result["worse"]
-        figures[name] = {"metric": metric, "before_runs": before_values[name][1], "after_runs": after_values[name][1],
-                         "before_code": before.get("code_version"), "after_code": after.get("code_version"),
-                         **result}
-        change = f"{result['change']:.3f}x" if result["lower_is_better"] else f"{result['change']:+.4f}"
-        lines.append(f"| {name} | {metric} | {_cell(before_values[name][1])} | {_cell(after_values[name][1])} | "
-                     f"{change} | {result['spread']:.4f} | {'**worse**' if result['worse'] else 'not worse'} |")
-    return lines, worse, missing, figures
+        result = verdict(new["metric"], [run["value"] for run in old["runs"]], [run["value"] for run in new["runs"]])
+        split_differs = bool(old["eval_examples"] and new["eval_examples"]
+                             and old["eval_examples"] != new["eval_examples"])
+        said = "other eval split" if split_differs else "worse" if result["worse"] else "not worse"
+        counts[said] = counts.get(said, 0) + 1
+        figures[name] = {"metric": new["metric"], "before_runs": old["runs"], "after_runs": new["runs"],
+                         "before_eval_examples": sorted(old["eval_examples"]),
+                         "after_eval_examples": sorted(new["eval_examples"]), "verdict": said,
+                         "before_code": before.get("code_version"), "after_code": after.get("code_version"), **result}
+        shown = {"worse": "**worse**", "other eval split": (
+            f"other eval split ({'/'.join(map(str, sorted(old['eval_examples'])))} and "
+            f"{'/'.join(map(str, sorted(new['eval_examples'])))} records)")}.get(said, said)
+        lines.append(f"| {name} | {METRIC_LABELS.get(new['metric'], new['metric'])} | "
+                     f"{_cell([run['value'] for run in old['runs']])} | "
+                     f"{_cell([run['value'] for run in new['runs']])} | "
+                     f"{_change(result)} | {result['spread']:.4f} | {shown} |")
+    return lines, counts, missing, figures
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("after", help="bench/tabular_quality.py --json document of the change")
+    parser.add_argument("after", help="bench/tabular_quality.py --json document of the code after the change")
     sides = parser.add_mutually_exclusive_group(required=True)
-    sides.add_argument("--before", help="the same of the code before it")
-    sides.add_argument("--before-records-until", metavar="DATE", help="the before side from the quality records")
+    sides.add_argument("--before", help="bench/tabular_quality.py --json document of the code before the change")
+    sides.add_argument("--before-records-until", metavar="DATE",
+                       help="the before side from the quality records dated up to DATE (UTC, YYYY-MM-DD[THH:MM])")
     args = parser.parse_args()
     with open(args.after) as after_file:
         after = json.load(after_file)
@@ -107,10 +132,10 @@ def main() -> None:
             before = json.load(before_file)
     else:
         before = document_from_records(records.read().get("tabular_quality", []), args.before_records_until)
-    lines, worse, missing, figures = compare(before, after)
+    lines, counts, missing, figures = compare(before, after)
     print("\n".join(lines))
-    print(f"\n{len(after['tables']) - len(missing)} tables compared: {worse} worse beyond the larger spread of the "
-          "two sides")
+    print(f"\n{len(figures)} tables compared: {counts['worse']} worse beyond the larger spread of the two sides, "
+          f"{counts['other eval split']} scored on another eval split (not judged)")
     if missing:
         print(f"not compared (no run on one side, or another metric): {', '.join(missing)}")
     for name, table_figures in figures.items():

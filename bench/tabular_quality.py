@@ -16,7 +16,8 @@ eval split the ingestion step wrote (the split is a hash of each record's featur
 scores the same records). `prepare-data` writes each tf.Example in one canonical byte form, so two bench runs
 of this code hold out the same records of a table; an older checkout (`--code`) may write other bytes:
 `--data-from` an earlier work folder copies its prepared data (DIR/TABLE/data) instead (and skips preparing it),
-and a before/after comparison then scores one eval split whatever the code. LightGBM and the linear model train on the
+and a before/after comparison then scores one eval split, unless the two versions' ingestion splits records by
+another rule: each run's `eval_examples` (the records its eval split holds) shows when they differ. LightGBM and the linear model train on the
 schema-driven run's train split with the schema-driven model's features; CatBoost keeps its defaults (1,000
 rounds, string features given as categorical ones, which it encodes by ordered target statistics) with
 thread_count=2 and random_seed=0 (CATBOOST_SETTINGS), and each yardstick's seconds are kept beside its figure. Per run the bench also reads the
@@ -166,7 +167,8 @@ def _number(value) -> float | None:
 def run_figures(output: str) -> dict:
     """What one run's reports say: the primary metric, the candidate's holdout value and the trivial
     predictor's (precision_report.json), the Trainer's seconds (training_report.json), and the SavedModel's
-    and each int8 TFLite variant's primary metric (export_report.json). A figure absent: None."""
+    and each int8 TFLite variant's primary metric with the eval split's records they were scored on
+    (export_report.json). A figure absent: None."""
     figures = {"metric": None, "value": None, "trivial": None, "trainer_seconds": None, "fit_seconds": None,
                "schedule": None, "savedmodel": None, **dict.fromkeys(INT8_VARIANTS)}
     report = _read_json(output, "pipeline/PrecisionEvaluator/evaluation/*/precision_report.json") or {}
@@ -189,6 +191,7 @@ def run_figures(output: str) -> dict:
     export = _read_json(output, "pipeline/ModelExport/*/*/export_report.json") or {}
     metric = export.get("primary_metric") or figures["metric"]
     figures["savedmodel"] = _number((export.get("savedmodel") or {}).get(metric))
+    figures["eval_examples"] = export.get("eval_examples")
     for variant in INT8_VARIANTS:
         figures[variant] = _number(((export.get("variants") or {}).get(variant) or {}).get(metric))
     return figures
