@@ -17,9 +17,9 @@ scores the same records). `prepare-data` writes each tf.Example in one canonical
 of this code hold out the same records of a table; an older checkout (`--code`) may write other bytes:
 `--data-from` an earlier work folder copies its prepared data (DIR/TABLE/data) instead (and skips preparing it),
 and a before/after comparison then scores one eval split, unless the two versions' ingestion splits records by
-another rule: each run's `eval_examples` (the records its eval split holds) shows when they differ. LightGBM and the linear model train on the
-schema-driven run's train split with the schema-driven model's features; CatBoost keeps its defaults (1,000
-rounds, string features given as categorical ones, which it encodes by ordered target statistics) with
+another rule: each run's `eval_examples` (the records its eval split holds) shows when they differ (see
+bench/quality_change.py). LightGBM and the linear model train on the schema-driven run's train split with the
+schema-driven model's features; CatBoost keeps its defaults (1,000 rounds, string features given as categorical ones, which it encodes by ordered target statistics) with
 thread_count=2 and random_seed=0 (CATBOOST_SETTINGS), and each yardstick's seconds are kept beside its figure. Per run the bench also reads the
 Trainer's seconds and the epochs it ran and kept (training_report.json) and ModelExport's scores
 (export_report.json): the SavedModel's primary metric beside the int8 TFLite variants' (full_int8,
