@@ -19,8 +19,9 @@ of this code hold out the same records of a table; an older checkout (`--code`) 
 and a before/after comparison then scores one eval split, unless the two versions' ingestion splits records by
 another rule: each run's `eval_examples` (the records its eval split holds) shows when they differ (see
 bench/quality_change.py). LightGBM and the linear model train on the schema-driven run's train split with the
-schema-driven model's features; CatBoost keeps its defaults (1,000 rounds, string features given as categorical ones, which it encodes by ordered target statistics) with
-thread_count=2 and random_seed=0 (CATBOOST_SETTINGS), and each yardstick's seconds are kept beside its figure. Per run the bench also reads the
+schema-driven model's features; CatBoost keeps its defaults (1,000 rounds, string features given as
+categorical ones, which it encodes by ordered target statistics) with thread_count=2 and random_seed=0
+(CATBOOST_SETTINGS), and each yardstick's seconds are kept beside its figure. Per run the bench also reads the
 Trainer's seconds and the epochs it ran and kept (training_report.json) and ModelExport's scores
 (export_report.json): the SavedModel's primary metric beside the int8 TFLite variants' (full_int8,
 dynamic_int8) on the same records; "n/a" where a code version writes no such figure.
