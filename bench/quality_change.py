@@ -8,7 +8,7 @@ The second form takes each table's before side from the quality records (bench/t
 bench/results, or under BENCH_RESULTS_DIR): the newest schema-driven record dated up to that moment, UTC, written
 YYYY-MM-DD[THH:MM[:SS]] without a zone (dates compare as text, so a day alone means that day's start).
 
-Prints one Markdown table: per table the metric, each side's mean (min to max) over its runs (one per seed; a
+Prints one Markdown table: per table the metric, each side's mean (min–max) over its runs (one per seed; a
 failed run left out), after minus before (for a lower-is-better metric, after over before), the larger of the
 two sides' spreads (max minus min) and the verdict: "worse" where the after mean is worse than the before mean
 by more than that spread, else "not worse". A side of one run has no spread, so any change counts against it.
@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 
 import records
-from tabular_quality import LOWER_IS_BETTER, METRIC_LABELS, SCHEMA
+from tabular_quality import LOWER_IS_BETTER, METRIC_LABELS, SCHEMA, _spread, _stats
 
 
 def run_values(document: dict) -> dict[str, dict]:
@@ -62,8 +61,9 @@ def verdict(metric: str, before: list[float], after: list[float]) -> dict:
     """Input: the metric and each side's run values. Output: the means, the change (after minus before; after
     over before for a lower-is-better metric, None when the before mean is 0), the larger spread and whether
     after is worse beyond it."""
-    mean_before, mean_after = statistics.mean(before), statistics.mean(after)
-    spread = max(max(before) - min(before), max(after) - min(after))
+    old, new = _stats(before), _stats(after)
+    mean_before, mean_after = old["mean"], new["mean"]
+    spread = max(old["max"] - old["min"], new["max"] - new["min"])
     lower = metric in LOWER_IS_BETTER
     worse_by = (mean_after - mean_before) if lower else (mean_before - mean_after)
     if lower:
@@ -75,9 +75,8 @@ def verdict(metric: str, before: list[float], after: list[float]) -> dict:
 
 
 def _cell(values: list[float]) -> str:
-    """A side's mean (min to max), n runs."""
-    spread = f" ({min(values):.4f} to {max(values):.4f})" if len(values) > 1 else ""
-    return f"{statistics.mean(values):.4f}{spread}, {len(values)} run{'s' if len(values) > 1 else ''}"
+    """A side's mean (min–max), n runs."""
+    return f"{_spread(_stats(values))}, {len(values)} run{'s' if len(values) > 1 else ''}"
 
 
 def _change(result: dict) -> str:
@@ -98,7 +97,8 @@ def compare(before: dict, after: dict) -> tuple[list[str], dict, list[str], dict
         if old is None or new is None or old["metric"] != new["metric"]:
             missing.append(name)
             continue
-        result = verdict(new["metric"], [run["value"] for run in old["runs"]], [run["value"] for run in new["runs"]])
+        before_values, after_values = [run["value"] for run in old["runs"]], [run["value"] for run in new["runs"]]
+        result = verdict(new["metric"], before_values, after_values)
         split_differs = bool(old["eval_examples"] and new["eval_examples"]
                              and old["eval_examples"] != new["eval_examples"])
         said = "other eval split" if split_differs else "worse" if result["worse"] else "not worse"
@@ -111,8 +111,7 @@ def compare(before: dict, after: dict) -> tuple[list[str], dict, list[str], dict
             f"other eval split ({'/'.join(map(str, sorted(old['eval_examples'])))} and "
             f"{'/'.join(map(str, sorted(new['eval_examples'])))} records)")}.get(said, said)
         lines.append(f"| {name} | {METRIC_LABELS.get(new['metric'], new['metric'])} | "
-                     f"{_cell([run['value'] for run in old['runs']])} | "
-                     f"{_cell([run['value'] for run in new['runs']])} | "
+                     f"{_cell(before_values)} | {_cell(after_values)} | "
                      f"{_change(result)} | {result['spread']:.4f} | {shown} |")
     return lines, counts, missing, figures
 

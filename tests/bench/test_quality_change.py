@@ -42,7 +42,7 @@ def test_failed_runs_are_left_out_and_a_table_without_both_sides_is_named(bench)
                               "boston": ("mean_absolute_error", [1.9], None)})
     lines, counts, missing, figures = bench.compare(before, after)
     assert counts["worse"] == 1 and missing == ["wage", "boston"]
-    assert lines[-1].startswith("| credit | AUC | 0.8050 (0.8000 to 0.8100), 2 runs |")  # the failed 0.10 left out
+    assert lines[-1].startswith("| credit | AUC | 0.8050 (0.8000–0.8100), 2 runs |")  # the failed 0.10 left out
     assert "**worse**" in lines[-1] and figures["credit"]["verdict"] == "worse"
     assert [run["value"] for run in figures["credit"]["before_runs"]] == [0.80, 0.81]
 
