@@ -79,7 +79,8 @@ def _cell(values: list[float]) -> str:
     return f"{_spread(_stats(values))}, {len(values)} run{'s' if len(values) > 1 else ''}"
 
 
-def _change(result: dict) -> str:
+def change_text(result: dict) -> str:
+    """A verdict's change as text: "+0.0011" (after minus before), "1.005x" (after over before, lower is better)."""
     if result["change"] is None:
         return "n/a"
     return f"{result['change']:.3f}x" if result["lower_is_better"] else f"{result['change']:+.4f}"
@@ -112,7 +113,7 @@ def compare(before: dict, after: dict) -> tuple[list[str], dict, list[str], dict
             f"{'/'.join(map(str, sorted(new['eval_examples'])))} records)")}.get(said, said)
         lines.append(f"| {name} | {METRIC_LABELS.get(new['metric'], new['metric'])} | "
                      f"{_cell(before_values)} | {_cell(after_values)} | "
-                     f"{_change(result)} | {result['spread']:.4f} | {shown} |")
+                     f"{change_text(result)} | {result['spread']:.4f} | {shown} |")
     return lines, counts, missing, figures
 
 

@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import re
 import statistics
@@ -24,6 +25,7 @@ import sys
 from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import quality_change  # noqa: E402
 import quality_tables  # noqa: E402
 import records  # noqa: E402
 import tabular_quality as quality  # noqa: E402
@@ -540,6 +542,16 @@ def _wide_totals(session: Session) -> list[float]:
     return totals
 
 
+def _worse_by_spread(session: Session) -> float:
+    """A quality change's worsening (after against before, in the metric's direction) over the larger spread of its
+    two sides; ±inf where that spread is 0."""
+    worse_by = session.get("after") - session.get("before")
+    worse_by = worse_by if session.get("lower_is_better") else -worse_by
+    if session.get("spread"):
+        return worse_by / session.get("spread")
+    return math.copysign(math.inf, worse_by) if worse_by else 0.0
+
+
 class Page:
     """The page from the template and the records ({bench: records}): each `<!-- bench: NAME -->` line of the
     template becomes what the method NAME writes."""
@@ -861,6 +873,34 @@ class Page:
                       ("Trainer", cell("trainer")), ("fitting", cell("fitting")),
                       ("fitting / Trainer", share), ("ModelExport", cell("export")), ("code", code)],
                      self.sessions("time_split", "after"))
+
+    def quality_change(self) -> list[str]:
+        """A line per change (before → after code, each table's newest comparison): the tables not worse beyond
+        the larger run-to-run spread of the two sides, those worse, those scored on another eval split, the table
+        nearest to worse (its change against that spread), the day and the command."""
+        changes: dict[tuple, list[Session]] = {}
+        for session in self.sessions("quality_change", "verdict"):
+            changes.setdefault((session.get("before_code"), session.get("after_code")), []).append(session)
+        lines = []
+        by_date = sorted(changes.items(), key=lambda item: max(session.newest["date"] for session in item[1]))
+        for (before, after), group in by_date:
+            said = {verdict_: sorted(s.measurement for s in group if s.get("verdict") == verdict_)
+                    for verdict_ in ("not worse", "worse", "other eval split")}
+            judged = [s for s in group if s.get("verdict") in ("worse", "not worse")]
+            text = (f"- `{before or MISSING}` → `{after or MISSING}`: **{len(said['not worse'])} of {len(judged)} "
+                    f"tables not worse** beyond the larger spread ({', '.join(said['not worse']) or 'none'})")
+            if said["worse"]:
+                text += f"; **worse**: {', '.join(said['worse'])}"
+            if said["other eval split"]:
+                text += f"; not judged, scored on another eval split: {', '.join(said['other eval split'])}"
+            if judged:
+                nearest = max(judged, key=_worse_by_spread)
+                text += (f"; nearest to worse: {nearest.measurement} "
+                         f"({quality.METRIC_LABELS.get(nearest.get('metric'), nearest.get('metric'))} "
+                         f"{quality_change.change_text(nearest.figures)}, spread {nearest.get('spread'):.4f})")
+            newest = max(group, key=lambda session: session.newest["date"])
+            lines.append(f"{text}. {newest.day}: {Sources.text(newest)}")
+        return lines
 
     def beam(self) -> list[str]:
         return table([("mode", lambda s: f"`{s.get('mode')}`"), ("records", lambda s: number(s.get("records"), ",")),

@@ -127,6 +127,34 @@ def test_the_time_split_table_shows_each_part_before_and_after_and_the_fitting_s
     assert "| penguins | 334 | 8 | 70 s | 50 s | 14.2 s | 5.2 s | 37% | 4.5 s | b2 |" in text
 
 
+def test_the_quality_change_line_counts_each_tables_newest_verdict_and_names_the_nearest_to_worse(bench):
+    _, render_page = bench
+
+    def change(table, date, verdict, before, after, spread, lower=False, codes=("a1", "b2")):
+        figures = {"verdict": verdict, "before": before, "after": after, "spread": spread, "lower_is_better": lower,
+                   "change": after / before if lower else after - before,
+                   "metric": "mean_absolute_error" if lower else "auc", "before_code": codes[0], "after_code": codes[1]}
+        return _record(table, date, figures, commit=date, bench_name="quality_change")
+    found = [change("wage", "2026-12-04T10:00:00Z", "other eval split", 22.6, 22.8, 0.1, lower=True,
+                    codes=("a1", "c3")),
+             change("wage", "2026-12-04T11:00:00Z", "not worse", 22.68, 22.71, 0.13, lower=True),
+             change("vote", "2026-12-04T11:00:00Z", "not worse", 0.9564, 0.9565, 0.0004),
+             change("chemistry", "2026-12-04T11:00:00Z", "not worse", 0.3838, 0.3814, 0.0032),
+             change("hotel", "2026-12-04T11:00:00Z", "worse", 7.40, 7.60, 0.07, lower=True),
+             change("digits", "2026-12-04T10:00:00Z", "other eval split", 0.98, 0.975, 0.002, codes=("a1", "c3"))]
+    text, _ = render_page.render({"quality_change": found}, "<!-- bench: quality_change -->\n")
+    lines = text.splitlines()
+    assert lines[0] == ("- `a1` → `c3`: **0 of 0 tables not worse** beyond the larger spread (none); not judged, "
+                        "scored on another eval split: digits. 2026-12-04: `python bench/quality_change.py`")
+    assert lines[1].startswith("- `a1` → `b2`: **3 of 4 tables not worse** beyond the larger spread (chemistry, "
+                               "vote, wage); **worse**: hotel; nearest to worse: hotel (MAE 1.027x, spread 0.0700).")
+    found[4] = change("hotel", "2026-12-04T11:00:00Z", "not worse", 7.40, 7.38, 0.07, lower=True)
+    found.append(change("penguins", "2026-12-04T11:00:00Z", "not worse", 0.97, 0.98, 0.0))  # one run a side, better
+    text, _ = render_page.render({"quality_change": found}, "<!-- bench: quality_change -->\n")
+    assert ("**5 of 5 tables not worse** beyond the larger spread (chemistry, hotel, penguins, vote, wage); nearest to "
+            "worse: chemistry (AUC -0.0024, spread 0.0032).") in text
+
+
 def test_targets_follow_the_newest_records(bench):
     _, render_page = bench
     series = {"series": "taxi, configs/taxi_fare.yaml", "copies": 100, "rows": 1_500_200}
