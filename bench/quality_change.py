@@ -63,15 +63,21 @@ def verdict(metric: str, before: list[float], after: list[float]) -> dict:
     after is worse beyond it."""
     old, new = _stats(before), _stats(after)
     mean_before, mean_after = old["mean"], new["mean"]
-    spread = max(old["max"] - old["min"], new["max"] - new["min"])
     lower = metric in LOWER_IS_BETTER
-    worse_by = (mean_after - mean_before) if lower else (mean_before - mean_after)
     if lower:
         change = mean_after / mean_before if mean_before else None
     else:
         change = mean_after - mean_before
-    return {"before": mean_before, "after": mean_after, "change": change, "spread": spread,
-            "worse": worse_by > spread, "lower_is_better": lower}
+    result = {"before": mean_before, "after": mean_after, "change": change, "lower_is_better": lower,
+              "spread": max(old["max"] - old["min"], new["max"] - new["min"])}
+    return {**result, "worse": worse_by(result) > result["spread"]}
+
+
+def worse_by(result: dict) -> float:
+    """How much worse the after mean is than the before mean, in the metric's direction (negative: better), from
+    a verdict's (or its record's) "before", "after" and "lower_is_better"."""
+    gap = result["after"] - result["before"]
+    return gap if result["lower_is_better"] else -gap
 
 
 def _cell(values: list[float]) -> str:

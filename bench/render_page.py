@@ -545,8 +545,7 @@ def _wide_totals(session: Session) -> list[float]:
 def _worse_by_spread(session: Session) -> float:
     """A quality change's worsening (after against before, in the metric's direction) over the larger spread of its
     two sides; ±inf where that spread is 0."""
-    worse_by = session.get("after") - session.get("before")
-    worse_by = worse_by if session.get("lower_is_better") else -worse_by
+    worse_by = quality_change.worse_by(session.figures)
     if session.get("spread"):
         return worse_by / session.get("spread")
     return math.copysign(math.inf, worse_by) if worse_by else 0.0
@@ -881,9 +880,9 @@ class Page:
         changes: dict[tuple, list[Session]] = {}
         for session in self.sessions("quality_change", "verdict"):
             changes.setdefault((session.get("before_code"), session.get("after_code")), []).append(session)
+        newest = {codes: max(group, key=lambda session: session.newest["date"]) for codes, group in changes.items()}
         lines = []
-        by_date = sorted(changes.items(), key=lambda item: max(session.newest["date"] for session in item[1]))
-        for (before, after), group in by_date:
+        for (before, after), group in sorted(changes.items(), key=lambda item: newest[item[0]].newest["date"]):
             said = {verdict_: sorted(s.measurement for s in group if s.get("verdict") == verdict_)
                     for verdict_ in ("not worse", "worse", "other eval split")}
             judged = [s for s in group if s.get("verdict") in ("worse", "not worse")]
@@ -898,8 +897,8 @@ class Page:
                 text += (f"; nearest to worse: {nearest.measurement} "
                          f"({quality.METRIC_LABELS.get(nearest.get('metric'), nearest.get('metric'))} "
                          f"{quality_change.change_text(nearest.figures)}, spread {nearest.get('spread'):.4f})")
-            newest = max(group, key=lambda session: session.newest["date"])
-            lines.append(f"{text}. {newest.day}: {Sources.text(newest)}")
+            shown = newest[(before, after)]
+            lines.append(f"{text}. {shown.day}: {Sources.text(shown)}")
         return lines
 
     def beam(self) -> list[str]:
